@@ -1,0 +1,93 @@
+// Everything about an emulated controller that a user can choose, with defaults that give a
+// useful device in one line: `cunvme::emu::controller ctrl;`.
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/emu/fault_injection.cuh>
+#include <cunvme/emu/timing_model.cuh>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+CUNVME_NAMESPACE_BEGIN
+namespace emu {
+
+/// One namespace: its LBA size, its capacity and where its bytes live.
+struct namespace_config {
+  std::uint32_t lba_size = 512;          ///< 512 or 4096 bytes
+  std::uint64_t lba_count = 1ull << 21;  ///< 1 GiB of 512-byte blocks (RAM is reserved lazily)
+  std::string file;                      ///< empty: RAM; else a file backs the namespace
+  bool read_only = false;                ///< a file namespace that writes fail on (Write Fault)
+
+  /// A namespace backed by `path`, its capacity the file's size (rounded down to whole
+  /// blocks) unless `lba_count` is given.
+  [[nodiscard]] static namespace_config from_file(std::string path, std::uint32_t lba_size = 512,
+                                                  std::uint64_t lba_count = 0) {
+    namespace_config n;
+    n.file = std::move(path);
+    n.lba_size = lba_size;
+    n.lba_count = lba_count;
+    return n;
+  }
+};
+
+/// Allocates memory the host and, with CUDA, the GPU can store to (BAR0 and the CMB).
+/// The default uses ordinary page-aligned host memory; the CUDA layer installs pinned,
+/// mapped memory so GPU threads can ring doorbells.
+struct memory_hooks {
+  std::function<void*(std::size_t bytes)> allocate;
+  std::function<void(void* pointer, std::size_t bytes)> release;
+};
+
+/// How worker threads wait when there is nothing to do.
+struct idle_policy {
+  std::uint32_t spins = 2000;                         ///< polls before sleeping
+  std::chrono::microseconds sleep{20};                ///< then sleep this long per poll
+};
+
+struct controller_config {
+  // ---- registers (CAP, VS) ----------------------------------------------------------------
+  std::uint32_t max_queue_entries = 4096;   ///< CAP.MQES + 1: 2 to 65536
+  bool contiguous_queues_required = true;   ///< CAP.CQR (the emulator supports only PC=1 queues)
+  std::uint8_t doorbell_stride = 0;         ///< CAP.DSTRD: doorbells 4 << DSTRD bytes apart
+  std::uint8_t mpsmin = 0;                  ///< CAP.MPSMIN: 4 KiB
+  std::uint8_t mpsmax = 4;                  ///< CAP.MPSMAX: 64 KiB
+  std::uint8_t timeout = 20;                ///< CAP.TO in 500 ms units: 10 s
+  std::uint16_t version_major = 2, version_minor = 0;
+  std::chrono::milliseconds ready_delay{0};  ///< CC.EN → CSTS.RDY delay; must not exceed CAP.TO
+
+  // ---- identity and limits (Identify Controller) ------------------------------------------
+  std::string serial = "CUNVME-EMU-0001";
+  std::string model = "cunvme emulated NVMe controller";
+  std::string firmware = "0.1.0";
+  std::uint16_t vendor_id = 0xc0de;         ///< not a PCI-SIG assigned ID: this is an emulator
+  std::uint8_t mdts = 7;                    ///< 2^MDTS minimum pages per command: 512 KiB
+  std::uint16_t max_io_queues = 64;         ///< I/O SQs (and CQs) the controller can allocate
+  std::uint16_t interrupt_vectors = 32;     ///< vectors a Create I/O CQ may name (none fire)
+  bool volatile_write_cache = true;
+  std::uint8_t abort_command_limit = 3;     ///< ACL, 0-based
+  std::uint8_t async_event_request_limit = 3;  ///< AERL, 0-based
+  std::uint16_t error_log_entries = 64;     ///< ELPE + 1
+
+  // ---- controller memory buffer ------------------------------------------------------------
+  std::uint64_t cmb_bytes = 0;              ///< 0: no CMB; else a multiple of 4 KiB
+  bool cmb_mixed_data_locations = false;    ///< CMBLOC.CDPMLS: may one command's data mix CMB and host memory
+
+  // ---- namespaces, data path, threads -------------------------------------------------------
+  std::vector<namespace_config> namespaces{namespace_config{}};
+  unsigned workers = 2;                      ///< threads serving I/O queues (the admin queue has its own)
+  idle_policy idle{};
+  bool out_of_order_completions = false;     ///< post each batch's completions in a shuffled order
+  std::uint64_t seed = 1;                    ///< for the shuffle
+  timing_model timing = timing_model::none();
+  std::vector<fault_rule> faults;
+  std::uint64_t fault_seed = 1;
+  memory_hooks memory;                       ///< empty: page-aligned host memory
+};
+
+}  // namespace emu
+CUNVME_NAMESPACE_END

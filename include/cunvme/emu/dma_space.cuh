@@ -1,0 +1,177 @@
+// The emulator's IOMMU: the only way the emulated controller reaches memory.
+//
+// A real controller can DMA anywhere the IOMMU lets it; the emulator can only touch memory
+// the host registered here, and every access is checked against the region it falls in.
+// An address outside every region fails the command with Data Transfer Error instead of
+// corrupting memory the emulator was not given.
+#pragma once
+
+#include <cunvme/config.cuh>
+
+#include <atomic>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <stdexcept>
+#include <string>
+
+CUNVME_NAMESPACE_BEGIN
+namespace emu {
+
+/// Where a registered region lives, which decides how the emulator moves its bytes.
+enum class memory_kind : std::uint8_t {
+  host,    ///< host memory the emulator's threads can address (pageable, pinned or mapped)
+  device,  ///< GPU memory: moved with the device copier (CUDA copies on the emulator's streams)
+  cmb,     ///< the controller's own memory buffer
+};
+
+/// One registered region: `bytes` bytes at bus address `bus`.
+struct dma_region {
+  std::uint64_t bus = 0;
+  std::byte* pointer = nullptr;  ///< host address, or device address for `memory_kind::device`
+  std::uint64_t bytes = 0;
+  memory_kind kind = memory_kind::host;
+
+  [[nodiscard]] bool contains(std::uint64_t address, std::uint64_t length) const noexcept {
+    return address >= bus && length <= bytes && address - bus <= bytes - length;
+  }
+};
+
+/// Moves bytes to and from `memory_kind::device` regions; installed by the CUDA layer.
+/// `to_device` is true for host → device.
+using device_copier = std::function<bool(void* dst, const void* src, std::uint64_t bytes, bool to_device)>;
+
+/// The set of regions the controller may reach, with bus addresses handed out like an IOMMU.
+///
+/// ```
+/// emu::dma_space dma;
+/// std::vector<std::byte> buffer(1 << 20);
+/// std::uint64_t bus = dma.map(buffer.data(), buffer.size());   // give this to PRPs
+/// ...
+/// dma.unmap(bus);
+/// ```
+/// Bus addresses keep the buffer's offset inside a 2 MiB page, so a buffer's page boundaries
+/// (4 KiB host pages, 64 KiB GPU pages, any controller page size) fall where they fall in
+/// its virtual addresses, and unmapped guard space separates regions.
+class dma_space {
+ public:
+  static constexpr std::uint64_t first_bus_address = 0x10'0000'0000ull;  // 64 GiB: far from 0
+  static constexpr std::uint64_t bus_granule = 2ull << 20;
+
+  dma_space() = default;
+  dma_space(const dma_space&) = delete;
+  dma_space& operator=(const dma_space&) = delete;
+
+  /// Registers `bytes` bytes at `pointer` and returns the bus address of `pointer`.
+  [[nodiscard]] std::uint64_t map(void* pointer, std::uint64_t bytes, memory_kind kind = memory_kind::host) {
+    if (pointer == nullptr || bytes == 0) {
+      throw std::invalid_argument("dma_space::map: empty region (pointer " + hex(reinterpret_cast<std::uintptr_t>(pointer)) +
+                                  ", " + std::to_string(bytes) + " bytes)");
+    }
+    std::unique_lock lock(mutex_);
+    const std::uint64_t offset = reinterpret_cast<std::uintptr_t>(pointer) % bus_granule;
+    const std::uint64_t bus = next_bus_ + offset;
+    // Round up to the next granule and leave one empty granule as a guard.
+    next_bus_ += ((offset + bytes + bus_granule - 1) / bus_granule + 1) * bus_granule;
+    regions_.emplace(bus, dma_region{bus, static_cast<std::byte*>(pointer), bytes, kind});
+    return bus;
+  }
+
+  /// Registers a region at a bus address the host chose (the CMB at CMBMSC.CBA).
+  /// Returns false when it would overlap a registered region.
+  [[nodiscard]] bool map_at(std::uint64_t bus, void* pointer, std::uint64_t bytes, memory_kind kind) {
+    if (pointer == nullptr || bytes == 0 || bus + bytes < bus) return false;
+    std::unique_lock lock(mutex_);
+    auto after = regions_.lower_bound(bus);
+    if (after != regions_.end() && after->first < bus + bytes) return false;
+    if (after != regions_.begin()) {
+      const auto& before = std::prev(after)->second;
+      if (before.bus + before.bytes > bus) return false;
+    }
+    regions_.emplace(bus, dma_region{bus, static_cast<std::byte*>(pointer), bytes, kind});
+    return true;
+  }
+
+  /// Removes the region starting at `bus`. Unknown addresses are a caller bug.
+  void unmap(std::uint64_t bus) {
+    std::unique_lock lock(mutex_);
+    if (regions_.erase(bus) == 0) throw std::invalid_argument("dma_space::unmap: no region starts at bus address " + hex(bus));
+  }
+
+  /// The region holding all of [bus, bus + length), if one does. Counts a fault otherwise.
+  [[nodiscard]] std::optional<dma_region> find(std::uint64_t bus, std::uint64_t length) const {
+    std::shared_lock lock(mutex_);
+    auto it = regions_.upper_bound(bus);
+    if (it != regions_.begin()) {
+      const dma_region& r = std::prev(it)->second;
+      if (r.contains(bus, length)) return r;
+    }
+    faults_.fetch_add(1, std::memory_order_relaxed);
+    return std::nullopt;
+  }
+
+  /// Copies `length` bytes at bus address `bus` to `dst` (host memory). False on a fault.
+  [[nodiscard]] bool read(std::uint64_t bus, void* dst, std::uint64_t length) const {
+    if (length == 0) return true;
+    const auto r = find(bus, length);
+    if (!r) return false;
+    return copy_out(*r, bus - r->bus, dst, length);
+  }
+
+  /// Copies `length` bytes from `src` (host memory) to bus address `bus`. False on a fault.
+  [[nodiscard]] bool write(std::uint64_t bus, const void* src, std::uint64_t length) const {
+    if (length == 0) return true;
+    const auto r = find(bus, length);
+    if (!r) return false;
+    return copy_in(*r, bus - r->bus, src, length);
+  }
+
+  /// Copies between a region and host memory; the region must hold the range.
+  [[nodiscard]] bool copy_out(const dma_region& r, std::uint64_t offset, void* dst, std::uint64_t length) const {
+    if (r.kind == memory_kind::device) return device_copy(dst, r.pointer + offset, length, false);
+    std::memcpy(dst, r.pointer + offset, length);
+    return true;
+  }
+  [[nodiscard]] bool copy_in(const dma_region& r, std::uint64_t offset, const void* src, std::uint64_t length) const {
+    if (r.kind == memory_kind::device) return device_copy(r.pointer + offset, src, length, true);
+    std::memcpy(r.pointer + offset, src, length);
+    return true;
+  }
+
+  /// Installs how device regions are reached (the CUDA layer does this, before the
+  /// controller starts); without one, any access to a device region faults.
+  void set_device_copier(device_copier copier) { copier_ = std::move(copier); }
+
+  /// Accesses that fell outside every region, or failed to copy, since construction.
+  [[nodiscard]] std::uint64_t faults() const noexcept { return faults_.load(std::memory_order_relaxed); }
+
+ private:
+  [[nodiscard]] bool device_copy(void* dst, const void* src, std::uint64_t length, bool to_device) const {
+    if (copier_ && copier_(dst, src, length, to_device)) return true;
+    faults_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+
+  static std::string hex(std::uint64_t v) {
+    char text[2 + 16];
+    text[0] = '0';
+    text[1] = 'x';
+    const auto end = std::to_chars(text + 2, text + sizeof text, v, 16).ptr;
+    return std::string(text, end);
+  }
+
+  mutable std::shared_mutex mutex_;
+  std::map<std::uint64_t, dma_region> regions_;
+  std::uint64_t next_bus_ = first_bus_address;
+  device_copier copier_;
+  mutable std::atomic<std::uint64_t> faults_{0};
+};
+
+}  // namespace emu
+CUNVME_NAMESPACE_END

@@ -1,0 +1,122 @@
+// Submission and completion queue entries (NVMe Base Specification 2.0, sections 4.2 and 4.6).
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/spec/bit_field.cuh>
+#include <cunvme/spec/status.cuh>
+
+#include <cuda/std/cstddef>
+#include <cuda/std/cstdint>
+
+CUNVME_NAMESPACE_BEGIN
+namespace spec {
+
+/// CDW0.FUSE (Figure 88): fused operation.
+enum class fused_operation : cuda::std::uint8_t {
+  normal = 0b00,
+  first_command = 0b01,
+  second_command = 0b10,
+};
+
+/// CDW0.PSDT (Figure 88): how the data pointer is to be read.
+enum class data_transfer_kind : cuda::std::uint8_t {
+  prp = 0b00,
+  sgl_metadata_buffer = 0b01,
+  sgl_metadata_segment = 0b10,
+};
+
+/// Submission Queue Entry — 64 bytes (4.2, Figure 88 and 89).
+///
+/// Plain data the host (or a GPU thread) fills and copies into a submission-queue slot.
+/// ```
+/// spec::submission_entry sqe{};
+/// sqe.set_opcode(spec::nvm_opcode::read).set_cid(7);
+/// sqe.nsid = 1;
+/// sqe.prp1 = buffer_bus_address;
+/// ```
+struct submission_entry {
+  cuda::std::uint32_t cdw0;   ///< OPC 7:0, FUSE 9:8, PSDT 15:14, CID 31:16
+  cuda::std::uint32_t nsid;   ///< Namespace Identifier
+  cuda::std::uint32_t cdw2;
+  cuda::std::uint32_t cdw3;
+  cuda::std::uint64_t mptr;   ///< Metadata Pointer
+  cuda::std::uint64_t prp1;   ///< Data Pointer, PRP Entry 1
+  cuda::std::uint64_t prp2;   ///< Data Pointer, PRP Entry 2 (or PRP List pointer)
+  cuda::std::uint32_t cdw10;
+  cuda::std::uint32_t cdw11;
+  cuda::std::uint32_t cdw12;
+  cuda::std::uint32_t cdw13;
+  cuda::std::uint32_t cdw14;
+  cuda::std::uint32_t cdw15;
+
+  using opc_field  = bit_field<cuda::std::uint32_t, 0, 8, cuda::std::uint8_t>;
+  using fuse_field = bit_field<cuda::std::uint32_t, 8, 2, fused_operation>;
+  using psdt_field = bit_field<cuda::std::uint32_t, 14, 2, data_transfer_kind>;
+  using cid_field  = bit_field<cuda::std::uint32_t, 16, 16, cuda::std::uint16_t>;
+
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint8_t opcode() const noexcept { return opc_field::get(cdw0); }
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr fused_operation fuse() const noexcept { return fuse_field::get(cdw0); }
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr data_transfer_kind psdt() const noexcept { return psdt_field::get(cdw0); }
+  /// Command Identifier: with the SQ identifier, unique among the commands outstanding.
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint16_t cid() const noexcept { return cid_field::get(cdw0); }
+
+  /// Accepts any opcode enum (admin or NVM) or a raw byte.
+  template <class Opcode>
+  CUNVME_HOST_DEVICE constexpr submission_entry& set_opcode(Opcode v) noexcept {
+    cdw0 = opc_field::set(cdw0, static_cast<cuda::std::uint8_t>(v));
+    return *this;
+  }
+  CUNVME_HOST_DEVICE constexpr submission_entry& set_fuse(fused_operation v) noexcept { cdw0 = fuse_field::set(cdw0, v); return *this; }
+  CUNVME_HOST_DEVICE constexpr submission_entry& set_psdt(data_transfer_kind v) noexcept { cdw0 = psdt_field::set(cdw0, v); return *this; }
+  CUNVME_HOST_DEVICE constexpr submission_entry& set_cid(cuda::std::uint16_t v) noexcept { cdw0 = cid_field::set(cdw0, v); return *this; }
+};
+static_assert(sizeof(submission_entry) == 64);
+static_assert(offsetof(submission_entry, cdw0) == 0);
+static_assert(offsetof(submission_entry, nsid) == 4);
+static_assert(offsetof(submission_entry, cdw2) == 8);
+static_assert(offsetof(submission_entry, cdw3) == 12);
+static_assert(offsetof(submission_entry, mptr) == 16);
+static_assert(offsetof(submission_entry, prp1) == 24);
+static_assert(offsetof(submission_entry, prp2) == 32);
+static_assert(offsetof(submission_entry, cdw10) == 40);
+static_assert(offsetof(submission_entry, cdw11) == 44);
+static_assert(offsetof(submission_entry, cdw12) == 48);
+static_assert(offsetof(submission_entry, cdw13) == 52);
+static_assert(offsetof(submission_entry, cdw14) == 56);
+static_assert(offsetof(submission_entry, cdw15) == 60);
+
+/// log2 of the entry sizes, as CC.IOSQES/IOCQES and Identify SQES/CQES express them.
+inline constexpr cuda::std::uint8_t submission_entry_size_log2 = 6;
+inline constexpr cuda::std::uint8_t completion_entry_size_log2 = 4;
+
+/// Completion Queue Entry — 16 bytes (4.6, Figure 90–93).
+///
+/// Valid only once `phase()` equals the phase the consumer expects; the payload is read
+/// after that test, behind an acquire fence (ordering rule 2 in DESIGN.md).
+/// ```
+/// if (cqe.phase() == expected_phase) { auto s = cqe.status(); auto cid = cqe.cid; … }
+/// ```
+struct completion_entry {
+  cuda::std::uint32_t dw0;           ///< command specific
+  cuda::std::uint32_t dw1;           ///< command specific
+  cuda::std::uint16_t sqhd;          ///< SQ Head Pointer
+  cuda::std::uint16_t sqid;          ///< SQ Identifier
+  cuda::std::uint16_t cid;           ///< Command Identifier
+  cuda::std::uint16_t status_field;  ///< Phase Tag (bit 0) and Status (bits 15:1)
+
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr bool phase() const noexcept { return cqe_status::phase(status_field); }
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr spec::status status() const noexcept { return cqe_status::status_of(status_field); }
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr bool more() const noexcept { return cqe_status::more(status_field); }
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr bool dnr() const noexcept { return cqe_status::dnr(status_field); }
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint8_t crd() const noexcept { return cqe_status::crd(status_field); }
+};
+static_assert(sizeof(completion_entry) == 16);
+static_assert(offsetof(completion_entry, dw0) == 0);
+static_assert(offsetof(completion_entry, dw1) == 4);
+static_assert(offsetof(completion_entry, sqhd) == 8);
+static_assert(offsetof(completion_entry, sqid) == 10);
+static_assert(offsetof(completion_entry, cid) == 12);
+static_assert(offsetof(completion_entry, status_field) == 14);
+
+}  // namespace spec
+CUNVME_NAMESPACE_END
