@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/emu/dma_space.cuh>
 #include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/emu/timing_model.cuh>
 
@@ -23,6 +24,14 @@ struct namespace_config {
   std::string file;                      ///< empty: RAM; else a file backs the namespace
   bool read_only = false;                ///< a file namespace that writes fail on (Write Fault)
 
+  /// `lba_count` blocks of `lba_size` bytes in RAM.
+  [[nodiscard]] static namespace_config in_memory(std::uint32_t lba_size, std::uint64_t lba_count) {
+    namespace_config n;
+    n.lba_size = lba_size;
+    n.lba_count = lba_count;
+    return n;
+  }
+
   /// A namespace backed by `path`, its capacity the file's size (rounded down to whole
   /// blocks) unless `lba_count` is given.
   [[nodiscard]] static namespace_config from_file(std::string path, std::uint32_t lba_size = 512,
@@ -35,12 +44,14 @@ struct namespace_config {
   }
 };
 
-/// Allocates memory the host and, with CUDA, the GPU can store to (BAR0 and the CMB).
-/// The default uses ordinary page-aligned host memory; the CUDA layer installs pinned,
-/// mapped memory so GPU threads can ring doorbells.
+/// How the controller gets memory the host and, with CUDA, the GPU can store to (BAR0 and
+/// the CMB), and how it reaches GPU memory. The defaults use ordinary page-aligned host
+/// memory and reach no GPU; `emu/cuda_memory.cuh` installs pinned, mapped memory (so GPU
+/// threads can ring doorbells) and CUDA copies.
 struct memory_hooks {
   std::function<void*(std::size_t bytes)> allocate;
   std::function<void(void* pointer, std::size_t bytes)> release;
+  device_copier device_copy;
 };
 
 /// How worker threads wait when there is nothing to do.

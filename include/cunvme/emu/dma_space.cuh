@@ -98,51 +98,93 @@ class dma_space {
     return true;
   }
 
-  /// Removes the region starting at `bus`. Unknown addresses are a caller bug.
+  /// Removes the region starting at `bus`. Waits for accesses in progress (`view`s) to end,
+  /// so once it returns the controller will not touch the memory again and it may be freed.
   void unmap(std::uint64_t bus) {
     std::unique_lock lock(mutex_);
     if (regions_.erase(bus) == 0) throw std::invalid_argument("dma_space::unmap: no region starts at bus address " + hex(bus));
   }
 
-  /// The region holding all of [bus, bus + length), if one does. Counts a fault otherwise.
-  [[nodiscard]] std::optional<dma_region> find(std::uint64_t bus, std::uint64_t length) const {
-    std::shared_lock lock(mutex_);
-    auto it = regions_.upper_bound(bus);
-    if (it != regions_.begin()) {
-      const dma_region& r = std::prev(it)->second;
-      if (r.contains(bus, length)) return r;
+  /// Accesses through a view see a fixed set of regions: none is unmapped while it lives.
+  /// The emulator holds one across each command, from PRP walk to the last byte copied.
+  /// Views are shared; a thread must not take a second one while it holds one.
+  class view {
+   public:
+    explicit view(const dma_space& space) : space_(&space), lock_(space.mutex_) {}
+
+    /// The region holding all of [bus, bus + length), if one does. Counts a fault otherwise.
+    [[nodiscard]] std::optional<dma_region> find(std::uint64_t bus, std::uint64_t length) const {
+      const auto& regions = space_->regions_;
+      auto it = regions.upper_bound(bus);
+      if (it != regions.begin()) {
+        const dma_region& r = std::prev(it)->second;
+        if (r.contains(bus, length)) return r;
+      }
+      space_->faults_.fetch_add(1, std::memory_order_relaxed);
+      return std::nullopt;
     }
-    faults_.fetch_add(1, std::memory_order_relaxed);
-    return std::nullopt;
-  }
 
-  /// Copies `length` bytes at bus address `bus` to `dst` (host memory). False on a fault.
-  [[nodiscard]] bool read(std::uint64_t bus, void* dst, std::uint64_t length) const {
-    if (length == 0) return true;
-    const auto r = find(bus, length);
-    if (!r) return false;
-    return copy_out(*r, bus - r->bus, dst, length);
-  }
+    /// Copies `length` bytes at bus address `bus` to host memory `dst`. False on a fault.
+    [[nodiscard]] bool read(std::uint64_t bus, void* dst, std::uint64_t length) const {
+      if (length == 0) return true;
+      const auto r = find(bus, length);
+      return r && copy_out(*r, bus - r->bus, dst, length);
+    }
 
-  /// Copies `length` bytes from `src` (host memory) to bus address `bus`. False on a fault.
-  [[nodiscard]] bool write(std::uint64_t bus, const void* src, std::uint64_t length) const {
-    if (length == 0) return true;
-    const auto r = find(bus, length);
-    if (!r) return false;
-    return copy_in(*r, bus - r->bus, src, length);
-  }
+    /// Copies `length` bytes from host memory `src` to bus address `bus`. False on a fault.
+    [[nodiscard]] bool write(std::uint64_t bus, const void* src, std::uint64_t length) const {
+      if (length == 0) return true;
+      const auto r = find(bus, length);
+      return r && copy_in(*r, bus - r->bus, src, length);
+    }
 
-  /// Copies between a region and host memory; the region must hold the range.
-  [[nodiscard]] bool copy_out(const dma_region& r, std::uint64_t offset, void* dst, std::uint64_t length) const {
-    if (r.kind == memory_kind::device) return device_copy(dst, r.pointer + offset, length, false);
-    std::memcpy(dst, r.pointer + offset, length);
-    return true;
-  }
-  [[nodiscard]] bool copy_in(const dma_region& r, std::uint64_t offset, const void* src, std::uint64_t length) const {
-    if (r.kind == memory_kind::device) return device_copy(r.pointer + offset, src, length, true);
-    std::memcpy(r.pointer + offset, src, length);
-    return true;
-  }
+    /// A 32-bit load with acquire semantics (doorbell shadows written by another agent).
+    [[nodiscard]] std::optional<std::uint32_t> load32(std::uint64_t bus) const {
+      const auto r = find(bus, 4);
+      if (!r || (bus & 3u) != 0) return std::nullopt;
+      std::uint32_t value = 0;
+      if (r->kind == memory_kind::device) {
+        if (!copy_out(*r, bus - r->bus, &value, 4)) return std::nullopt;
+        return value;
+      }
+      return std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(r->pointer + (bus - r->bus)))
+          .load(std::memory_order_acquire);
+    }
+
+    /// A 32-bit store with release semantics: everything written before it is visible to an
+    /// agent that sees it (the CQE's last dword, EventIdx).
+    [[nodiscard]] bool store32(std::uint64_t bus, std::uint32_t value) const {
+      const auto r = find(bus, 4);
+      if (!r || (bus & 3u) != 0) return false;
+      if (r->kind == memory_kind::device) return copy_in(*r, bus - r->bus, &value, 4);
+      std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(r->pointer + (bus - r->bus)))
+          .store(value, std::memory_order_release);
+      return true;
+    }
+
+    /// Copies between a region found through this view and host memory.
+    [[nodiscard]] bool copy_out(const dma_region& r, std::uint64_t offset, void* dst, std::uint64_t length) const {
+      if (r.kind == memory_kind::device) return space_->device_copy(dst, r.pointer + offset, length, false);
+      std::memcpy(dst, r.pointer + offset, length);
+      return true;
+    }
+    [[nodiscard]] bool copy_in(const dma_region& r, std::uint64_t offset, const void* src, std::uint64_t length) const {
+      if (r.kind == memory_kind::device) return space_->device_copy(r.pointer + offset, src, length, true);
+      std::memcpy(r.pointer + offset, src, length);
+      return true;
+    }
+
+   private:
+    const dma_space* space_;
+    std::shared_lock<std::shared_mutex> lock_;
+  };
+
+  [[nodiscard]] view pin() const { return view(*this); }
+
+  // One-shot forms, each under its own view.
+  [[nodiscard]] std::optional<dma_region> find(std::uint64_t bus, std::uint64_t length) const { return pin().find(bus, length); }
+  [[nodiscard]] bool read(std::uint64_t bus, void* dst, std::uint64_t length) const { return pin().read(bus, dst, length); }
+  [[nodiscard]] bool write(std::uint64_t bus, const void* src, std::uint64_t length) const { return pin().write(bus, src, length); }
 
   /// Installs how device regions are reached (the CUDA layer does this, before the
   /// controller starts); without one, any access to a device region faults.

@@ -29,12 +29,12 @@ struct data_segment {
 ///
 /// ```
 /// emu::prp_walker walker;
-/// auto status = walker.walk(dma, sqe.prp1, sqe.prp2, bytes, page_size, /*cmb mixing*/ false);
+/// auto status = walker.walk(dma.pin(), sqe.prp1, sqe.prp2, bytes, page_size, /*cmb mixing*/ false);
 /// if (status == spec::status::successful_completion) for (auto& s : walker.segments()) …
 /// ```
 class prp_walker {
  public:
-  [[nodiscard]] spec::status walk(const dma_space& dma, std::uint64_t prp1, std::uint64_t prp2, std::uint64_t length,
+  [[nodiscard]] spec::status walk(const dma_space::view& dma, std::uint64_t prp1, std::uint64_t prp2, std::uint64_t length,
                                   std::uint64_t page_size, bool allow_cmb_mixing) {
     segments_.clear();
     saw_cmb_ = saw_other_ = false;
@@ -88,7 +88,7 @@ class prp_walker {
   [[nodiscard]] const std::vector<data_segment>& segments() const noexcept { return segments_; }
 
  private:
-  [[nodiscard]] spec::status add(const dma_space& dma, std::uint64_t bus, std::uint64_t length) {
+  [[nodiscard]] spec::status add(const dma_space::view& dma, std::uint64_t bus, std::uint64_t length) {
     if (!segments_.empty()) {
       data_segment& last = segments_.back();
       // Pages contiguous in bus space and in one region merge into one copy.

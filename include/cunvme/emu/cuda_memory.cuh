@@ -1,0 +1,87 @@
+// CUDA memory for the emulator: BAR0 and the CMB in pinned, mapped host memory (so GPU
+// threads can store to doorbells), and copies to and from GPU memory on the worker threads'
+// own non-blocking streams.
+//
+// Copies never use the legacy default stream: a kernel that polls for its completion there
+// would wait for the copy and the copy for the kernel.
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/emu/controller_config.cuh>
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+CUNVME_NAMESPACE_BEGIN
+namespace emu {
+
+/// A CUDA runtime failure, with what was being done.
+class cuda_error : public std::runtime_error {
+ public:
+  cuda_error(cudaError_t code, const std::string& what)
+      : std::runtime_error(what + ": " + cudaGetErrorName(code) + " (" + cudaGetErrorString(code) + ")"), code_(code) {}
+  [[nodiscard]] cudaError_t code() const noexcept { return code_; }
+
+ private:
+  cudaError_t code_;
+};
+
+namespace detail {
+
+/// One non-blocking stream per emulator thread, created on first use.
+inline cudaStream_t copy_stream() {
+  struct holder {
+    cudaStream_t stream = nullptr;
+    holder() {
+      if (const auto e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
+        throw cuda_error(e, "emu: creating the emulator's copy stream");
+      }
+    }
+    // The stream is left to the driver at thread exit: destroying it there can run after the
+    // CUDA runtime has been torn down at process exit.
+  };
+  thread_local holder h;
+  return h.stream;
+}
+
+}  // namespace detail
+
+/// `memory_hooks` for a controller whose BAR and CMB GPU threads can write to, and whose
+/// DMA reaches GPU memory registered as `memory_kind::device`.
+///
+/// ```
+/// emu::controller_config config;
+/// config.memory = emu::cuda_memory();
+/// emu::controller ctrl(config);
+/// auto bus = ctrl.dma().map(device_buffer, bytes, emu::memory_kind::device);
+/// ```
+[[nodiscard]] inline memory_hooks cuda_memory() {
+  memory_hooks hooks;
+  hooks.allocate = [](std::size_t bytes) -> void* {
+    void* p = nullptr;
+    // Portable: usable from every device; Mapped: GPU threads store to it through UVA.
+    if (const auto e = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable); e != cudaSuccess) {
+      throw cuda_error(e, "emu: allocating " + std::to_string(bytes) + " bytes of pinned, mapped host memory");
+    }
+    return p;
+  };
+  hooks.release = [](void* p, std::size_t) { (void)cudaFreeHost(p); };
+  hooks.device_copy = [](void* dst, const void* src, std::uint64_t bytes, bool to_device) {
+    cudaStream_t stream = nullptr;
+    try {
+      stream = detail::copy_stream();
+    } catch (const cuda_error&) {
+      return false;  // the command fails with Data Transfer Error; the worker thread lives on
+    }
+    const auto kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    // The data must be in place before the CQE is posted (the caller posts after we return).
+    return cudaMemcpyAsync(dst, src, bytes, kind, stream) == cudaSuccess && cudaStreamSynchronize(stream) == cudaSuccess;
+  };
+  return hooks;
+}
+
+}  // namespace emu
+CUNVME_NAMESPACE_END

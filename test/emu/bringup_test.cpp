@@ -1,0 +1,144 @@
+// Conformance: registers and controller state transitions (NVMe 2.0 sections 3.1, 3.5, 3.6).
+#include "test_host.hpp"
+
+using namespace test;
+
+TEST_CASE("a controller constructed in one line shows its capabilities in CAP and VS") {
+  emu::controller ctrl;
+  test_host host(ctrl);
+  const auto cap = host.cap();
+  CHECK(cap.mqes() == 4095);
+  CHECK(cap.cqr());
+  CHECK(cap.to() == 20);
+  CHECK(cap.dstrd() == 0);
+  CHECK(cap.supports(spec::cap_css::nvm_command_set));
+  CHECK(cap.mpsmin() == 0);
+  CHECK(cap.mpsmax() == 4);
+  CHECK_FALSE(cap.cmbs());
+  const spec::version_register vs{host.reg(spec::register_offset::vs)};
+  CHECK(vs.mjr() == 2);
+  CHECK(vs.mnr() == 0);
+  CHECK_FALSE(host.csts().rdy());
+}
+
+TEST_CASE("setting CC.EN brings CSTS.RDY up and clearing it brings RDY down") {
+  emu::controller ctrl;
+  test_host host(ctrl);
+  REQUIRE(host.enable());
+  CHECK(host.csts().rdy());
+  CHECK_FALSE(host.csts().cfs());
+  REQUIRE(host.disable());
+  CHECK_FALSE(host.csts().rdy());
+  // And again: a reset controller can be enabled anew.
+  REQUIRE(host.enable());
+}
+
+TEST_CASE("CSTS.RDY follows CC.EN only after the configured ready delay") {
+  emu::controller_config config;
+  config.ready_delay = std::chrono::milliseconds(150);
+  emu::controller ctrl(config);
+  test_host host(ctrl);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(host.enable());
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(150));
+}
+
+TEST_CASE("a ready delay longer than CAP.TO is refused at construction") {
+  emu::controller_config config;
+  config.timeout = 1;  // 500 ms
+  config.ready_delay = std::chrono::milliseconds(501);
+  CHECK_THROWS_AS(emu::controller{config}, std::invalid_argument);
+}
+
+TEST_CASE("invalid configurations are refused with a message naming the field") {
+  emu::controller_config config;
+  config.max_queue_entries = 1;
+  CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("max_queue_entries"), std::invalid_argument);
+  config = {};
+  config.namespaces[0].lba_size = 1024;
+  CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("lba_size"), std::invalid_argument);
+  config = {};
+  config.mpsmin = 5;
+  config.mpsmax = 4;
+  CHECK_THROWS_AS(emu::controller{config}, std::invalid_argument);
+  config = {};
+  config.cmb_bytes = 1000;
+  CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("cmb_bytes"), std::invalid_argument);
+  config = {};
+  config.workers = 0;
+  CHECK_THROWS_AS(emu::controller{config}, std::invalid_argument);
+}
+
+TEST_CASE("enabling with a memory page size outside MPSMIN..MPSMAX sets CSTS.CFS instead of RDY") {
+  emu::controller ctrl;
+  test_host host(ctrl);
+  CHECK_FALSE(host.enable(32, /*mps*/ 5));
+  CHECK(host.csts().cfs());
+  CHECK_FALSE(host.csts().rdy());
+  // A reset clears the fatal status.
+  REQUIRE(host.disable());
+  CHECK(host.eventually([&] { return !host.csts().cfs(); }));
+  REQUIRE(host.enable());
+}
+
+TEST_CASE("enabling with admin queues in unregistered memory is a controller fatal status") {
+  emu::controller ctrl;
+  test_host host(ctrl);
+  host.set_reg(spec::register_offset::aqa, spec::aqa_register{}.set_asqs(7).set_acqs(7).raw);
+  host.set_reg64(spec::register_offset::asq, 0x1000);
+  host.set_reg64(spec::register_offset::acq, 0x2000);
+  host.set_reg(spec::register_offset::cc, spec::cc_register{}.set_iosqes(6).set_iocqes(4).set_en(true).raw);
+  CHECK(host.eventually([&] { return host.csts().cfs(); }));
+  CHECK_FALSE(host.csts().rdy());
+}
+
+TEST_CASE("writes to read-only registers are ignored") {
+  emu::controller ctrl;
+  test_host host(ctrl);
+  const auto cap = host.reg64(spec::register_offset::cap);
+  const auto vs = host.reg(spec::register_offset::vs);
+  host.set_reg64(spec::register_offset::cap, 0);
+  host.set_reg(spec::register_offset::vs, 0x12345678);
+  host.set_reg(spec::register_offset::csts, 0x1);
+  CHECK(host.eventually([&] {
+    return host.reg64(spec::register_offset::cap) == cap && host.reg(spec::register_offset::vs) == vs &&
+           host.reg(spec::register_offset::csts) == 0;
+  }));
+}
+
+TEST_CASE("a normal shutdown notification ends in CSTS.SHST shutdown complete") {
+  emu::controller ctrl;
+  test_host host(ctrl);
+  REQUIRE(host.enable());
+  host.set_reg(spec::register_offset::cc,
+               spec::cc_register{host.reg(spec::register_offset::cc)}.set_shn(spec::shutdown_notification::normal).raw);
+  CHECK(host.eventually([&] { return host.csts().shst() == spec::shutdown_status::shutdown_complete; }));
+  REQUIRE(host.disable());
+  CHECK(host.csts().shst() == spec::shutdown_status::normal_operation);
+}
+
+TEST_CASE("a reset deletes every I/O queue") {
+  emu::controller ctrl;
+  test_host host(ctrl);
+  REQUIRE(host.enable());
+  auto q = host.create_pair(1, 16);
+  REQUIRE(host.disable());
+  REQUIRE(host.enable());
+  // The queue is gone: deleting it again is Invalid Queue Identifier.
+  CHECK(host.admin_status(spec::make_delete_io_sq(1)) == spec::status::invalid_queue_identifier);
+  CHECK(host.admin_status(spec::make_delete_io_cq(1)) == spec::status::invalid_queue_identifier);
+}
+
+TEST_CASE("doorbells sit at the stride CAP.DSTRD announces") {
+  emu::controller_config config;
+  config.doorbell_stride = 2;  // 16 bytes
+  emu::controller ctrl(config);
+  test_host host(ctrl);
+  CHECK(host.cap().dstrd() == 2);
+  REQUIRE(host.enable());
+  auto q = host.create_pair(3, 8);
+  dma_buffer data(ctrl, 4096);
+  const auto cqe = host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, data.bus));
+  CHECK(cqe.status() == spec::status::successful_completion);
+  CHECK(ctrl.bar_size() >= spec::bar_size_for_queues(config.max_io_queues, 2));
+}

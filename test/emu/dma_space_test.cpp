@@ -1,0 +1,93 @@
+// The emulated IOMMU: only registered memory is reachable.
+#include <cunvme/emu/dma_space.cuh>
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <vector>
+
+namespace emu = cunvme::emu;
+
+TEST_CASE("a mapped buffer is reachable at its bus address and keeps its offset in the page") {
+  emu::dma_space dma;
+  std::vector<std::byte> buf(10000);
+  const auto bus = dma.map(buf.data() + 3, 100);
+  CHECK(bus % emu::dma_space::bus_granule == reinterpret_cast<std::uintptr_t>(buf.data() + 3) % emu::dma_space::bus_granule);
+  const auto r = dma.find(bus + 10, 90);
+  REQUIRE(r.has_value());
+  CHECK(r->pointer == buf.data() + 3);
+  CHECK(r->kind == emu::memory_kind::host);
+  const char text[] = "hello";
+  REQUIRE(dma.write(bus + 4, text, sizeof text));
+  char back[sizeof text];
+  REQUIRE(dma.read(bus + 4, back, sizeof back));
+  CHECK(std::string(back) == "hello");
+  CHECK(std::memcmp(buf.data() + 7, text, sizeof text) == 0);
+}
+
+TEST_CASE("accesses outside every region, or running past one, fault and are counted") {
+  emu::dma_space dma;
+  std::vector<std::byte> buf(4096);
+  const auto bus = dma.map(buf.data(), buf.size());
+  char byte = 0;
+  CHECK_FALSE(dma.read(bus - 1, &byte, 1));
+  CHECK_FALSE(dma.read(bus + 4096, &byte, 1));
+  std::vector<std::byte> big(4097);
+  CHECK_FALSE(dma.read(bus, big.data(), big.size()));
+  CHECK_FALSE(dma.find(~0ull - 1, 8).has_value());  // no wrap-around
+  CHECK(dma.faults() == 4);
+}
+
+TEST_CASE("regions are separated by unmapped guard space") {
+  emu::dma_space dma;
+  std::vector<std::byte> a(4096), b(4096);
+  const auto bus_a = dma.map(a.data(), a.size());
+  const auto bus_b = dma.map(b.data(), b.size());
+  CHECK(bus_b - bus_a >= 2 * emu::dma_space::bus_granule);
+  CHECK_FALSE(dma.find(bus_a + 4096, 1).has_value());
+}
+
+TEST_CASE("an unmapped region is no longer reachable, and unmapping twice is an error") {
+  emu::dma_space dma;
+  std::vector<std::byte> buf(4096);
+  const auto bus = dma.map(buf.data(), buf.size());
+  dma.unmap(bus);
+  CHECK_FALSE(dma.find(bus, 1).has_value());
+  CHECK_THROWS_AS(dma.unmap(bus), std::invalid_argument);
+}
+
+TEST_CASE("mapping an empty region is refused") {
+  emu::dma_space dma;
+  std::vector<std::byte> buf(1);
+  CHECK_THROWS_AS((void)dma.map(nullptr, 4096), std::invalid_argument);
+  CHECK_THROWS_AS((void)dma.map(buf.data(), 0), std::invalid_argument);
+}
+
+TEST_CASE("a region at a chosen address may not overlap another") {
+  emu::dma_space dma;
+  std::vector<std::byte> a(8192), cmb(8192);
+  CHECK(dma.map_at(0x100000, cmb.data(), cmb.size(), emu::memory_kind::cmb));
+  CHECK_FALSE(dma.map_at(0x101000, a.data(), 4096, emu::memory_kind::host));
+  CHECK_FALSE(dma.map_at(0xff000, a.data(), 8192, emu::memory_kind::host));
+  CHECK(dma.map_at(0x102000, a.data(), 4096, emu::memory_kind::host));
+  CHECK(dma.find(0x100000, 8192)->kind == emu::memory_kind::cmb);
+}
+
+TEST_CASE("device regions move through the installed copier, and fault without one") {
+  emu::dma_space dma;
+  std::vector<std::byte> fake_gpu(4096);
+  const auto bus = dma.map(fake_gpu.data(), fake_gpu.size(), emu::memory_kind::device);
+  int value = 42;
+  CHECK_FALSE(dma.write(bus, &value, sizeof value));
+  int copies = 0;
+  dma.set_device_copier([&](void* dst, const void* src, std::uint64_t n, bool) {
+    ++copies;
+    std::memcpy(dst, src, n);
+    return true;
+  });
+  CHECK(dma.write(bus, &value, sizeof value));
+  int back = 0;
+  CHECK(dma.read(bus, &back, sizeof back));
+  CHECK(back == 42);
+  CHECK(copies == 2);
+}
