@@ -151,6 +151,33 @@ TEST_CASE("a kernel submits a read, rings the doorbell, polls the completion and
   cudaFree(result);
 }
 
+TEST_CASE("queues in GPU memory: the controller fetches SQEs from and posts CQEs to device memory") {
+  emu::controller ctrl(cuda_config());
+  test_host host(ctrl);
+  REQUIRE(host.enable());
+  device_memory sq(ctrl, 4096), cq(ctrl, 4096), data(ctrl, 4096);
+  REQUIRE(host.admin_status(spec::make_create_io_cq(1, 16, cq.bus)) == spec::status::successful_completion);
+  REQUIRE(host.admin_status(spec::make_create_io_sq(1, 16, sq.bus, 1)) == spec::status::successful_completion);
+  std::vector<std::byte> expect(4096);
+  for (std::size_t i = 0; i < expect.size(); ++i) expect[i] = static_cast<std::byte>(i * 3);
+  ctrl.store(1).write(0, expect.data(), expect.size());
+  std::uint32_t* result = nullptr;
+  REQUIRE_CUDA(cudaMallocManaged(&result, sizeof *result));
+  auto sqe = spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, data.bus);
+  sqe.set_cid(5);
+  submit_and_poll<<<1, 1>>>(static_cast<spec::submission_entry*>(sq.data), sqe,
+                            reinterpret_cast<std::uint32_t*>(ctrl.bar() + spec::sq_tail_doorbell_offset(1, 0)),
+                            reinterpret_cast<std::uint32_t*>(static_cast<std::byte*>(cq.data) + 12),
+                            reinterpret_cast<std::uint32_t*>(ctrl.bar() + spec::cq_head_doorbell_offset(1, 0)), result);
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  REQUIRE(*result != 0);
+  CHECK((*result & 0xffffu) == 5);
+  std::vector<std::byte> back(4096);
+  REQUIRE_CUDA(cudaMemcpy(back.data(), data.data, back.size(), cudaMemcpyDeviceToHost));
+  CHECK(back == expect);
+  cudaFree(result);
+}
+
 int main(int argc, char** argv) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {

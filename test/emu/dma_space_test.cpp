@@ -80,14 +80,22 @@ TEST_CASE("device regions move through the installed copier, and fault without o
   int value = 42;
   CHECK_FALSE(dma.write(bus, &value, sizeof value));
   int copies = 0;
-  dma.set_device_copier([&](void* dst, const void* src, std::uint64_t n, bool) {
-    ++copies;
-    std::memcpy(dst, src, n);
-    return true;
-  });
+  int waits = 0;
+  dma.set_device_copier(emu::device_copier{[&](void* dst, const void* src, std::uint64_t n, bool) {
+                                             ++copies;
+                                             std::memcpy(dst, src, n);
+                                             return true;
+                                           },
+                                           [&] {
+                                             ++waits;
+                                             return true;
+                                           }});
   CHECK(dma.write(bus, &value, sizeof value));
   int back = 0;
   CHECK(dma.read(bus, &back, sizeof back));
   CHECK(back == 42);
   CHECK(copies == 2);
+  CHECK(dma.pin().store32(bus, 7));
+  CHECK(waits == 1);  // a 32-bit store completes the copies before it
+  CHECK(dma.pin().finish_device_writes());
 }

@@ -718,6 +718,7 @@ class controller {
     const std::uint64_t at = cq.base + std::uint64_t{cq.tail} * sizeof cqe;
     std::uint32_t dwords[4];
     std::memcpy(dwords, &cqe, sizeof dwords);
+    // DW3 goes last: store32 completes the earlier device copies before its own.
     if (!mem.write(at, dwords, 12) || !mem.store32(at + 12, dwords[3])) {
       go_fatal();  // the CQ's memory is gone
       return true;
@@ -914,7 +915,7 @@ class controller {
       if (!mem.copy_in(seg.region, seg.offset, src, seg.length)) return spec::status::data_transfer_error;
       src += seg.length;
     }
-    return spec::status::successful_completion;
+    return mem.finish_device_writes() ? spec::status::successful_completion : spec::status::data_transfer_error;
   }
 
   /// Copies `bytes` of host data from the command's PRPs.
@@ -1364,6 +1365,9 @@ class controller {
       if (!ok) return failed(spec::status::data_transfer_error);
       at += seg.length;
     }
+    // The segments' copies into GPU memory went out together; the data is in place before
+    // the completion can be posted.
+    if (!is_write && !mem.finish_device_writes()) return failed(spec::status::data_transfer_error);
     o.bytes = bytes;
     if (is_write) {
       bytes_written_.fetch_add(bytes, std::memory_order_relaxed);

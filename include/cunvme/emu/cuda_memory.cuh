@@ -69,16 +69,27 @@ inline cudaStream_t copy_stream() {
     return p;
   };
   hooks.release = [](void* p, std::size_t) { (void)cudaFreeHost(p); };
-  hooks.device_copy = [](void* dst, const void* src, std::uint64_t bytes, bool to_device) {
+  hooks.device_copy.copy = [](void* dst, const void* src, std::uint64_t bytes, bool to_device) {
     cudaStream_t stream = nullptr;
     try {
       stream = detail::copy_stream();
     } catch (const cuda_error&) {
       return false;  // the command fails with Data Transfer Error; the worker thread lives on
     }
-    const auto kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
-    // The data must be in place before the CQE is posted (the caller posts after we return).
-    return cudaMemcpyAsync(dst, src, bytes, kind, stream) == cudaSuccess && cudaStreamSynchronize(stream) == cudaSuccess;
+    if (!to_device) {
+      return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
+             cudaStreamSynchronize(stream) == cudaSuccess;
+    }
+    // Host → device copies of one command queue up on the thread's stream; `wait` runs
+    // before the command's completion is posted.
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream) == cudaSuccess;
+  };
+  hooks.device_copy.wait = [] {
+    try {
+      return cudaStreamSynchronize(detail::copy_stream()) == cudaSuccess;
+    } catch (const cuda_error&) {
+      return false;
+    }
   };
   return hooks;
 }

@@ -44,8 +44,15 @@ struct dma_region {
 };
 
 /// Moves bytes to and from `memory_kind::device` regions; installed by the CUDA layer.
-/// `to_device` is true for host → device.
-using device_copier = std::function<bool(void* dst, const void* src, std::uint64_t bytes, bool to_device)>;
+///
+/// Copies to the device may still be in flight when `copy` returns (so the pieces of one
+/// command go out together); `wait` completes those the calling thread started. Copies from
+/// the device are complete when `copy` returns.
+struct device_copier {
+  std::function<bool(void* dst, const void* src, std::uint64_t bytes, bool to_device)> copy;
+  std::function<bool()> wait;
+  [[nodiscard]] explicit operator bool() const noexcept { return static_cast<bool>(copy); }
+};
 
 /// The set of regions the controller may reach, with bus addresses handed out like an IOMMU.
 ///
@@ -156,7 +163,7 @@ class dma_space {
     [[nodiscard]] bool store32(std::uint64_t bus, std::uint32_t value) const {
       const auto r = find(bus, 4);
       if (!r || (bus & 3u) != 0) return false;
-      if (r->kind == memory_kind::device) return copy_in(*r, bus - r->bus, &value, 4);
+      if (r->kind == memory_kind::device) return copy_in(*r, bus - r->bus, &value, 4) && finish_device_writes();
       std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(r->pointer + (bus - r->bus)))
           .store(value, std::memory_order_release);
       return true;
@@ -172,6 +179,15 @@ class dma_space {
       if (r.kind == memory_kind::device) return space_->device_copy(r.pointer + offset, src, length, true);
       std::memcpy(r.pointer + offset, src, length);
       return true;
+    }
+
+    /// Completes this thread's copies into device regions: call before anyone may look at
+    /// the data (before the command's completion is posted). False if one failed.
+    [[nodiscard]] bool finish_device_writes() const {
+      const auto& c = space_->copier_;
+      if (!c.wait || c.wait()) return true;
+      space_->faults_.fetch_add(1, std::memory_order_relaxed);
+      return false;
     }
 
    private:
@@ -195,7 +211,7 @@ class dma_space {
 
  private:
   [[nodiscard]] bool device_copy(void* dst, const void* src, std::uint64_t length, bool to_device) const {
-    if (copier_ && copier_(dst, src, length, to_device)) return true;
+    if (copier_ && copier_.copy(dst, src, length, to_device)) return true;
     faults_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
