@@ -587,6 +587,8 @@ class controller {
   bool serve_admin_sq(engine& e, sq_state& sq) {
     sq.tail = read_sq_tail(nullptr, 0, sq);
     if (sq.head.load(std::memory_order_relaxed) == sq.tail) return false;
+    // A CMBMSC write that came before this doorbell takes effect before these commands run.
+    handle_cmb();
     e.batch.clear();
     for (std::uint32_t n = 0; n < arbitration_burst && sq.head.load(std::memory_order_relaxed) != sq.tail; ++n) {
       spec::submission_entry sqe;

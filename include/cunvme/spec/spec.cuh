@@ -8,4 +8,5 @@
 #include <cunvme/spec/opcodes.cuh>
 #include <cunvme/spec/queue_entry.cuh>
 #include <cunvme/spec/registers.cuh>
+#include <cunvme/spec/shadow_doorbell.cuh>
 #include <cunvme/spec/status.cuh>

@@ -1,0 +1,588 @@
+// Host bring-up: takes a controller from reset to ready I/O queue pairs over any register
+// backend, and shuts it down cleanly. Every wait is bounded by a timeout derived from CAP.TO
+// (or given), and every failure is a `host::error` naming the operation, the device and the
+// NVMe status, errno or reason.
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/host/register_backend.cuh>
+#include <cunvme/prp.cuh>
+#include <cunvme/spec/command_fields.cuh>
+#include <cunvme/spec/identify.cuh>
+#include <cunvme/spec/log_page.cuh>
+#include <cunvme/spec/queue_entry.cuh>
+#include <cunvme/spec/registers.cuh>
+#include <cunvme/spec/shadow_doorbell.cuh>
+#include <cunvme/spec/status.cuh>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+CUNVME_NAMESPACE_BEGIN
+namespace host {
+
+using namespace std::chrono_literals;
+
+struct controller_options {
+  std::uint32_t admin_queue_entries = 32;
+  std::uint16_t io_queue_pairs = 16;        ///< asked for with Set Features – Number of Queues
+  bool shadow_doorbells = false;            ///< send Doorbell Buffer Config when OACS bit 8 says it is supported
+  bool use_cmb = false;                     ///< map the controller memory buffer when CAP.CMBS says there is one
+  std::chrono::milliseconds ready_timeout{0};     ///< 0: CAP.TO
+  std::chrono::milliseconds command_timeout{10'000};
+};
+
+/// A namespace as Identify Namespace describes it.
+struct namespace_info {
+  std::uint32_t nsid = 0;
+  std::uint32_t lba_size = 0;
+  std::uint64_t lba_count = 0;
+  [[nodiscard]] std::uint64_t bytes() const noexcept { return lba_size * lba_count; }
+};
+
+/// Where a queue pair's queues live.
+enum class queue_placement : std::uint8_t {
+  host,            ///< both in pinned host memory
+  cmb_submission,  ///< the SQ in the controller memory buffer (a GPU then only writes across PCIe), the CQ in host memory
+};
+
+class controller;
+
+/// Polls a condition until it holds or `timeout` passes.
+template <class Condition>
+[[nodiscard]] bool wait_until(Condition done, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (unsigned spins = 0; !done(); ++spins) {
+    if (std::chrono::steady_clock::now() >= until) return done();
+    if (spins > 1000) std::this_thread::sleep_for(20us);
+  }
+  return true;
+}
+
+/// One I/O submission/completion queue pair. Host threads use it one at a time (it has no
+/// lock); the device side gets its own view of the same queues.
+///
+/// ```
+/// auto qp = ctrl.create_queue_pair(256);
+/// host::dma_buffer buf = ctrl.memory().allocate(1 << 20);
+/// if (qp->read(1, 0, 2048, buf) != spec::status::successful_completion) …
+/// ```
+class queue_pair {
+ public:
+  queue_pair(const queue_pair&) = delete;
+  queue_pair& operator=(const queue_pair&) = delete;
+  ~queue_pair();
+
+  [[nodiscard]] std::uint16_t id() const noexcept { return qid_; }
+  [[nodiscard]] std::uint32_t entries() const noexcept { return entries_; }
+  [[nodiscard]] queue_placement placement() const noexcept { return placement_; }
+  /// Bus address of the SQ (in the CMB for `cmb_submission`) and of the CQ.
+  [[nodiscard]] std::uint64_t sq_bus() const noexcept { return sq_bus_; }
+  [[nodiscard]] std::uint64_t cq_bus() const noexcept { return cq_.bus(); }
+  [[nodiscard]] spec::submission_entry* sq() const noexcept { return sq_; }
+  [[nodiscard]] spec::completion_entry* cq() const noexcept { return reinterpret_cast<spec::completion_entry*>(cq_.data()); }
+
+  /// Submits one command and waits (bounded) for its completion. The CID is chosen here.
+  /// Throws `host::error` on a timeout; returns the completion, whatever its status.
+  spec::completion_entry execute(spec::submission_entry sqe, const std::string& operation);
+
+  /// Reads `blocks` logical blocks at `lba` of namespace `nsid` into `buffer` at `offset`,
+  /// split into commands of at most MDTS. Returns the first failing status, or success.
+  [[nodiscard]] spec::status read(std::uint32_t nsid, std::uint64_t lba, std::uint64_t blocks, const dma_buffer& buffer,
+                                  std::size_t offset = 0) {
+    return transfer(spec::nvm_opcode::read, nsid, lba, blocks, buffer, offset);
+  }
+  [[nodiscard]] spec::status write(std::uint32_t nsid, std::uint64_t lba, std::uint64_t blocks, const dma_buffer& buffer,
+                                   std::size_t offset = 0) {
+    return transfer(spec::nvm_opcode::write, nsid, lba, blocks, buffer, offset);
+  }
+  [[nodiscard]] spec::status flush(std::uint32_t nsid) { return execute(spec::make_flush(nsid), "Flush").status(); }
+
+ private:
+  friend class controller;
+  queue_pair(controller& c, std::uint16_t qid, std::uint32_t entries, queue_placement placement, dma_buffer cq, dma_buffer sq_memory,
+             spec::submission_entry* sq, std::uint64_t sq_bus, dma_buffer lists);
+
+  spec::status transfer(spec::nvm_opcode opcode, std::uint32_t nsid, std::uint64_t lba, std::uint64_t blocks, const dma_buffer& buffer,
+                        std::size_t offset);
+
+  controller& ctrl_;
+  std::uint16_t qid_;
+  std::uint32_t entries_;
+  queue_placement placement_;
+  dma_buffer cq_;
+  dma_buffer sq_memory_;  // empty when the SQ is in the CMB
+  spec::submission_entry* sq_;
+  std::uint64_t sq_bus_;
+  dma_buffer lists_;      // one PRP list for the command in flight
+  std::uint32_t sq_tail_ = 0;
+  std::uint32_t cq_head_ = 0;
+  bool phase_ = true;
+  std::uint16_t next_cid_ = 0;
+};
+
+/// A controller brought up over a register backend.
+///
+/// ```
+/// host::controller ctrl(std::make_unique<host::emu_backend>());
+/// for (const auto& ns : ctrl.namespaces()) std::printf("ns %u: %llu blocks\n", ns.nsid, ns.lba_count);
+/// auto qp = ctrl.create_queue_pair(1024);
+/// ```
+class controller {
+ public:
+  explicit controller(std::unique_ptr<register_backend> backend, controller_options options = {})
+      : backend_(std::move(backend)), options_(options) {
+    if (!backend_) throw error("Bring up", "(none)", "no register backend");
+    name_ = backend_->name();
+    cap_ = spec::cap_register{backend_->read64(spec::to_underlying(spec::register_offset::cap))};
+    vs_ = spec::version_register{backend_->read32(spec::to_underlying(spec::register_offset::vs))};
+    if (cap_.raw == ~std::uint64_t{0}) throw error("Read CAP", name_, "the BAR reads all ones: the device is gone or not enabled");
+    if (!cap_.supports(spec::cap_css::nvm_command_set)) throw error("Bring up", name_, "CAP.CSS lacks the NVM command set");
+    ready_timeout_ = options_.ready_timeout.count() != 0 ? options_.ready_timeout : std::chrono::milliseconds(cap_.timeout_ms());
+    page_shift_ = 12u + cap_.mpsmin();
+    reset();
+    setup_admin_queues();
+    enable();
+    identify_all();
+    negotiate_queues();
+    if (options_.shadow_doorbells && identify_.supports_doorbell_buffer_config()) configure_shadow_doorbells();
+    if (options_.use_cmb && cap_.cmbs()) configure_cmb();
+  }
+
+  controller(const controller&) = delete;
+  controller& operator=(const controller&) = delete;
+
+  ~controller() {
+    try {
+      shutdown();
+    } catch (const error&) {
+      // A destructor cannot report; call shutdown() first to see its errors.
+    }
+  }
+
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] register_backend& backend() noexcept { return *backend_; }
+  [[nodiscard]] dma_allocator& memory() noexcept { return backend_->memory(); }
+  [[nodiscard]] spec::cap_register cap() const noexcept { return cap_; }
+  [[nodiscard]] spec::version_register version() const noexcept { return vs_; }
+  [[nodiscard]] spec::csts_register csts() const {
+    return spec::csts_register{backend_->read32(spec::to_underlying(spec::register_offset::csts))};
+  }
+  [[nodiscard]] const spec::identify_controller& identify() const noexcept { return identify_; }
+  [[nodiscard]] const std::vector<namespace_info>& namespaces() const noexcept { return namespaces_; }
+  [[nodiscard]] const namespace_info& namespace_by_id(std::uint32_t nsid) const {
+    for (const auto& n : namespaces_) {
+      if (n.nsid == nsid) return n;
+    }
+    throw error("Find namespace " + std::to_string(nsid), name_, "no such active namespace");
+  }
+  /// Bytes one command may move (MDTS; 2 MiB where the controller sets no limit).
+  [[nodiscard]] std::uint64_t max_transfer_bytes() const noexcept {
+    const std::uint64_t mdts = identify_.mdts_bytes(cap_.min_page_size());
+    return mdts == 0 ? std::uint64_t{2} << 20 : mdts;
+  }
+  [[nodiscard]] unsigned page_shift() const noexcept { return page_shift_; }
+  [[nodiscard]] std::uint16_t io_queue_pairs_granted() const noexcept { return granted_; }
+  [[nodiscard]] bool shadow_doorbells() const noexcept { return static_cast<bool>(shadow_); }
+  [[nodiscard]] const controller_options& options() const noexcept { return options_; }
+
+  /// Sends an admin command and waits (bounded) for its completion, whatever its status.
+  /// Throws when the controller is not ready, is fatal, or does not answer in time.
+  spec::completion_entry admin_command(spec::submission_entry sqe, const std::string& operation) {
+    std::scoped_lock lock(admin_mutex_);
+    require_ready(operation);
+    sqe.set_cid(admin_cid_++);
+    admin_sq()[admin_tail_] = sqe;
+    admin_tail_ = (admin_tail_ + 1) % options_.admin_queue_entries;
+    // Rule 1 of DESIGN.md: the SQE is complete before the doorbell (release store).
+    backend_->write32(spec::sq_tail_doorbell_offset(0, cap_.dstrd()), admin_tail_);
+    return await(admin_cq_.data(), admin_head_, admin_phase_, options_.admin_queue_entries, 0, operation);
+  }
+
+  /// `admin_command`, throwing `host::error` with the NVMe status when it is not success.
+  spec::completion_entry admin(spec::submission_entry sqe, const std::string& operation) {
+    const auto cqe = admin_command(sqe, operation);
+    if (cqe.status() != spec::status::successful_completion) throw error(operation, name_, cqe.status());
+    return cqe;
+  }
+
+  /// Creates an I/O queue pair of `entries` entries (2..MQES+1) with its queues placed as asked.
+  [[nodiscard]] std::unique_ptr<queue_pair> create_queue_pair(std::uint32_t entries, queue_placement placement = queue_placement::host) {
+    if (entries < 2 || entries > 65536) {
+      throw error("Create I/O queue pair", name_, "a queue holds 2 to 65536 entries, not " + std::to_string(entries));
+    }
+    const std::uint16_t qid = take_queue_id();
+    try {
+      dma_buffer cq = memory().allocate(std::size_t{entries} * sizeof(spec::completion_entry));
+      dma_buffer sq_memory;
+      spec::submission_entry* sq = nullptr;
+      std::uint64_t sq_bus = 0;
+      if (placement == queue_placement::cmb_submission) {
+        const auto [pointer, bus] = take_cmb(std::size_t{entries} * sizeof(spec::submission_entry));
+        sq = reinterpret_cast<spec::submission_entry*>(pointer);
+        sq_bus = bus;
+      } else {
+        sq_memory = memory().allocate(std::size_t{entries} * sizeof(spec::submission_entry));
+        sq = reinterpret_cast<spec::submission_entry*>(sq_memory.data());
+        sq_bus = sq_memory.bus();
+      }
+      require_contiguous(cq, "Create I/O CQ " + std::to_string(qid));
+      if (sq_memory) require_contiguous(sq_memory, "Create I/O SQ " + std::to_string(qid));
+      const std::uint32_t list_entries = std::max<std::uint32_t>(
+          1, prp::list_entries_needed(0, max_transfer_bytes() + (std::uint64_t{1} << page_shift_), page_shift_));
+      dma_buffer lists = memory().allocate(std::size_t{list_entries} * 8);
+      admin(spec::make_create_io_cq(qid, entries, cq.bus()), "Create I/O CQ " + std::to_string(qid));
+      try {
+        admin(spec::make_create_io_sq(qid, entries, sq_bus, qid), "Create I/O SQ " + std::to_string(qid));
+      } catch (const error&) {
+        (void)admin_command(spec::make_delete_io_cq(qid), "Delete I/O CQ " + std::to_string(qid));
+        throw;
+      }
+      return std::unique_ptr<queue_pair>(
+          new queue_pair(*this, qid, entries, placement, std::move(cq), std::move(sq_memory), sq, sq_bus, std::move(lists)));
+    } catch (...) {
+      release_queue_id(qid);
+      throw;
+    }
+  }
+
+  /// Deletes every queue, announces a normal shutdown (CC.SHN), waits for CSTS.SHST, and
+  /// disables the controller. Queue pairs must be destroyed first.
+  void shutdown() {
+    if (shut_down_) return;
+    shut_down_ = true;
+    const auto cc_off = spec::to_underlying(spec::register_offset::cc);
+    if (csts().rdy() && !csts().cfs()) {
+      backend_->write32(cc_off, spec::cc_register{backend_->read32(cc_off)}.set_shn(spec::shutdown_notification::normal).raw);
+      if (!wait_until([&] { return csts().shst() == spec::shutdown_status::shutdown_complete; }, ready_timeout_)) {
+        disable();
+        throw error("Shutdown", name_, "CSTS.SHST did not report shutdown complete within " + std::to_string(ready_timeout_.count()) + " ms");
+      }
+    }
+    disable();
+  }
+
+  /// Reads `bytes` of log page `lid` (Get Log Page) into host memory.
+  [[nodiscard]] std::vector<std::byte> log_page(spec::log_page_id lid, std::size_t bytes, std::uint32_t nsid = 0xffffffffu) {
+    dma_buffer buf = memory().allocate(bytes);
+    const std::uint32_t entries = prp::list_entries_needed(buf.bus(), bytes, page_shift_);
+    dma_buffer list = memory().allocate(std::size_t{std::max<std::uint32_t>(entries, 1)} * 8);
+    spec::submission_entry sqe{};
+    sqe.set_opcode(spec::admin_opcode::get_log_page);
+    sqe.nsid = nsid;
+    const auto dw = spec::get_log_page_dwords::for_log(lid, bytes);
+    sqe.cdw10 = dw.cdw10;
+    sqe.cdw11 = dw.cdw11;
+    fill_prps(sqe, buf, 0, bytes, list);
+    admin(sqe, "Get Log Page " + std::to_string(static_cast<unsigned>(lid)));
+    return std::vector<std::byte>(buf.data(), buf.data() + bytes);
+  }
+
+  // ---- used by queue_pair ------------------------------------------------------------------
+  /// Writes a doorbell: through the shadow buffer and only then, if EventIdx asks, MMIO (5.8).
+  void ring(std::uint16_t qid, bool is_cq, std::uint32_t new_value, std::uint32_t old_value) {
+    const std::uint32_t mmio = is_cq ? spec::cq_head_doorbell_offset(qid, cap_.dstrd()) : spec::sq_tail_doorbell_offset(qid, cap_.dstrd());
+    if (!shadow_ || qid == 0) {
+      backend_->write32(mmio, new_value);
+      return;
+    }
+    const std::size_t slot = (2u * qid + (is_cq ? 1u : 0u)) * (spec::doorbell_stride_bytes(cap_.dstrd()) / 4);
+    auto* shadow = reinterpret_cast<std::uint32_t*>(shadow_->data()) + slot;
+    auto* event = reinterpret_cast<std::uint32_t*>(event_index_->data()) + slot;
+    // The shadow store must be visible before EventIdx is read, or both sides can miss each
+    // other's update (SPDK and Linux put a full barrier here): two sequentially consistent
+    // operations are never reordered store-before-load.
+    std::atomic_ref<std::uint32_t>(*shadow).store(new_value, std::memory_order_seq_cst);
+    const std::uint32_t ev = std::atomic_ref<std::uint32_t>(*event).load(std::memory_order_seq_cst);
+    if (spec::shadow_doorbell_needs_mmio(static_cast<std::uint16_t>(ev), static_cast<std::uint16_t>(new_value),
+                                         static_cast<std::uint16_t>(old_value))) {
+      backend_->write32(mmio, new_value);
+      ++mmio_doorbell_writes_;
+    } else {
+      ++skipped_doorbell_writes_;
+    }
+  }
+  [[nodiscard]] std::uint64_t skipped_doorbell_writes() const noexcept { return skipped_doorbell_writes_; }
+
+  /// Waits for the CQE at `head`; consumes it and rings the CQ head doorbell.
+  spec::completion_entry await(std::byte* cq_memory, std::uint32_t& head, bool& phase, std::uint32_t entries, std::uint16_t qid,
+                               const std::string& operation) {
+    auto* slot = cq_memory + std::size_t{head} * sizeof(spec::completion_entry);
+    auto& dw3 = *reinterpret_cast<std::uint32_t*>(slot + 12);
+    // Rule 2: the phase tag (in DW3) is read with acquire before any other field.
+    const auto arrived = [&] { return ((std::atomic_ref<std::uint32_t>(dw3).load(std::memory_order_acquire) >> 16) & 1u) == (phase ? 1u : 0u); };
+    if (!wait_until(arrived, options_.command_timeout)) {
+      const auto status = csts();
+      throw error(operation, name_,
+                  status.cfs() ? std::string("controller fatal status (CSTS.CFS) while waiting for the completion")
+                               : "no completion within " + std::to_string(options_.command_timeout.count()) + " ms");
+    }
+    spec::completion_entry cqe;
+    std::memcpy(&cqe, slot, sizeof cqe);
+    const std::uint32_t old = head;
+    head = head + 1 == entries ? 0 : head + 1;
+    if (head == 0) phase = !phase;
+    ring(qid, true, head, old);
+    return cqe;
+  }
+
+  /// PRP1/PRP2 for `bytes` of `buffer` at `offset`, with a list in `lists` (page-aligned
+  /// DMA memory that must outlive the command) when the transfer spans more than two pages.
+  void fill_prps(spec::submission_entry& sqe, const dma_buffer& buffer, std::size_t offset, std::uint64_t bytes, const dma_buffer& lists) {
+    const prp::list_memory list{reinterpret_cast<std::uint64_t*>(lists.data()), lists.bus(), static_cast<std::uint32_t>(lists.size() / 8)};
+    unsigned buffer_shift = 0;
+    while ((std::size_t{1} << buffer_shift) < buffer.page_size()) ++buffer_shift;
+    prp::prp_entries e;
+    const auto r = prp::build(prp::page_list{buffer.pages().data(), buffer_shift}, offset, bytes, page_shift_, list, e);
+    if (r != prp::build_result::ok) {
+      throw error("Build PRPs", name_,
+                  r == prp::build_result::unaligned_start ? "the buffer offset is not dword aligned"
+                  : r == prp::build_result::list_too_small ? "the PRP list memory is too small"
+                                                           : "the buffer's pages do not line up with the controller's page size");
+    }
+    sqe.prp1 = e.prp1;
+    sqe.prp2 = e.prp2;
+  }
+
+  void release_queue_id(std::uint16_t qid) {
+    std::scoped_lock lock(admin_mutex_);
+    used_qids_.at(qid) = false;
+  }
+
+ private:
+  /// Queues are created physically contiguous (PC = 1; CAP.CQR): one bus range.
+  void require_contiguous(const dma_buffer& queue, const std::string& operation) const {
+    if (!queue.contiguous(0, queue.size())) {
+      throw error(operation, name_, "the queue's " + std::to_string(queue.size()) +
+                                        " bytes are not contiguous in bus address space: reserve huge pages (/proc/sys/vm/nr_hugepages) or use "
+                                        "a smaller queue");
+    }
+  }
+
+  [[nodiscard]] spec::submission_entry* admin_sq() const { return reinterpret_cast<spec::submission_entry*>(admin_sq_.data()); }
+
+  void require_ready(const std::string& operation) const {
+    const auto status = csts();
+    if (status.cfs()) throw error(operation, name_, "controller fatal status (CSTS.CFS = 1): reset the controller");
+    if (!status.rdy()) throw error(operation, name_, "controller not ready (CSTS.RDY = 0)");
+  }
+
+  void disable() {
+    const auto cc_off = spec::to_underlying(spec::register_offset::cc);
+    backend_->write32(cc_off, spec::cc_register{backend_->read32(cc_off)}.set_en(false).raw);
+    if (!wait_until([&] { return !csts().rdy(); }, ready_timeout_)) {
+      throw error("Disable", name_, "CSTS.RDY still 1 " + std::to_string(ready_timeout_.count()) + " ms after CC.EN was cleared");
+    }
+  }
+
+  /// CC.EN → 0 and wait for CSTS.RDY → 0 (3.5.2); a controller left enabled by someone else
+  /// is reset before it is configured.
+  void reset() {
+    if (spec::cc_register{backend_->read32(spec::to_underlying(spec::register_offset::cc))}.en() || csts().rdy()) disable();
+  }
+
+  void setup_admin_queues() {
+    const std::uint32_t n = options_.admin_queue_entries;
+    if (n < spec::min_admin_queue_entries || n > spec::max_admin_queue_entries || n > cap_.max_queue_entries()) {
+      throw error("Set up admin queues", name_, std::to_string(n) + " entries is outside 2.." + std::to_string(std::min<std::uint32_t>(4096, cap_.max_queue_entries())));
+    }
+    admin_sq_ = memory().allocate(std::size_t{n} * sizeof(spec::submission_entry));
+    admin_cq_ = memory().allocate(std::size_t{n} * sizeof(spec::completion_entry));
+    require_contiguous(admin_sq_, "Set up the admin SQ");
+    require_contiguous(admin_cq_, "Set up the admin CQ");
+    const auto size = static_cast<std::uint16_t>(n - 1);
+    backend_->write32(spec::to_underlying(spec::register_offset::aqa), spec::aqa_register{}.set_asqs(size).set_acqs(size).raw);
+    backend_->write64(spec::to_underlying(spec::register_offset::asq), admin_sq_.bus());
+    backend_->write64(spec::to_underlying(spec::register_offset::acq), admin_cq_.bus());
+  }
+
+  void enable() {
+    const auto cc = spec::cc_register{}
+                        .set_iosqes(spec::submission_entry_size_log2)
+                        .set_iocqes(spec::completion_entry_size_log2)
+                        .set_mps(static_cast<std::uint8_t>(page_shift_ - 12))
+                        .set_css(spec::cc_css::nvm_command_set)
+                        .set_ams(spec::cc_ams::round_robin)
+                        .set_en(true);
+    backend_->write32(spec::to_underlying(spec::register_offset::cc), cc.raw);
+    // CSTS.CFS during bring-up is reported at once, not waited on (3.5.1).
+    if (!wait_until([&] { return csts().rdy() || csts().cfs(); }, ready_timeout_)) {
+      throw error("Enable", name_, "controller not ready: CSTS.RDY not set within " + std::to_string(ready_timeout_.count()) + " ms (CAP.TO " +
+                                       std::to_string(cap_.timeout_ms()) + " ms)");
+    }
+    if (csts().cfs()) throw error("Enable", name_, "controller fatal status (CSTS.CFS = 1) while enabling");
+  }
+
+  void identify_all() {
+    dma_buffer page = memory().allocate(4096);
+    admin(spec::make_identify(spec::identify_cns::controller, 0, page.bus()), "Identify Controller");
+    std::memcpy(&identify_, page.data(), sizeof identify_);
+    admin(spec::make_identify(spec::identify_cns::active_namespace_list, 0, page.bus()), "Identify Active Namespace List");
+    spec::active_namespace_list list;
+    std::memcpy(&list, page.data(), sizeof list);
+    for (std::uint32_t nsid : list.nsid) {
+      if (nsid == 0) break;
+      admin(spec::make_identify(spec::identify_cns::namespace_data, nsid, page.bus()), "Identify Namespace " + std::to_string(nsid));
+      spec::identify_namespace ns;
+      std::memcpy(&ns, page.data(), sizeof ns);
+      namespaces_.push_back(namespace_info{nsid, static_cast<std::uint32_t>(ns.lba_size_bytes()), ns.nsze});
+    }
+  }
+
+  void negotiate_queues() {
+    const auto cqe = admin(spec::make_set_number_of_queues(options_.io_queue_pairs, options_.io_queue_pairs), "Set Features Number of Queues");
+    const auto sqs = spec::number_of_queues_fields::nsqr::get(cqe.dw0) + 1u;
+    const auto cqs = spec::number_of_queues_fields::ncqr::get(cqe.dw0) + 1u;
+    granted_ = static_cast<std::uint16_t>(std::min<std::uint32_t>({sqs, cqs, options_.io_queue_pairs}));
+    used_qids_.assign(granted_ + 1u, false);
+    used_qids_[0] = true;
+  }
+
+  /// Doorbell Buffer Config goes before any I/O queue exists, as Linux does: QEMU 7.2 leaves
+  /// EventIdx at 0 for queues that already existed (QEMU.md).
+  void configure_shadow_doorbells() {
+    const std::size_t page = std::size_t{1} << page_shift_;
+    shadow_ = std::make_unique<dma_buffer>(memory().allocate(page));
+    event_index_ = std::make_unique<dma_buffer>(memory().allocate(page));
+    admin(spec::make_doorbell_buffer_config(shadow_->bus(), event_index_->bus()), "Doorbell Buffer Config");
+  }
+
+  /// NVMe 1.4+: CMBMSC.CRE makes CMBLOC/CMBSZ readable; CMSE with CBA enables the CMB at
+  /// the bus address the backend mapped it at.
+  void configure_cmb() {
+    const auto msc = spec::to_underlying(spec::register_offset::cmbmsc);
+    backend_->write64(msc, spec::cmbmsc_register{}.set_cre(true).raw);
+    // A controller that updates registers asynchronously (the emulator polls) shows CMBSZ a
+    // moment after CRE; a bounded wait costs nothing where it is immediate.
+    const auto cmbsz = [&] { return spec::cmbsz_register{backend_->read32(spec::to_underlying(spec::register_offset::cmbsz))}; };
+    if (!wait_until([&] { return cmbsz().raw != 0; }, 1000ms)) throw error("Map CMB", name_, "CAP.CMBS is set but CMBSZ reads 0 after CMBMSC.CRE");
+    const spec::cmbloc_register loc{backend_->read32(spec::to_underlying(spec::register_offset::cmbloc))};
+    const spec::cmbsz_register sz = cmbsz();
+    if (!sz.sqs()) throw error("Map CMB", name_, "the CMB cannot hold submission queues (CMBSZ.SQS = 0)");
+    backend_->map_cmb(loc.bir(), std::uint64_t{loc.ofst()} * sz.unit_bytes(), sz.size_bytes());
+    backend_->write64(msc, spec::cmbmsc_register{}.set_cre(true).set_cmse(true).set_controller_base_address(backend_->cmb_bus_address()).raw);
+    // Any admin command completes after the controller has taken CMBMSC in.
+    (void)admin(spec::make_get_features(spec::feature_id::number_of_queues), "Get Features Number of Queues");
+    if (backend_->read32(spec::to_underlying(spec::register_offset::cmbsts)) & 1u) {
+      throw error("Map CMB", name_, "the controller refused the CMB base address (CMBSTS.CBAI)");
+    }
+    cmb_used_ = 0;
+  }
+
+  struct cmb_block {
+    std::byte* pointer;
+    std::uint64_t bus;
+  };
+  /// Page-aligned space in the CMB; it is not given back (CMBs are small and queues few).
+  [[nodiscard]] cmb_block take_cmb(std::size_t bytes) {
+    if (backend_->cmb() == nullptr) throw error("Place SQ in CMB", name_, "no CMB mapped (open with use_cmb on a controller with CAP.CMBS)");
+    const std::size_t page = std::size_t{1} << page_shift_;
+    const std::size_t at = (cmb_used_ + page - 1) / page * page;
+    if (at + bytes > backend_->cmb_size()) {
+      throw error("Place SQ in CMB", name_, std::to_string(bytes) + " bytes do not fit in the CMB's " + std::to_string(backend_->cmb_size()));
+    }
+    cmb_used_ = at + bytes;
+    std::memset(backend_->cmb() + at, 0, bytes);
+    return cmb_block{backend_->cmb() + at, backend_->cmb_bus_address() + at};
+  }
+
+  [[nodiscard]] std::uint16_t take_queue_id() {
+    std::scoped_lock lock(admin_mutex_);
+    for (std::size_t q = 1; q < used_qids_.size(); ++q) {
+      if (!used_qids_[q]) {
+        used_qids_[q] = true;
+        return static_cast<std::uint16_t>(q);
+      }
+    }
+    throw error("Create I/O queue pair", name_, "all " + std::to_string(granted_) + " granted queue pairs are in use");
+  }
+
+  std::unique_ptr<register_backend> backend_;
+  controller_options options_;
+  std::string name_;
+  spec::cap_register cap_{};
+  spec::version_register vs_{};
+  std::chrono::milliseconds ready_timeout_{};
+  unsigned page_shift_ = 12;
+  dma_buffer admin_sq_, admin_cq_;
+  std::mutex admin_mutex_;
+  std::uint32_t admin_tail_ = 0, admin_head_ = 0;
+  bool admin_phase_ = true;
+  std::uint16_t admin_cid_ = 0;
+  spec::identify_controller identify_{};
+  std::vector<namespace_info> namespaces_;
+  std::uint16_t granted_ = 0;
+  std::vector<bool> used_qids_;
+  std::unique_ptr<dma_buffer> shadow_, event_index_;
+  std::uint64_t mmio_doorbell_writes_ = 0, skipped_doorbell_writes_ = 0;
+  std::size_t cmb_used_ = 0;
+  bool shut_down_ = false;
+};
+
+// ---- queue_pair ------------------------------------------------------------------------------
+
+inline queue_pair::queue_pair(controller& c, std::uint16_t qid, std::uint32_t entries, queue_placement placement, dma_buffer cq,
+                              dma_buffer sq_memory, spec::submission_entry* sq, std::uint64_t sq_bus, dma_buffer lists)
+    : ctrl_(c), qid_(qid), entries_(entries), placement_(placement), cq_(std::move(cq)), sq_memory_(std::move(sq_memory)), sq_(sq),
+      sq_bus_(sq_bus), lists_(std::move(lists)) {}
+
+inline queue_pair::~queue_pair() {
+  // SQ before CQ: a CQ still in use cannot be deleted (Invalid Queue Deletion, 5.7).
+  try {
+    (void)ctrl_.admin_command(spec::make_delete_io_sq(qid_), "Delete I/O SQ " + std::to_string(qid_));
+    (void)ctrl_.admin_command(spec::make_delete_io_cq(qid_), "Delete I/O CQ " + std::to_string(qid_));
+  } catch (const error&) {
+    // The controller is gone or fatal; its reset deletes the queues anyway.
+  }
+  ctrl_.release_queue_id(qid_);
+}
+
+inline spec::completion_entry queue_pair::execute(spec::submission_entry sqe, const std::string& operation) {
+  // One command at a time here, so the slot's index is a unique CID.
+  sqe.set_cid(next_cid_++);
+  sq_[sq_tail_] = sqe;
+  const std::uint32_t old = sq_tail_;
+  sq_tail_ = sq_tail_ + 1 == entries_ ? 0 : sq_tail_ + 1;
+  ctrl_.ring(qid_, false, sq_tail_, old);
+  auto cqe = ctrl_.await(cq_.data(), cq_head_, phase_, entries_, qid_, operation + " on I/O queue " + std::to_string(qid_));
+  if (cqe.cid != sqe.cid()) {
+    throw error(operation, ctrl_.name(), "completion for CID " + std::to_string(cqe.cid) + " where " + std::to_string(sqe.cid()) + " was waited for");
+  }
+  return cqe;
+}
+
+inline spec::status queue_pair::transfer(spec::nvm_opcode opcode, std::uint32_t nsid, std::uint64_t lba, std::uint64_t blocks,
+                                         const dma_buffer& buffer, std::size_t offset) {
+  const namespace_info& ns = ctrl_.namespace_by_id(nsid);
+  if (offset > buffer.size() || blocks * ns.lba_size > buffer.size() - offset) {
+    throw error(opcode == spec::nvm_opcode::read ? "Read" : "Write", ctrl_.name(),
+                std::to_string(blocks) + " blocks of " + std::to_string(ns.lba_size) + " bytes do not fit the buffer at offset " +
+                    std::to_string(offset));
+  }
+  const std::uint64_t per_command = std::min<std::uint64_t>(ctrl_.max_transfer_bytes() / ns.lba_size, spec::rw_fields::max_blocks);
+  while (blocks > 0) {
+    const std::uint64_t n = std::min(blocks, per_command);
+    auto sqe = spec::make_rw(opcode, nsid, lba, static_cast<std::uint32_t>(n));
+    ctrl_.fill_prps(sqe, buffer, offset, n * ns.lba_size, lists_);
+    const auto cqe = execute(sqe, opcode == spec::nvm_opcode::read ? "Read" : "Write");
+    if (cqe.status() != spec::status::successful_completion) return cqe.status();
+    lba += n;
+    blocks -= n;
+    offset += n * ns.lba_size;
+  }
+  return spec::status::successful_completion;
+}
+
+}  // namespace host
+CUNVME_NAMESPACE_END

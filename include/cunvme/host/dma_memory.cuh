@@ -1,0 +1,119 @@
+// Memory a controller can DMA to, with its bus addresses: the interface every backend's
+// allocator implements, and the buffer type it returns.
+#pragma once
+
+#include <cunvme/config.cuh>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+CUNVME_NAMESPACE_BEGIN
+namespace host {
+
+/// Where a buffer lives.
+enum class memory_location : std::uint8_t {
+  pinned_host,  ///< page-locked host memory (GPU-mapped when CUDA registered it)
+  gpu,          ///< GPU memory (peer-to-peer DMA)
+  controller,   ///< the controller's memory buffer (CMB)
+};
+
+/// A buffer and the bus address of each of its pages, as the controller sees them.
+/// Move-only; it releases its memory (and its mappings) when destroyed.
+///
+/// ```
+/// host::dma_buffer buf = ctrl.allocator().allocate(1 << 20);
+/// std::uint64_t prp1 = buf.bus(0);               // bus address of byte 0
+/// std::memcpy(buf.data(), src, 4096);            // host pointer (nullptr for GPU memory)
+/// ```
+class dma_buffer {
+ public:
+  dma_buffer() = default;
+  /// `pages[i]` is the bus address of bytes [i·page_size, (i+1)·page_size) of the buffer;
+  /// `release` frees the memory and undoes the mappings.
+  dma_buffer(std::byte* host, void* device, std::size_t bytes, std::size_t page_size, std::vector<std::uint64_t> pages,
+             memory_location location, std::function<void()> release)
+      : host_(host), device_(device), bytes_(bytes), page_size_(page_size), pages_(std::move(pages)), location_(location),
+        release_(std::move(release)) {}
+  dma_buffer(dma_buffer&& o) noexcept { swap(o); }
+  dma_buffer& operator=(dma_buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      swap(o);
+    }
+    return *this;
+  }
+  dma_buffer(const dma_buffer&) = delete;
+  dma_buffer& operator=(const dma_buffer&) = delete;
+  ~dma_buffer() { reset(); }
+
+  /// Host address of the buffer, or nullptr when the host cannot address it (GPU memory).
+  [[nodiscard]] std::byte* data() const noexcept { return host_; }
+  /// Device (GPU-usable) address: GPU memory, or pinned memory mapped for the GPU; else nullptr.
+  [[nodiscard]] void* device_data() const noexcept { return device_; }
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
+  [[nodiscard]] std::size_t page_size() const noexcept { return page_size_; }
+  [[nodiscard]] const std::vector<std::uint64_t>& pages() const noexcept { return pages_; }
+  [[nodiscard]] memory_location location() const noexcept { return location_; }
+  [[nodiscard]] explicit operator bool() const noexcept { return bytes_ != 0; }
+
+  /// The bus address of byte `offset`.
+  [[nodiscard]] std::uint64_t bus(std::size_t offset = 0) const { return pages_.at(offset / page_size_) + offset % page_size_; }
+
+  /// Whether bytes [offset, offset + length) are contiguous in bus address space.
+  [[nodiscard]] bool contiguous(std::size_t offset, std::size_t length) const {
+    if (length == 0) return true;
+    const std::size_t first = offset / page_size_, last = (offset + length - 1) / page_size_;
+    for (std::size_t p = first; p < last; ++p) {
+      if (pages_.at(p + 1) != pages_.at(p) + page_size_) return false;
+    }
+    return true;
+  }
+
+ private:
+  void reset() noexcept {
+    if (release_) release_();
+    release_ = nullptr;
+    host_ = nullptr;
+    device_ = nullptr;
+    bytes_ = 0;
+    pages_.clear();
+  }
+  void swap(dma_buffer& o) noexcept {
+    std::swap(host_, o.host_);
+    std::swap(device_, o.device_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(page_size_, o.page_size_);
+    std::swap(pages_, o.pages_);
+    std::swap(location_, o.location_);
+    std::swap(release_, o.release_);
+  }
+
+  std::byte* host_ = nullptr;
+  void* device_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::size_t page_size_ = 4096;
+  std::vector<std::uint64_t> pages_;
+  memory_location location_ = memory_location::pinned_host;
+  std::function<void()> release_;
+};
+
+/// Hands out DMA memory for one controller. Implementations: the emulator's IOMMU,
+/// `/proc/self/pagemap` with huge pages (no IOMMU, root), VFIO IOVA mappings, the cunvme
+/// kernel module's pins.
+class dma_allocator {
+ public:
+  virtual ~dma_allocator() = default;
+  /// `bytes` of zeroed, page-locked host memory whose pages the controller can reach. Every
+  /// buffer is aligned to at least 4 KiB, so queues and PRP lists are page aligned.
+  [[nodiscard]] virtual dma_buffer allocate(std::size_t bytes) = 0;
+  /// Makes `bytes` of GPU memory at `gpu` reachable by the controller (peer-to-peer); throws
+  /// `host::error` where the backend cannot.
+  [[nodiscard]] virtual dma_buffer map_gpu(void* gpu, std::size_t bytes) = 0;
+};
+
+}  // namespace host
+CUNVME_NAMESPACE_END

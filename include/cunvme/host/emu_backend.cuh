@@ -1,0 +1,90 @@
+// The emulator as a register backend: "emu:" in `host::open`.
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/emu/controller.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/host/register_backend.cuh>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+CUNVME_NAMESPACE_BEGIN
+namespace host {
+
+/// DMA memory of an emulated controller: ordinary (or, with CUDA hooks, pinned and mapped)
+/// host memory registered with the emulator's IOMMU, so each buffer is one bus range.
+class emu_allocator final : public dma_allocator {
+ public:
+  explicit emu_allocator(emu::controller& c) : ctrl_(c) {}
+
+  [[nodiscard]] dma_buffer allocate(std::size_t bytes) override {
+    if (bytes == 0) throw error("Allocate DMA memory", "emu", "0 bytes asked for");
+    const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
+    const auto& hooks = ctrl_.config().memory;
+    void* p = hooks.allocate ? hooks.allocate(rounded) : std::aligned_alloc(4096, rounded);
+    if (p == nullptr) throw error("Allocate DMA memory", "emu", "out of memory for " + std::to_string(bytes) + " bytes");
+    std::memset(p, 0, rounded);
+    const std::uint64_t bus = ctrl_.dma().map(p, rounded, emu::memory_kind::host);
+    emu::controller* ctrl = &ctrl_;
+    return dma_buffer(static_cast<std::byte*>(p), hooks.allocate ? p : nullptr, bytes, 4096, pages_of(bus, rounded),
+                      memory_location::pinned_host, [ctrl, p, bus, rounded] {
+                        ctrl->dma().unmap(bus);
+                        const auto& h = ctrl->config().memory;
+                        if (h.release) {
+                          h.release(p, rounded);
+                        } else {
+                          std::free(p);
+                        }
+                      });
+  }
+
+  [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override {
+    if (gpu == nullptr || bytes == 0) throw error("Map GPU memory", "emu", "empty range");
+    const std::uint64_t bus = ctrl_.dma().map(gpu, bytes, emu::memory_kind::device);
+    emu::controller* ctrl = &ctrl_;
+    // GPU pages are 64 KiB; the emulator's bus range is contiguous, so any page size lists it.
+    const std::uint64_t first_page = bus & ~std::uint64_t{4095};
+    auto pages = pages_of(first_page, (bus - first_page) + bytes);
+    return dma_buffer(nullptr, gpu, bytes, 4096, std::move(pages), memory_location::gpu, [ctrl, bus] { ctrl->dma().unmap(bus); });
+  }
+
+ private:
+  static std::vector<std::uint64_t> pages_of(std::uint64_t bus, std::size_t bytes) {
+    std::vector<std::uint64_t> pages((bytes + 4095) / 4096);
+    for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = bus + 4096 * i;
+    return pages;
+  }
+  emu::controller& ctrl_;
+};
+
+/// An emulated controller in this process, driven through its BAR like any other.
+class emu_backend final : public register_backend {
+ public:
+  explicit emu_backend(emu::controller_config config = {}) : ctrl_(std::move(config)), memory_(ctrl_) {}
+
+  [[nodiscard]] std::string name() const override { return "emu"; }
+  [[nodiscard]] std::byte* bar() const override { return ctrl_.bar(); }
+  [[nodiscard]] std::size_t bar_size() const override { return ctrl_.bar_size(); }
+  [[nodiscard]] std::byte* cmb() const override { return cmb_mapped_ ? ctrl_.cmb() : nullptr; }
+  [[nodiscard]] std::size_t cmb_size() const override { return cmb_mapped_ ? ctrl_.cmb_size() : 0; }
+  [[nodiscard]] std::uint64_t cmb_bus_address() const override { return cmb_mapped_ ? emu::controller::suggested_cmb_address : 0; }
+  void map_cmb(unsigned, std::uint64_t offset, std::uint64_t bytes) override {
+    if (ctrl_.cmb() == nullptr) throw error("Map CMB", "emu", "the emulated controller has no CMB (set cmb_bytes)");
+    if (offset != 0 || bytes > ctrl_.cmb_size()) throw error("Map CMB", "emu", "CMBLOC/CMBSZ describe more than the emulated CMB");
+    cmb_mapped_ = true;
+  }
+  [[nodiscard]] dma_allocator& memory() override { return memory_; }
+
+  /// The emulator itself: its namespaces' bytes, counters, fault counters.
+  [[nodiscard]] emu::controller& controller() noexcept { return ctrl_; }
+
+ private:
+  emu::controller ctrl_;
+  emu_allocator memory_;
+  bool cmb_mapped_ = false;
+};
+
+}  // namespace host
+CUNVME_NAMESPACE_END

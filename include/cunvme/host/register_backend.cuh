@@ -1,0 +1,57 @@
+// How the host reaches a controller's registers and memory: one small interface, one
+// implementation per way in (the emulator, a sysfs BAR mapping, VFIO, the kernel module).
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/host/dma_memory.cuh>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+CUNVME_NAMESPACE_BEGIN
+namespace host {
+
+/// A controller's BAR0 and DMA memory, as one backend reaches them.
+///
+/// Registers are accessed as aligned 32-bit words only: 64-bit registers are written as two
+/// halves, low first (QEMU.md; some platforms split 64-bit MMIO anyway).
+class register_backend {
+ public:
+  virtual ~register_backend() = default;
+
+  /// How errors name the device: "emu", "0000:01:00.0".
+  [[nodiscard]] virtual std::string name() const = 0;
+  /// BAR0 mapped into this process (uncached for real devices).
+  [[nodiscard]] virtual std::byte* bar() const = 0;
+  [[nodiscard]] virtual std::size_t bar_size() const = 0;
+  /// The controller's memory buffer mapped into this process, and the bus address the host
+  /// gave it in CMBMSC.CBA (for PRPs and queue bases); nullptr/0 where there is none.
+  [[nodiscard]] virtual std::byte* cmb() const { return nullptr; }
+  [[nodiscard]] virtual std::size_t cmb_size() const { return 0; }
+  [[nodiscard]] virtual std::uint64_t cmb_bus_address() const { return 0; }
+  /// Maps `bytes` of the CMB at `offset` in BAR `bar_index` (CMBLOC.BIR/OFST, CMBSZ); after
+  /// it, cmb()/cmb_size()/cmb_bus_address() describe it. Throws `host::error` where the
+  /// backend cannot reach a CMB.
+  virtual void map_cmb(unsigned bar_index, std::uint64_t offset, std::uint64_t bytes) = 0;
+  /// DMA memory for this controller.
+  [[nodiscard]] virtual dma_allocator& memory() = 0;
+
+  [[nodiscard]] std::uint32_t read32(std::uint32_t offset) const {
+    return std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(bar() + offset)).load(std::memory_order_acquire);
+  }
+  void write32(std::uint32_t offset, std::uint32_t value) const {
+    std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(bar() + offset)).store(value, std::memory_order_release);
+  }
+  [[nodiscard]] std::uint64_t read64(std::uint32_t offset) const {
+    return std::uint64_t{read32(offset)} | std::uint64_t{read32(offset + 4)} << 32;
+  }
+  void write64(std::uint32_t offset, std::uint64_t value) const {
+    write32(offset, static_cast<std::uint32_t>(value));
+    write32(offset + 4, static_cast<std::uint32_t>(value >> 32));
+  }
+};
+
+}  // namespace host
+CUNVME_NAMESPACE_END

@@ -1,0 +1,282 @@
+// Host-path conformance: the same cases against any controller `host::open` reaches — the
+// emulator in CI, QEMU's NVMe controller inside a Linux guest, a real SSD.
+//
+//   conformance URI [--pattern] [--expect-cmb]
+//
+// --pattern: the namespace was filled with host::pattern_word (QEMU harness disks, emu:pattern).
+// --expect-cmb: the controller has a CMB; a queue pair places its SQ there.
+// Prints one line per case ("PASS name" / "FAIL name: why") and a summary; exits 0 when all passed.
+#include <cunvme/host/open.cuh>
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace host = cunvme::host;
+namespace spec = cunvme::spec;
+
+namespace {
+
+struct failure {
+  std::string why;
+};
+
+void expect(bool condition, const std::string& why) {
+  if (!condition) throw failure{why};
+}
+
+void expect_status(spec::status got, spec::status want, const std::string& what) {
+  expect(got == want, what + ": got " + spec::to_string(got) + ", want " + spec::to_string(want));
+}
+
+struct context {
+  std::string uri;
+  bool pattern = false;
+  bool expect_cmb = false;
+  std::unique_ptr<host::controller> ctrl;
+  std::uint32_t nsid = 1;
+  std::uint32_t lba = 512;
+  std::uint64_t blocks = 0;
+  // Writes go to the second half of the namespace so the pattern in the first half stays.
+  std::uint64_t scratch_lba = 0;
+};
+
+void fill_random(std::byte* p, std::size_t n, std::uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  for (std::size_t i = 0; i + 8 <= n; i += 8) {
+    const std::uint64_t w = rng();
+    std::memcpy(p + i, &w, 8);
+  }
+}
+
+/// Writes `blocks` blocks at `lba` through `qp`, reads them back into another buffer at
+/// `offset`, and compares.
+void round_trip(context& c, host::queue_pair& qp, std::uint64_t lba, std::uint64_t blocks, std::size_t offset, std::uint32_t seed) {
+  const std::size_t bytes = blocks * c.lba;
+  auto out = c.ctrl->memory().allocate(offset + bytes);
+  auto in = c.ctrl->memory().allocate(offset + bytes);
+  fill_random(out.data() + offset, bytes, seed);
+  expect_status(qp.write(c.nsid, lba, blocks, out, offset), spec::status::successful_completion, "write of " + std::to_string(blocks) + " blocks");
+  expect_status(qp.read(c.nsid, lba, blocks, in, offset), spec::status::successful_completion, "read of " + std::to_string(blocks) + " blocks");
+  expect(std::memcmp(out.data() + offset, in.data() + offset, bytes) == 0, "data read back differs from data written (" + std::to_string(blocks) + " blocks)");
+}
+
+std::uint64_t smart_host_reads(host::controller& ctrl) {
+  const auto log = ctrl.log_page(spec::log_page_id::smart_health_information, sizeof(spec::smart_health_information_log));
+  spec::smart_health_information_log smart;
+  std::memcpy(&smart, log.data(), sizeof smart);
+  return smart.host_read_commands.low64();
+}
+
+using case_fn = std::function<void(context&)>;
+
+const std::vector<std::pair<std::string, case_fn>>& cases() {
+  static const std::vector<std::pair<std::string, case_fn>> all = {
+      {"bring-up leaves the controller ready with sane capabilities",
+       [](context& c) {
+         expect(c.ctrl->csts().rdy() && !c.ctrl->csts().cfs(), "CSTS is not RDY=1 CFS=0");
+         expect(c.ctrl->cap().mqes() >= 1, "CAP.MQES is 0");
+         expect(c.ctrl->version().at_least(1, 0), "VS is below 1.0");
+         expect(c.ctrl->io_queue_pairs_granted() >= 1, "no I/O queues granted");
+       }},
+      {"Identify Controller names the controller and its entry sizes",
+       [](context& c) {
+         const auto& id = c.ctrl->identify();
+         expect(!spec::trimmed(id.sn).empty(), "empty serial number");
+         expect(!spec::trimmed(id.mn).empty(), "empty model number");
+         expect(id.sqes_min() == 6 && id.cqes_min() == 4, "SQES/CQES minimum is not 64/16 bytes");
+         expect(id.nn >= 1, "NN is 0");
+       }},
+      {"every active namespace has 512-byte or 4 KiB blocks and a capacity",
+       [](context& c) {
+         expect(!c.ctrl->namespaces().empty(), "no active namespace");
+         for (const auto& ns : c.ctrl->namespaces()) {
+           expect(ns.lba_size == 512 || ns.lba_size == 4096, "namespace " + std::to_string(ns.nsid) + " has " + std::to_string(ns.lba_size) + "-byte blocks");
+           expect(ns.lba_count > 0, "namespace " + std::to_string(ns.nsid) + " is empty");
+         }
+       }},
+      {"queue pairs of 2 entries and of MQES+1 entries are created and deleted",
+       [](context& c) {
+         { auto q = c.ctrl->create_queue_pair(2); }
+         { auto q = c.ctrl->create_queue_pair(c.ctrl->cap().max_queue_entries()); }
+       }},
+      {"a queue larger than MQES+1 entries is refused with Invalid Queue Size",
+       [](context& c) {
+         const std::uint32_t too_many = c.ctrl->cap().max_queue_entries() + 1;
+         if (too_many > 65536) return;
+         try {
+           auto q = c.ctrl->create_queue_pair(too_many);
+         } catch (const host::error& e) {
+           expect(e.status() == spec::status::invalid_queue_size, std::string("wrong error: ") + e.what());
+           return;
+         }
+         throw failure{"a queue of " + std::to_string(too_many) + " entries was accepted"};
+       }},
+      {"the namespace's known pattern reads back",
+       [](context& c) {
+         if (!c.pattern) return;
+         auto qp = c.ctrl->create_queue_pair(16);
+         const std::uint64_t blocks = std::min<std::uint64_t>((1u << 20) / c.lba, c.scratch_lba);
+         auto in = c.ctrl->memory().allocate(blocks * c.lba);
+         expect_status(qp->read(c.nsid, 0, blocks, in), spec::status::successful_completion, "pattern read");
+         for (std::uint64_t o = 0; o + 8 <= blocks * c.lba; o += 8) {
+           std::uint64_t w;
+           std::memcpy(&w, in.data() + o, 8);
+           expect(w == host::pattern_word(o), "pattern word at byte " + std::to_string(o) + " differs");
+         }
+       }},
+      {"writes read back at 1 block, 4 KiB, two pages, a PRP list, MDTS and beyond",
+       [](context& c) {
+         auto qp = c.ctrl->create_queue_pair(32);
+         const std::uint64_t mdts_blocks = c.ctrl->max_transfer_bytes() / c.lba;
+         std::uint32_t seed = 1;
+         const std::uint64_t sizes[] = {1, 4096 / c.lba, 8192 / c.lba, 65536 / c.lba, mdts_blocks, 2 * mdts_blocks + 3};
+         for (std::uint64_t n : sizes) {
+           if (n == 0) continue;
+           round_trip(c, *qp, c.scratch_lba, n, 0, seed++);
+         }
+       }},
+      {"a transfer that starts inside a page uses a PRP1 offset",
+       [](context& c) {
+         auto qp = c.ctrl->create_queue_pair(8);
+         round_trip(c, *qp, c.scratch_lba + 64, (3 * 4096) / c.lba + 1, 512, 7);
+       }},
+      {"queues wrap and the phase tag flips",
+       [](context& c) {
+         auto qp = c.ctrl->create_queue_pair(4);
+         auto buf = c.ctrl->memory().allocate(c.lba);
+         for (int i = 0; i < 13; ++i) expect_status(qp->read(c.nsid, static_cast<std::uint64_t>(i), 1, buf), spec::status::successful_completion, "read " + std::to_string(i));
+       }},
+      {"several queue pairs work side by side",
+       [](context& c) {
+         auto a = c.ctrl->create_queue_pair(16);
+         auto b = c.ctrl->create_queue_pair(16);
+         round_trip(c, *a, c.scratch_lba + 1000, 8, 0, 21);
+         round_trip(c, *b, c.scratch_lba + 2000, 8, 0, 22);
+         round_trip(c, *a, c.scratch_lba + 3000, 8, 0, 23);
+       }},
+      {"Flush completes",
+       [](context& c) {
+         auto qp = c.ctrl->create_queue_pair(4);
+         expect_status(qp->flush(c.nsid), spec::status::successful_completion, "flush");
+       }},
+      {"an LBA past the end of the namespace is LBA Out of Range",
+       [](context& c) {
+         auto qp = c.ctrl->create_queue_pair(4);
+         auto buf = c.ctrl->memory().allocate(c.lba);
+         expect_status(qp->read(c.nsid, c.blocks, 1, buf), spec::status::lba_out_of_range, "read at the end");
+       }},
+      {"a namespace that does not exist is Invalid Namespace or Format",
+       [](context& c) {
+         auto qp = c.ctrl->create_queue_pair(4);
+         auto buf = c.ctrl->memory().allocate(4096);
+         auto sqe = spec::make_rw(spec::nvm_opcode::read, c.ctrl->identify().nn + 1, 0, 1, buf.bus());
+         expect_status(qp->execute(sqe, "Read").status(), spec::status::invalid_namespace_or_format, "read of a missing namespace");
+       }},
+      {"an unknown I/O opcode is Invalid Command Opcode",
+       [](context& c) {
+         auto qp = c.ctrl->create_queue_pair(4);
+         spec::submission_entry sqe{};
+         sqe.set_opcode(std::uint8_t{0x7f});
+         sqe.nsid = c.nsid;
+         expect_status(qp->execute(sqe, "Opcode 7Fh").status(), spec::status::invalid_command_opcode, "opcode 7Fh");
+       }},
+      {"SMART / Health counts host read commands",
+       [](context& c) {
+         const auto before = smart_host_reads(*c.ctrl);
+         auto qp = c.ctrl->create_queue_pair(4);
+         auto buf = c.ctrl->memory().allocate(c.lba);
+         for (int i = 0; i < 5; ++i) expect_status(qp->read(c.nsid, 0, 1, buf), spec::status::successful_completion, "read");
+         expect(smart_host_reads(*c.ctrl) >= before + 5, "Host Read Commands did not grow by 5");
+       }},
+      {"with shadow doorbells (Doorbell Buffer Config) I/O still completes",
+       [](context& c) {
+         if (!c.ctrl->identify().supports_doorbell_buffer_config()) return;
+         c.ctrl.reset();
+         host::controller_options options;
+         options.shadow_doorbells = true;
+         c.ctrl = host::open(c.uri, options);
+         expect(c.ctrl->shadow_doorbells(), "Doorbell Buffer Config was not sent");
+         auto qp = c.ctrl->create_queue_pair(8);
+         for (int i = 0; i < 3; ++i) round_trip(c, *qp, c.scratch_lba + 4000 + 64u * i, 16, 0, 40 + i);
+       }},
+      {"with the SQ in the controller memory buffer I/O reads back",
+       [](context& c) {
+         if (!c.expect_cmb) return;
+         expect(c.ctrl->cap().cmbs(), "CAP.CMBS is 0 but a CMB was expected");
+         c.ctrl.reset();
+         host::controller_options options;
+         options.use_cmb = true;
+         c.ctrl = host::open(c.uri, options);
+         auto qp = c.ctrl->create_queue_pair(16, host::queue_placement::cmb_submission);
+         for (int i = 0; i < 3; ++i) round_trip(c, *qp, c.scratch_lba + 5000 + 64u * i, 24, 0, 50 + i);
+       }},
+      {"after shutdown, commands fail with 'controller not ready'",
+       [](context& c) {
+         c.ctrl->shutdown();
+         try {
+           (void)c.ctrl->admin(spec::make_get_features(spec::feature_id::number_of_queues), "Get Features");
+         } catch (const host::error& e) {
+           expect(std::string(e.what()).find("not ready") != std::string::npos, std::string("wrong error: ") + e.what());
+           return;
+         }
+         throw failure{"an admin command was accepted by a controller that was shut down"};
+       }},
+  };
+  return all;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s URI [--pattern] [--expect-cmb]\n", argv[0]);
+    return 2;
+  }
+  context c;
+  c.uri = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--pattern") {
+      c.pattern = true;
+    } else if (arg == "--expect-cmb") {
+      c.expect_cmb = true;
+    } else {
+      std::fprintf(stderr, "%s: unknown option %s\n", argv[0], arg.c_str());
+      return 2;
+    }
+  }
+  try {
+    c.ctrl = host::open(c.uri);
+  } catch (const std::exception& e) {
+    std::printf("FAIL bring-up: %s\nconformance: 0 passed, 1 failed\n", e.what());
+    return 1;
+  }
+  const auto& ns = c.ctrl->namespace_by_id(c.nsid);
+  c.lba = ns.lba_size;
+  c.blocks = ns.lba_count;
+  c.scratch_lba = ns.lba_count / 2;
+  std::printf("conformance on %s: %s %s, %zu namespace(s), %u-byte blocks\n", c.uri.c_str(), spec::trimmed(c.ctrl->identify().mn).c_str(),
+              spec::trimmed(c.ctrl->identify().fr).c_str(), c.ctrl->namespaces().size(), c.lba);
+  int passed = 0, failed = 0;
+  for (const auto& [name, run] : cases()) {
+    try {
+      if (!c.ctrl) c.ctrl = host::open(c.uri);
+      run(c);
+      std::printf("PASS %s\n", name.c_str());
+      ++passed;
+    } catch (const failure& f) {
+      std::printf("FAIL %s: %s\n", name.c_str(), f.why.c_str());
+      ++failed;
+    } catch (const std::exception& e) {
+      std::printf("FAIL %s: %s\n", name.c_str(), e.what());
+      ++failed;
+    }
+    std::fflush(stdout);
+  }
+  std::printf("conformance: %d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
