@@ -73,6 +73,21 @@ __global__ void submit_and_poll(spec::submission_entry* sq, const spec::submissi
   *result = (dw3 >> 16) & 1u ? dw3 : 0u;
 }
 
+/// Runs `submit_and_poll` on queue pair 1 of `ctrl` (SQ and CQ at the given GPU-usable
+/// addresses) and returns the CQE's DW3, or 0 when none came.
+std::uint32_t kernel_submits(emu::controller& ctrl, void* sq, void* cq, spec::submission_entry sqe) {
+  std::uint32_t* result = nullptr;
+  REQUIRE_CUDA(cudaMallocManaged(&result, sizeof *result));
+  submit_and_poll<<<1, 1>>>(static_cast<spec::submission_entry*>(sq), sqe,
+                            reinterpret_cast<std::uint32_t*>(ctrl.bar() + spec::sq_tail_doorbell_offset(1, 0)),
+                            reinterpret_cast<std::uint32_t*>(static_cast<std::byte*>(cq) + 12),
+                            reinterpret_cast<std::uint32_t*>(ctrl.bar() + spec::cq_head_doorbell_offset(1, 0)), result);
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  const std::uint32_t dw3 = *result;
+  cudaFree(result);
+  return dw3;
+}
+
 }  // namespace
 
 TEST_CASE("BAR0 is pinned, mapped memory: a store from a kernel reaches the controller") {
@@ -133,22 +148,15 @@ TEST_CASE("a kernel submits a read, rings the doorbell, polls the completion and
   for (std::size_t i = 0; i < expect.size(); ++i) expect[i] = static_cast<std::byte>(i ^ 0x5a);
   ctrl.store(1).write(8 * 512, expect.data(), expect.size());
   device_memory gpu(ctrl, 4096);
-  std::uint32_t* result = nullptr;
-  REQUIRE_CUDA(cudaMallocManaged(&result, sizeof *result));
   auto sqe = spec::make_rw(spec::nvm_opcode::read, 1, 8, 8, gpu.bus);
   sqe.set_cid(77);
-  submit_and_poll<<<1, 1>>>(static_cast<spec::submission_entry*>(sq.data), sqe,
-                            reinterpret_cast<std::uint32_t*>(ctrl.bar() + spec::sq_tail_doorbell_offset(1, 0)),
-                            reinterpret_cast<std::uint32_t*>(static_cast<std::byte*>(cq.data) + 12),
-                            reinterpret_cast<std::uint32_t*>(ctrl.bar() + spec::cq_head_doorbell_offset(1, 0)), result);
-  REQUIRE_CUDA(cudaDeviceSynchronize());
-  REQUIRE(*result != 0);
-  CHECK((*result & 0xffffu) == 77);
-  CHECK(spec::cqe_status::status_of(static_cast<std::uint16_t>(*result >> 16)) == spec::status::successful_completion);
+  const std::uint32_t dw3 = kernel_submits(ctrl, sq.data, cq.data, sqe);
+  REQUIRE(dw3 != 0);
+  CHECK((dw3 & 0xffffu) == 77);
+  CHECK(spec::cqe_status::status_of(static_cast<std::uint16_t>(dw3 >> 16)) == spec::status::successful_completion);
   std::vector<std::byte> back(4096);
   REQUIRE_CUDA(cudaMemcpy(back.data(), gpu.data, back.size(), cudaMemcpyDeviceToHost));
   CHECK(back == expect);
-  cudaFree(result);
 }
 
 TEST_CASE("queues in GPU memory: the controller fetches SQEs from and posts CQEs to device memory") {
@@ -161,21 +169,14 @@ TEST_CASE("queues in GPU memory: the controller fetches SQEs from and posts CQEs
   std::vector<std::byte> expect(4096);
   for (std::size_t i = 0; i < expect.size(); ++i) expect[i] = static_cast<std::byte>(i * 3);
   ctrl.store(1).write(0, expect.data(), expect.size());
-  std::uint32_t* result = nullptr;
-  REQUIRE_CUDA(cudaMallocManaged(&result, sizeof *result));
   auto sqe = spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, data.bus);
   sqe.set_cid(5);
-  submit_and_poll<<<1, 1>>>(static_cast<spec::submission_entry*>(sq.data), sqe,
-                            reinterpret_cast<std::uint32_t*>(ctrl.bar() + spec::sq_tail_doorbell_offset(1, 0)),
-                            reinterpret_cast<std::uint32_t*>(static_cast<std::byte*>(cq.data) + 12),
-                            reinterpret_cast<std::uint32_t*>(ctrl.bar() + spec::cq_head_doorbell_offset(1, 0)), result);
-  REQUIRE_CUDA(cudaDeviceSynchronize());
-  REQUIRE(*result != 0);
-  CHECK((*result & 0xffffu) == 5);
+  const std::uint32_t dw3 = kernel_submits(ctrl, sq.data, cq.data, sqe);
+  REQUIRE(dw3 != 0);
+  CHECK((dw3 & 0xffffu) == 5);
   std::vector<std::byte> back(4096);
   REQUIRE_CUDA(cudaMemcpy(back.data(), data.data, back.size(), cudaMemcpyDeviceToHost));
   CHECK(back == expect);
-  cudaFree(result);
 }
 
 int main(int argc, char** argv) {

@@ -159,3 +159,43 @@ TEST_CASE("a CMB queue without a CMB is refused with the reason") {
   host::controller ctrl(backend());
   CHECK_THROWS_WITH_AS((void)ctrl.create_queue_pair(8, host::queue_placement::cmb_submission), doctest::Contains("no CMB"), host::error);
 }
+
+TEST_CASE("a queue pair in provided memory (GPU memory on the emulator) is created, viewed and refused for host I/O") {
+  host::controller ctrl(backend());
+  // Stand-in for GPU memory: the emulator registers it as a device region.
+  std::unique_ptr<std::byte, void (*)(void*)> fake_gpu(static_cast<std::byte*>(std::aligned_alloc(4096, 8192)), std::free);
+  CHECK_THROWS_WITH_AS((void)ctrl.memory().map_gpu(fake_gpu.get() + 16, 1024), doctest::Contains("4 KiB"), host::error);
+  auto sq = ctrl.memory().map_gpu(fake_gpu.get(), 64 * 64);
+  auto cq = ctrl.memory().map_gpu(fake_gpu.get() + 4096, 64 * 16);
+  auto q = ctrl.create_queue_pair(64, std::move(sq), std::move(cq));
+  CHECK(q->placement() == host::queue_placement::provided);
+  const auto v = q->view();
+  CHECK(reinterpret_cast<std::byte*>(v.sq) == fake_gpu.get());
+  CHECK(reinterpret_cast<std::byte*>(v.cq) == fake_gpu.get() + 4096);
+  CHECK(reinterpret_cast<std::byte*>(v.sq_doorbell) == ctrl.backend().bar() + spec::sq_tail_doorbell_offset(q->id(), 0));
+  CHECK(v.entries == 64);
+  CHECK(v.sq_shadow == nullptr);
+  auto buf = ctrl.memory().allocate(512);
+  CHECK_THROWS_WITH_AS((void)q->read(1, 0, 1, buf), doctest::Contains("device side"), host::error);
+}
+
+TEST_CASE("provided memory smaller than the queues is refused") {
+  host::controller ctrl(backend());
+  auto sq = ctrl.memory().allocate(4096);
+  auto cq = ctrl.memory().allocate(256);
+  CHECK_THROWS_WITH_AS((void)ctrl.create_queue_pair(64, std::move(sq), std::move(cq)), doctest::Contains("smaller"), host::error);
+}
+
+TEST_CASE("a queue pair's view carries the shadow doorbell slots when they are in use") {
+  host::controller_options options;
+  options.shadow_doorbells = true;
+  host::controller ctrl(backend(), options);
+  auto q = ctrl.create_queue_pair(16);
+  const auto v = q->view();
+  REQUIRE(v.sq_shadow != nullptr);
+  CHECK(v.cq_shadow == v.sq_shadow + 1);
+  CHECK(v.sq_event_index != nullptr);
+  auto buf = ctrl.memory().allocate(512);
+  REQUIRE(q->read(1, 0, 1, buf) == spec::status::successful_completion);
+  CHECK(*v.sq_shadow == 1);
+}

@@ -1,5 +1,6 @@
 // The sysfs backend against a fake sysfs tree (regular files stand in for config and BARs).
 #include <cunvme/host/sysfs_backend.cuh>
+#include <cunvme/host/kmod_backend.cuh>
 #include <cunvme/host/vfio_backend.cuh>
 
 #include <doctest/doctest.h>
@@ -86,4 +87,20 @@ TEST_CASE("VFIO without an IOMMU group says what is missing") {
   fake_sysfs sys;
   CHECK_THROWS_WITH_AS(host::vfio_backend("0000:00:04.0", sys.root.string()), doctest::Contains("IOMMU group"), host::error);
   CHECK_THROWS_WITH_AS(host::vfio_backend("bogus", sys.root.string()), doctest::Contains("PCI address"), host::error);
+}
+
+TEST_CASE("the kernel-module backend without the module says to load it") {
+  fake_sysfs sys;
+  CHECK_THROWS_WITH_AS(cunvme::host::kmod_backend("0000:00:04.0", (sys.root / "dev").string()), doctest::Contains("load the cunvme kernel module"),
+                       host::error);
+  CHECK_THROWS_WITH_AS(cunvme::host::kmod_backend("0000:0:04.0"), doctest::Contains("PCI address"), host::error);
+}
+
+TEST_CASE("the kernel module's ioctl numbers follow Linux's _IOC encoding") {
+  namespace kmod = cunvme::host::kmod;
+  // _IOR('C', 1, 112 bytes), _IOWR('C', 2, 48 bytes), _IOW('C', 3, 8 bytes)
+  static_assert(kmod::ioctl_info == 0x80704301ul);
+  static_assert(kmod::ioctl_pin == 0xc0304302ul);
+  static_assert(kmod::ioctl_unpin == 0x40084303ul);
+  CHECK(kmod::bar_mmap_offset(2) == (2ull << 40));
 }

@@ -27,6 +27,9 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 CUNVME_NAMESPACE_BEGIN
@@ -55,7 +58,25 @@ struct namespace_info {
 enum class queue_placement : std::uint8_t {
   host,            ///< both in pinned host memory
   cmb_submission,  ///< the SQ in the controller memory buffer (a GPU then only writes across PCIe), the CQ in host memory
+  provided,        ///< memory the caller provides, e.g. GPU memory from `dma_allocator::map_gpu`
 };
+
+/// Everything the device side needs to drive one queue pair: a trivially copyable value
+/// passed to kernels. Pointers are the GPU-usable ones where the memory has them (pinned
+/// mapped host memory, GPU memory, a BAR registered for the GPU) and the host's otherwise.
+struct queue_pair_view {
+  spec::submission_entry* sq = nullptr;
+  spec::completion_entry* cq = nullptr;
+  std::uint32_t* sq_doorbell = nullptr;  ///< in BAR0
+  std::uint32_t* cq_doorbell = nullptr;
+  std::uint32_t* sq_shadow = nullptr;    ///< shadow doorbell and EventIdx slots; nullptr without
+  std::uint32_t* cq_shadow = nullptr;
+  std::uint32_t* sq_event_index = nullptr;
+  std::uint32_t* cq_event_index = nullptr;
+  std::uint32_t entries = 0;
+  std::uint16_t qid = 0;
+};
+static_assert(std::is_trivially_copyable_v<queue_pair_view>);
 
 class controller;
 
@@ -92,9 +113,14 @@ class queue_pair {
   [[nodiscard]] std::uint64_t cq_bus() const noexcept { return cq_.bus(); }
   [[nodiscard]] spec::submission_entry* sq() const noexcept { return sq_; }
   [[nodiscard]] spec::completion_entry* cq() const noexcept { return reinterpret_cast<spec::completion_entry*>(cq_.data()); }
+  /// The queues, doorbells and shadow slots, for the device side.
+  [[nodiscard]] queue_pair_view view() const;
 
   /// Submits one command and waits (bounded) for its completion. The CID is chosen here.
   /// Throws `host::error` on a timeout; returns the completion, whatever its status.
+  /// Throws `host::error` on a timeout, or when the queues are in memory the host cannot
+  /// address (GPU memory: drive them from the device side); returns the completion,
+  /// whatever its status.
   spec::completion_entry execute(spec::submission_entry sqe, const std::string& operation);
 
   /// Reads `blocks` logical blocks at `lba` of namespace `nsid` into `buffer` at `offset`,
@@ -219,16 +245,41 @@ class controller {
 
   /// Creates an I/O queue pair of `entries` entries (2..MQES+1) with its queues placed as asked.
   [[nodiscard]] std::unique_ptr<queue_pair> create_queue_pair(std::uint32_t entries, queue_placement placement = queue_placement::host) {
+    if (placement == queue_placement::provided) {
+      throw error("Create I/O queue pair", name_, "provided placement takes the queues' memory: use the overload with two buffers");
+    }
+    return make_queue_pair(entries, placement, dma_buffer{}, dma_buffer{});
+  }
+
+  /// Creates an I/O queue pair in memory the caller provides (GPU memory from
+  /// `memory().map_gpu(...)`, say): `sq` holds `entries` × 64 bytes, `cq` `entries` × 16,
+  /// each contiguous in bus address space.
+  [[nodiscard]] std::unique_ptr<queue_pair> create_queue_pair(std::uint32_t entries, dma_buffer sq, dma_buffer cq) {
+    if (sq.size() < std::size_t{entries} * sizeof(spec::submission_entry) || cq.size() < std::size_t{entries} * sizeof(spec::completion_entry)) {
+      throw error("Create I/O queue pair", name_, "the provided memory is smaller than " + std::to_string(entries) + " entries");
+    }
+    return make_queue_pair(entries, queue_placement::provided, std::move(sq), std::move(cq));
+  }
+
+ private:
+  [[nodiscard]] std::unique_ptr<queue_pair> make_queue_pair(std::uint32_t entries, queue_placement placement, dma_buffer provided_sq,
+                                                           dma_buffer provided_cq) {
     if (entries < 2 || entries > 65536) {
       throw error("Create I/O queue pair", name_, "a queue holds 2 to 65536 entries, not " + std::to_string(entries));
     }
     const std::uint16_t qid = take_queue_id();
     try {
-      dma_buffer cq = memory().allocate(std::size_t{entries} * sizeof(spec::completion_entry));
+      dma_buffer cq = placement == queue_placement::provided ? std::move(provided_cq)
+                                                             : memory().allocate(std::size_t{entries} * sizeof(spec::completion_entry));
       dma_buffer sq_memory;
       spec::submission_entry* sq = nullptr;
       std::uint64_t sq_bus = 0;
-      if (placement == queue_placement::cmb_submission) {
+      if (placement == queue_placement::provided) {
+        sq_memory = std::move(provided_sq);
+        sq = reinterpret_cast<spec::submission_entry*>(sq_memory.data() != nullptr ? sq_memory.data()
+                                                                                    : static_cast<std::byte*>(sq_memory.device_data()));
+        sq_bus = sq_memory.bus();
+      } else if (placement == queue_placement::cmb_submission) {
         const auto [pointer, bus] = take_cmb(std::size_t{entries} * sizeof(spec::submission_entry));
         sq = reinterpret_cast<spec::submission_entry*>(pointer);
         sq_bus = bus;
@@ -256,6 +307,8 @@ class controller {
       throw;
     }
   }
+
+ public:
 
   /// Deletes every queue, announces a normal shutdown (CC.SHN), waits for CSTS.SHST, and
   /// disables the controller. Queue pairs must be destroyed first.
@@ -314,6 +367,13 @@ class controller {
     }
   }
   [[nodiscard]] std::uint64_t skipped_doorbell_writes() const noexcept { return skipped_doorbell_writes_; }
+
+  /// The shadow doorbell and EventIdx slots of a queue's doorbell; nullptrs without them.
+  [[nodiscard]] std::pair<std::uint32_t*, std::uint32_t*> shadow_slots(std::uint16_t qid, bool is_cq) const {
+    if (!shadow_) return {nullptr, nullptr};
+    const std::size_t slot = (2u * qid + (is_cq ? 1u : 0u)) * (spec::doorbell_stride_bytes(cap_.dstrd()) / 4);
+    return {reinterpret_cast<std::uint32_t*>(shadow_->data()) + slot, reinterpret_cast<std::uint32_t*>(event_index_->data()) + slot};
+  }
 
   /// Waits for the CQE at `head`; consumes it and rings the CQ head doorbell.
   spec::completion_entry await(std::byte* cq_memory, std::uint32_t& head, bool& phase, std::uint32_t entries, std::uint16_t qid,
@@ -548,7 +608,26 @@ inline queue_pair::~queue_pair() {
   ctrl_.release_queue_id(qid_);
 }
 
+inline queue_pair_view queue_pair::view() const {
+  queue_pair_view v;
+  // The GPU-usable address where the memory has one, the host's otherwise.
+  v.cq = static_cast<spec::completion_entry*>(cq_.device_data() != nullptr ? cq_.device_data() : static_cast<void*>(cq_.data()));
+  v.sq = sq_memory_ && sq_memory_.device_data() != nullptr ? static_cast<spec::submission_entry*>(sq_memory_.device_data()) : sq_;
+  auto& backend = ctrl_.backend();
+  const unsigned dstrd = ctrl_.cap().dstrd();
+  v.sq_doorbell = reinterpret_cast<std::uint32_t*>(backend.bar() + spec::sq_tail_doorbell_offset(qid_, dstrd));
+  v.cq_doorbell = reinterpret_cast<std::uint32_t*>(backend.bar() + spec::cq_head_doorbell_offset(qid_, dstrd));
+  std::tie(v.sq_shadow, v.sq_event_index) = ctrl_.shadow_slots(qid_, false);
+  std::tie(v.cq_shadow, v.cq_event_index) = ctrl_.shadow_slots(qid_, true);
+  v.entries = entries_;
+  v.qid = qid_;
+  return v;
+}
+
 inline spec::completion_entry queue_pair::execute(spec::submission_entry sqe, const std::string& operation) {
+  if (cq_.data() == nullptr || sq_memory_.location() == memory_location::gpu) {
+    throw error(operation, ctrl_.name(), "I/O queue " + std::to_string(qid_) + " is in GPU memory: drive it from the device side");
+  }
   // One command at a time here, so the slot's index is a unique CID.
   sqe.set_cid(next_cid_++);
   sq_[sq_tail_] = sqe;

@@ -42,12 +42,11 @@ class emu_allocator final : public dma_allocator {
 
   [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override {
     if (gpu == nullptr || bytes == 0) throw error("Map GPU memory", "emu", "empty range");
+    // A buffer's page list starts at a page boundary (as cudaMalloc's allocations do).
+    if (reinterpret_cast<std::uintptr_t>(gpu) % 4096 != 0) throw error("Map GPU memory", "emu", "GPU memory must start on a 4 KiB boundary");
     const std::uint64_t bus = ctrl_.dma().map(gpu, bytes, emu::memory_kind::device);
     emu::controller* ctrl = &ctrl_;
-    // GPU pages are 64 KiB; the emulator's bus range is contiguous, so any page size lists it.
-    const std::uint64_t first_page = bus & ~std::uint64_t{4095};
-    auto pages = pages_of(first_page, (bus - first_page) + bytes);
-    return dma_buffer(nullptr, gpu, bytes, 4096, std::move(pages), memory_location::gpu, [ctrl, bus] { ctrl->dma().unmap(bus); });
+    return dma_buffer(nullptr, gpu, bytes, 4096, pages_of(bus, bytes), memory_location::gpu, [ctrl, bus] { ctrl->dma().unmap(bus); });
   }
 
  private:

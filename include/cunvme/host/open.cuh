@@ -11,6 +11,7 @@
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/error.cuh>
+#include <cunvme/host/kmod_backend.cuh>
 #include <cunvme/host/sysfs_backend.cuh>
 #include <cunvme/host/vfio_backend.cuh>
 
@@ -111,10 +112,7 @@ namespace detail {
   }
   if (scheme == "sysfs") return std::make_unique<controller>(std::make_unique<sysfs_backend>(std::string(rest)), options);
   if (scheme == "vfio") return std::make_unique<controller>(std::make_unique<vfio_backend>(std::string(rest)), options);
-  if (scheme == "kmod") {
-    throw error("Open", std::string(rest),
-                "the kmod: backend needs the cunvme kernel module (kmod/), which this version does not ship yet; use sysfs: or vfio:");
-  }
+  if (scheme == "kmod") return std::make_unique<controller>(std::make_unique<kmod_backend>(std::string(rest)), options);
   throw error("Open", std::string(uri), "unknown device URI: use emu:, sysfs:BDF, vfio:BDF or kmod:BDF");
 }
 

@@ -10,8 +10,43 @@
 #include <cstdint>
 #include <string>
 
+#include <sys/mman.h>
+
 CUNVME_NAMESPACE_BEGIN
 namespace host {
+
+/// The CMB as a backend maps it: a window of `bytes` at `offset` into an mmap'ed BAR, at bus
+/// address `bus`. Owns the mapping.
+class bar_window {
+ public:
+  bar_window() = default;
+  bar_window(const bar_window&) = delete;
+  bar_window& operator=(const bar_window&) = delete;
+  ~bar_window() { reset(); }
+
+  /// Takes over `map` (`map_size` bytes from mmap), replacing any earlier window.
+  void assign(std::byte* map, std::size_t map_size, std::uint64_t offset, std::uint64_t bytes, std::uint64_t bus) noexcept {
+    reset();
+    map_ = map;
+    map_size_ = map_size;
+    offset_ = offset;
+    bytes_ = bytes;
+    bus_ = bus;
+  }
+  [[nodiscard]] std::byte* data() const noexcept { return map_ == nullptr ? nullptr : map_ + offset_; }
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
+  [[nodiscard]] std::uint64_t bus() const noexcept { return bus_; }
+
+ private:
+  void reset() noexcept {
+    if (map_ != nullptr) ::munmap(map_, map_size_);
+    map_ = nullptr;
+    bytes_ = bus_ = 0;
+  }
+  std::byte* map_ = nullptr;
+  std::size_t map_size_ = 0;
+  std::uint64_t offset_ = 0, bytes_ = 0, bus_ = 0;
+};
 
 /// A controller's BAR0 and DMA memory, as one backend reaches them.
 ///

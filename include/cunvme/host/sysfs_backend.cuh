@@ -57,15 +57,14 @@ class sysfs_backend final : public register_backend {
   sysfs_backend& operator=(const sysfs_backend&) = delete;
   ~sysfs_backend() override {
     if (bar_ != nullptr) ::munmap(bar_, bar_size_);
-    if (cmb_map_ != nullptr) ::munmap(cmb_map_, cmb_map_size_);
   }
 
   [[nodiscard]] std::string name() const override { return bdf_; }
   [[nodiscard]] std::byte* bar() const override { return bar_; }
   [[nodiscard]] std::size_t bar_size() const override { return bar_size_; }
-  [[nodiscard]] std::byte* cmb() const override { return cmb_map_ == nullptr ? nullptr : cmb_map_ + cmb_offset_; }
-  [[nodiscard]] std::size_t cmb_size() const override { return cmb_bytes_; }
-  [[nodiscard]] std::uint64_t cmb_bus_address() const override { return cmb_bus_; }
+  [[nodiscard]] std::byte* cmb() const override { return cmb_.data(); }
+  [[nodiscard]] std::size_t cmb_size() const override { return cmb_.size(); }
+  [[nodiscard]] std::uint64_t cmb_bus_address() const override { return cmb_.bus(); }
   [[nodiscard]] dma_allocator& memory() override { return memory_; }
 
   /// Maps `resource<bar_index>`; the CMB's bus address is that BAR's start (from `resource`)
@@ -78,12 +77,14 @@ class sysfs_backend final : public register_backend {
       ::munmap(p, size);
       throw error("Map CMB", bdf_, "CMBLOC/CMBSZ describe more than BAR " + std::to_string(bar_index) + "'s " + std::to_string(size) + " bytes");
     }
-    if (cmb_map_ != nullptr) ::munmap(cmb_map_, cmb_map_size_);
-    cmb_map_ = p;
-    cmb_map_size_ = size;
-    cmb_offset_ = offset;
-    cmb_bytes_ = bytes;
-    cmb_bus_ = bar_start(bar_index) + offset;
+    std::uint64_t start = 0;
+    try {
+      start = bar_start(bar_index);
+    } catch (...) {
+      ::munmap(p, size);
+      throw;
+    }
+    cmb_.assign(p, size, offset, bytes, start + offset);
   }
 
  private:
@@ -143,11 +144,7 @@ class sysfs_backend final : public register_backend {
   pagemap_allocator memory_;
   std::byte* bar_ = nullptr;
   std::size_t bar_size_ = 0;
-  std::byte* cmb_map_ = nullptr;
-  std::size_t cmb_map_size_ = 0;
-  std::uint64_t cmb_offset_ = 0;
-  std::uint64_t cmb_bytes_ = 0;
-  std::uint64_t cmb_bus_ = 0;
+  bar_window cmb_;
 };
 
 }  // namespace host

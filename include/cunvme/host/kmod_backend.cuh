@@ -1,0 +1,164 @@
+// A controller bound to the cunvme kernel module: BARs mapped through /dev/cunvme/<BDF>,
+// host and GPU memory pinned by the module with DMA addresses as the controller sees them
+// (correct with or without an IOMMU). "kmod:0000:01:00.0" in `host::open`.
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/host/kmod_abi.cuh>
+#include <cunvme/host/register_backend.cuh>
+#include <cunvme/host/sysfs_backend.cuh>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+CUNVME_NAMESPACE_BEGIN
+namespace host {
+
+/// Memory pinned by the kernel module for one controller.
+class kmod_allocator final : public dma_allocator {
+ public:
+  kmod_allocator(int fd, std::string device, bool gpu) : fd_(fd), device_(std::move(device)), gpu_(gpu) {}
+
+  [[nodiscard]] dma_buffer allocate(std::size_t bytes) override {
+    if (bytes == 0) throw error("Allocate DMA memory", device_, "0 bytes asked for");
+    const std::size_t mapped = (bytes + 4095) / 4096 * 4096;
+    void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) throw os_error("Allocate DMA memory", device_);
+    try {
+      auto [handle, pages, shift] = pin(p, mapped, 0);
+      const int fd = fd_;
+      return dma_buffer(static_cast<std::byte*>(p), nullptr, bytes, std::size_t{1} << shift, std::move(pages), memory_location::pinned_host,
+                        [fd, handle, p, mapped] {
+                          kmod::unpin_request u{handle};
+                          (void)::ioctl(fd, kmod::ioctl_unpin, &u);
+                          ::munmap(p, mapped);
+                        });
+    } catch (...) {
+      ::munmap(p, mapped);
+      throw;
+    }
+  }
+
+  [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override {
+    if (!gpu_) throw error("Map GPU memory", device_, "the cunvme module was built without nvidia_p2p (NVIDIA driver sources)");
+    if (reinterpret_cast<std::uintptr_t>(gpu) % 65536 != 0 || bytes == 0) {
+      throw error("Map GPU memory", device_, "GPU memory must start on a 64 KiB GPU page (cudaMalloc of 2 MiB or more does)");
+    }
+    auto [handle, pages, shift] = pin(gpu, (bytes + 65535) / 65536 * 65536, kmod::pin_gpu_memory);
+    const int fd = fd_;
+    return dma_buffer(nullptr, gpu, bytes, std::size_t{1} << shift, std::move(pages), memory_location::gpu, [fd, handle] {
+      kmod::unpin_request u{handle};
+      (void)::ioctl(fd, kmod::ioctl_unpin, &u);
+    });
+  }
+
+ private:
+  struct pinned {
+    std::uint64_t handle;
+    std::vector<std::uint64_t> pages;
+    unsigned shift;
+  };
+  [[nodiscard]] pinned pin(void* address, std::size_t bytes, std::uint32_t flags) const {
+    std::vector<std::uint64_t> pages(bytes / 4096 + 1);
+    kmod::pin_request r{};
+    r.address = reinterpret_cast<std::uintptr_t>(address);
+    r.bytes = bytes;
+    r.addresses = reinterpret_cast<std::uintptr_t>(pages.data());
+    r.max_addresses = static_cast<std::uint32_t>(pages.size());
+    r.flags = flags;
+    if (::ioctl(fd_, kmod::ioctl_pin, &r) != 0) {
+      throw os_error(flags & kmod::pin_gpu_memory ? "Pin GPU memory" : "Pin host memory", device_,
+                     "the module limits pinned bytes per process (see its query)");
+    }
+    pages.resize(r.count);
+    return pinned{r.handle, std::move(pages), r.page_shift};
+  }
+
+  int fd_;
+  std::string device_;
+  bool gpu_;
+};
+
+/// An NVMe controller bound to the cunvme kernel module.
+///
+/// ```
+/// // insmod cunvme.ko; echo cunvme > /sys/bus/pci/devices/0000:01:00.0/driver_override; …
+/// host::controller ctrl(std::make_unique<host::kmod_backend>("0000:01:00.0"));
+/// ```
+class kmod_backend final : public register_backend {
+ public:
+  explicit kmod_backend(std::string bdf, std::string device_dir = "/dev/cunvme") : bdf_(std::move(bdf)) {
+    if (!valid_bdf(bdf_)) throw error("Open", bdf_, "not a PCI address of the form 0000:01:00.0");
+    const std::string node = device_dir + "/" + bdf_;
+    fd_ = ::open(node.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd_ < 0) {
+      throw os_error("Open " + node, bdf_,
+                     errno == ENOENT ? "load the cunvme kernel module (kmod/) and bind the controller to it"
+                                     : "the device node's permissions decide who may use the controller");
+    }
+    if (::ioctl(fd_, kmod::ioctl_info, &info_) != 0) {
+      const int e = errno;
+      ::close(fd_);
+      errno = e;
+      throw os_error("Query the cunvme module", bdf_);
+    }
+    if (info_.abi_version != kmod::abi_version) {
+      ::close(fd_);
+      throw error("Open", bdf_, "the cunvme module speaks ABI " + std::to_string(info_.abi_version) + ", this cunvme " +
+                                    std::to_string(kmod::abi_version) + ": rebuild one to match the other");
+    }
+    bar_ = map_bar(0);
+    memory_ = std::make_unique<kmod_allocator>(fd_, bdf_, (info_.flags & kmod::info_gpu_pinning) != 0);
+  }
+
+  kmod_backend(const kmod_backend&) = delete;
+  kmod_backend& operator=(const kmod_backend&) = delete;
+  ~kmod_backend() override {
+    memory_.reset();
+    if (bar_ != nullptr) ::munmap(bar_, info_.bar_size[0]);
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  [[nodiscard]] std::string name() const override { return bdf_; }
+  [[nodiscard]] std::byte* bar() const override { return bar_; }
+  [[nodiscard]] std::size_t bar_size() const override { return info_.bar_size[0]; }
+  [[nodiscard]] std::byte* cmb() const override { return cmb_.data(); }
+  [[nodiscard]] std::size_t cmb_size() const override { return cmb_.size(); }
+  [[nodiscard]] std::uint64_t cmb_bus_address() const override { return cmb_.bus(); }
+  [[nodiscard]] dma_allocator& memory() override { return *memory_; }
+  [[nodiscard]] const kmod::device_info& info() const noexcept { return info_; }
+
+  void map_cmb(unsigned bar_index, std::uint64_t offset, std::uint64_t bytes) override {
+    if (bar_index > 5 || info_.bar_size[bar_index] == 0) throw error("Map CMB", bdf_, "CMBLOC.BIR names BAR " + std::to_string(bar_index) + ", which is absent");
+    if (offset > info_.bar_size[bar_index] || bytes > info_.bar_size[bar_index] - offset) {
+      throw error("Map CMB", bdf_, "CMBLOC/CMBSZ describe more than BAR " + std::to_string(bar_index));
+    }
+    cmb_.assign(map_bar(bar_index), info_.bar_size[bar_index], offset, bytes, info_.bar_bus_address[bar_index] + offset);
+  }
+
+ private:
+  [[nodiscard]] std::byte* map_bar(unsigned index) const {
+    void* p = ::mmap(nullptr, info_.bar_size[index], PROT_READ | PROT_WRITE, MAP_SHARED, fd_, static_cast<off_t>(kmod::bar_mmap_offset(index)));
+    if (p == MAP_FAILED) throw os_error("Map BAR " + std::to_string(index), bdf_);
+    return static_cast<std::byte*>(p);
+  }
+
+  std::string bdf_;
+  int fd_ = -1;
+  kmod::device_info info_{};
+  std::byte* bar_ = nullptr;
+  std::unique_ptr<kmod_allocator> memory_;
+  bar_window cmb_;
+};
+
+}  // namespace host
+CUNVME_NAMESPACE_END
