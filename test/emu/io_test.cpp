@@ -395,3 +395,31 @@ TEST_CASE("a CMB base address overlapping registered memory is flagged in CMBSTS
                  spec::cmbmsc_register{}.set_cre(true).set_cmse(true).set_controller_base_address(taken.bus & ~0xfffull).raw);
   CHECK(test_host::eventually([&] { return host.reg(spec::register_offset::cmbsts) == 1; }));
 }
+
+TEST_CASE("a host that never consumes its completion queue cannot make the controller queue without bound") {
+  emu::controller ctrl;
+  test_host host(ctrl);
+  REQUIRE(host.enable());
+  auto q = std::make_unique<queue_pair>(ctrl, 1, 64);
+  auto cq = std::make_unique<dma_buffer>(ctrl, 4096);
+  REQUIRE(host.admin_status(spec::make_create_io_cq(1, 4, cq->bus)) == spec::status::successful_completion);
+  REQUIRE(host.admin_status(spec::make_create_io_sq(1, 64, q->sq_bus, 1)) == spec::status::successful_completion);
+  dma_buffer buf(ctrl, 4096);
+  for (int i = 0; i < 60; ++i) host.place(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, buf.bus));
+  host.ring_sq(*q);
+  REQUIRE(test_host::eventually([&] { return ctrl.stats().io_commands >= 4; }));
+  std::this_thread::sleep_for(50ms);
+  CHECK(ctrl.stats().io_commands <= 8);  // at most two CQs' worth fetched
+  // Once the host consumes, every command completes, exactly once.
+  std::uint32_t head = 0;
+  bool phase = true;
+  for (int seen = 0; seen < 60; ++seen) {
+    auto* slot = cq->as<spec::completion_entry>() + head;
+    REQUIRE(test_host::eventually([&] { return test_host::phase_of(slot) == phase; }));
+    head = (head + 1) % 4;
+    if (head == 0) phase = !phase;
+    host.write32(spec::cq_head_doorbell_offset(1, 0), head);
+  }
+  CHECK(ctrl.stats().io_commands == 60);
+  CHECK(ctrl.stats().doorbell_errors == 0);
+}

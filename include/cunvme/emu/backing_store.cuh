@@ -6,14 +6,19 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -25,69 +30,76 @@
 CUNVME_NAMESPACE_BEGIN
 namespace emu {
 
-/// A namespace's storage.
+/// A namespace's storage: zero-filled memory, or a file mapped shared so that writes reach it.
 ///
-/// Several worker threads may touch the same blocks at once (NVMe lets commands on different
-/// queues overlap; the result is undefined, but it must not be a data race), so accesses take
-/// striped reader/writer locks: the store is cut into 64 KiB chunks, chunk i is guarded by
-/// stripe i % 256, and an access locks its distinct stripes in ascending order, after the
-/// store-wide lock in shared mode. An access of more than 16 chunks (1 MiB; larger than any
-/// one command moves) takes the store-wide lock alone, exclusively, so no thread ever holds
-/// more than 17 locks.
+/// Several worker threads touch the store at once, sometimes the same blocks (NVMe lets
+/// commands on different queues overlap; the result is undefined but must not be a C++ data
+/// race). Every access therefore holds reader/writer locks over its bytes; see `with_read_access`.
+/// A store moves but does not copy; a moved-from store may only be assigned to or destroyed.
 ///
 /// ```
-/// auto ram  = emu::backing_store::in_memory(1ull << 30);
-/// auto disk = emu::backing_store::from_file("model.bin");      // its size
+/// auto ram  = emu::backing_store::in_memory(1ull << 40);           // 1 TiB, costs what is written
+/// auto disk = emu::backing_store::from_file("model.bin");          // the file's size
 /// disk.read(4096, buffer, 512);
+/// ram.with_write_access(0, 4096, [&](std::byte* p) { std::memcpy(p, page, 4096); });
+/// ram.zero(0, 1 << 20);                                             // Write Zeroes / deallocate
 /// ```
 class backing_store {
  public:
-  /// `bytes` of zeroed memory, reserved lazily (MAP_NORESERVE), so large sparse namespaces
-  /// cost only what is written.
+  /// `bytes` of zeroed memory. The mapping is MAP_NORESERVE and pages appear on first write, so
+  /// a huge, sparsely written namespace costs only what is written. Throws
+  /// std::invalid_argument for 0 bytes and std::system_error when the mapping fails.
   [[nodiscard]] static backing_store in_memory(std::uint64_t bytes) {
-    if (bytes == 0) throw std::invalid_argument("backing_store::in_memory: size 0");
+    if (bytes == 0) throw std::invalid_argument("backing_store::in_memory: a store of 0 bytes");
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "backing_store: mapping " + std::to_string(bytes) + " bytes");
-    return backing_store(static_cast<std::byte*>(p), bytes, -1, "", false);
+    if (p == MAP_FAILED) os_error("mmap ", bytes, " bytes of memory");
+    return backing_store(static_cast<std::byte*>(p), bytes, -1, std::string(), false);
   }
 
-  /// The file at `path`, mapped shared so writes reach it. `bytes == 0`: the file's size;
-  /// larger than the file: the file is extended (not when `read_only`); a missing file is
-  /// created only when `bytes` is given.
-  [[nodiscard]] static backing_store from_file(const std::string& path, std::uint64_t bytes = 0, bool read_only = false) {
+  /// The file at `path`, mapped MAP_SHARED so writes land in the file (durably after `flush`).
+  ///
+  /// `bytes == 0`: the store is the whole file, which must not be empty. `bytes` below the
+  /// file's size: the store is the file's first `bytes`. Above it: the file is extended with
+  /// zeros (std::invalid_argument instead when `read_only`). A missing file is created only
+  /// when `bytes` is given and the store is writable. The file must not shrink while mapped
+  /// (another process truncating it makes accesses fault with SIGBUS).
+  [[nodiscard]] static backing_store from_file(const std::string& path, std::uint64_t bytes = 0,
+                                               bool read_only = false) {
+    if (bytes > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
+      throw std::invalid_argument("backing_store: " + std::to_string(bytes) + " bytes for '" + path +
+                                  "' exceed the largest file offset");
+    }
     const int flags = read_only ? O_RDONLY : (bytes > 0 ? O_RDWR | O_CREAT : O_RDWR);
     const int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
-    if (fd < 0) throw std::system_error(errno, std::generic_category(), "backing_store: open '" + path + "'");
+    if (fd < 0) os_error("open '", path, "'");
+    // Closes the descriptor on every failure below; released once the store owns it.
+    struct fd_guard {
+      int fd;
+      ~fd_guard() {
+        if (fd >= 0) ::close(fd);
+      }
+    } guard{fd};
+
     struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int e = errno;
-      ::close(fd);
-      throw std::system_error(e, std::generic_category(), "backing_store: stat '" + path + "'");
-    }
+    if (::fstat(fd, &st) != 0) os_error("stat '", path, "'");
+    // A directory opens read-only, and a device's st_size is 0: neither can be sized or mapped.
+    if (!S_ISREG(st.st_mode)) throw std::invalid_argument("backing_store: '" + path + "' is not a regular file");
     const auto file_size = static_cast<std::uint64_t>(st.st_size);
     const std::uint64_t size = bytes == 0 ? file_size : bytes;
-    if (size == 0) {
-      ::close(fd);
-      throw std::invalid_argument("backing_store: '" + path + "' is empty");
-    }
+    if (size == 0) throw std::invalid_argument("backing_store: '" + path + "' is empty and no size was given");
     if (size > file_size) {
       if (read_only) {
-        ::close(fd);
         throw std::invalid_argument("backing_store: '" + path + "' has " + std::to_string(file_size) + " bytes, " +
-                                    std::to_string(size) + " asked for, and it is read-only");
+                                    std::to_string(size) + " were asked for, and a read-only store cannot extend it");
       }
+      // Accesses past the end of a mapped file fault (SIGBUS), so the file grows first.
       if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
-        const int e = errno;
-        ::close(fd);
-        throw std::system_error(e, std::generic_category(), "backing_store: extending '" + path + "'");
+        os_error("extend '", path, "' from ", file_size, " to ", size, " bytes");
       }
     }
     void* p = ::mmap(nullptr, size, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      throw std::system_error(e, std::generic_category(), "backing_store: mapping '" + path + "'");
-    }
+    if (p == MAP_FAILED) os_error("mmap '", path, "' (", size, " bytes)");
+    guard.fd = -1;
     return backing_store(static_cast<std::byte*>(p), size, fd, path, read_only);
   }
 
@@ -95,149 +107,293 @@ class backing_store {
       : data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
         fd_(std::exchange(other.fd_, -1)),
-        path_(std::move(other.path_)),
+        page_bytes_(other.page_bytes_),
         read_only_(other.read_only_),
-        stripes_(std::move(other.stripes_)) {}
+        path_(std::move(other.path_)),
+        locks_(std::move(other.locks_)) {}
+
   backing_store& operator=(backing_store&& other) noexcept {
     if (this != &other) {
-      unmap();
+      release();
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
       fd_ = std::exchange(other.fd_, -1);
-      path_ = std::move(other.path_);
+      page_bytes_ = other.page_bytes_;
       read_only_ = other.read_only_;
-      stripes_ = std::move(other.stripes_);
+      path_ = std::move(other.path_);
+      locks_ = std::move(other.locks_);
     }
     return *this;
   }
+
   backing_store(const backing_store&) = delete;
   backing_store& operator=(const backing_store&) = delete;
-  ~backing_store() { unmap(); }
+  ~backing_store() { release(); }
 
   [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
   [[nodiscard]] bool read_only() const noexcept { return read_only_; }
   [[nodiscard]] bool file_backed() const noexcept { return fd_ >= 0; }
 
+  /// Copies [offset, offset + len) to `dst`. Throws std::out_of_range outside the store.
   void read(std::uint64_t offset, void* dst, std::uint64_t len) const {
-    with_read_access(offset, len, [&](const std::byte* p) { std::memcpy(dst, p, len); });
-  }
-  void write(std::uint64_t offset, const void* src, std::uint64_t len) {
-    with_write_access(offset, len, [&](std::byte* p) { std::memcpy(p, src, len); });
-  }
-
-  /// Afterwards the range reads as zeros (Write Zeroes, deallocation).
-  void zero(std::uint64_t offset, std::uint64_t len) {
-    with_write_access(offset, len, [&](std::byte* p) {
-      // Whole pages go back to the system (a hole in a file, fresh zero pages in RAM);
-      // the partial pages at either end are cleared by hand.
-      const std::uint64_t page = 4096;
-      const std::uint64_t first = std::min(offset + len, (offset + page - 1) / page * page);
-      const std::uint64_t last = std::max(first, (offset + len) / page * page);
-      std::memset(p, 0, first - offset);
-      std::memset(p + (last - offset), 0, offset + len - last);
-      if (last > first && !release_pages(first, last - first)) std::memset(p + (first - offset), 0, last - first);
+    check_range(offset, len, "read");
+    auto* out = static_cast<std::byte*>(dst);
+    for_each_piece(offset, len, [&](std::uint64_t at, std::uint64_t n) {
+      range_lock<lock_mode::shared> lock(locks_.get(), at, n);
+      std::memcpy(out + (at - offset), data_ + at, n);
     });
   }
 
-  /// Makes written data durable: msync for files, nothing for RAM.
-  void flush() {
-    if (fd_ < 0 || read_only_) return;
-    if (::msync(data_, size_, MS_SYNC) != 0) {
-      throw std::system_error(errno, std::generic_category(), "backing_store: msync '" + path_ + "'");
-    }
+  /// Copies `len` bytes from `src` to [offset, offset + len). Throws std::logic_error on a
+  /// read-only store and std::out_of_range outside the store.
+  void write(std::uint64_t offset, const void* src, std::uint64_t len) {
+    check_writable("write");
+    check_range(offset, len, "write");
+    const auto* in = static_cast<const std::byte*>(src);
+    for_each_piece(offset, len, [&](std::uint64_t at, std::uint64_t n) {
+      range_lock<lock_mode::exclusive> lock(locks_.get(), at, n);
+      std::memcpy(data_ + at, in + (at - offset), n);
+    });
   }
 
-  /// Calls `f(const std::byte*)` with the range's bytes, under shared locks.
+  /// Afterwards [offset, offset + len) reads as zeros (Write Zeroes, Deallocate). Whole pages
+  /// are handed back — a hole punched in a file, fresh zero pages in RAM — so deallocating
+  /// a large range frees space instead of writing zeros over it; the partial pages at either
+  /// end are cleared by hand. Same errors as `write`.
+  void zero(std::uint64_t offset, std::uint64_t len) {
+    check_writable("zero");
+    check_range(offset, len, "zero");
+    for_each_piece(offset, len, [&](std::uint64_t at, std::uint64_t n) {
+      range_lock<lock_mode::exclusive> lock(locks_.get(), at, n);
+      clear(at, n);
+    });
+  }
+
+  /// Makes written data durable: msync(MS_SYNC) for a file, nothing for RAM or a read-only
+  /// store. Throws std::system_error naming the file.
+  void flush() {
+    if (fd_ < 0 || read_only_) return;
+    if (::msync(data_, size_, MS_SYNC) != 0) os_error("msync '", path_, "'");
+  }
+
+  /// Calls `f(const std::byte* p)`, `p` pointing at byte `offset`, while no writer can touch
+  /// [offset, offset + len): the emulator copies straight between the store and GPU or host
+  /// memory, with no bounce buffer. `f` must stay inside the range and must not call back
+  /// into the store. Throws std::out_of_range outside the store.
+  ///
+  /// Locking: the store is cut into 64 KiB chunks and chunk i is guarded by stripe i % 256 of
+  /// an array of std::shared_mutex. An access locks its chunks' stripes in ascending stripe
+  /// order (one global order, so no deadlock), shared to read and exclusive to write; accesses
+  /// to different chunks rarely share a stripe and never share a cache line. An access of
+  /// more than 32 chunks (about 2 MiB, beyond a default command's 512 KiB) instead locks
+  /// the whole store; see `range_lock` for why.
   template <class F>
+    requires std::invocable<F&, const std::byte*>
   void with_read_access(std::uint64_t offset, std::uint64_t len, F&& f) const {
-    check(offset, len, "read");
-    stripe_lock<true> lock(*stripes_, offset, len);
+    check_range(offset, len, "read");
+    range_lock<lock_mode::shared> lock(locks_.get(), offset, len);
     f(static_cast<const std::byte*>(data_ + offset));
   }
 
-  /// Calls `f(std::byte*)` with the range's bytes, under exclusive locks.
+  /// As `with_read_access`, calling `f(std::byte* p)` while no other access can touch the
+  /// range. Throws std::logic_error on a read-only store.
   template <class F>
+    requires std::invocable<F&, std::byte*>
   void with_write_access(std::uint64_t offset, std::uint64_t len, F&& f) {
-    check(offset, len, "write");
-    if (read_only_) throw std::logic_error("backing_store: '" + path_ + "' is read-only");
-    stripe_lock<false> lock(*stripes_, offset, len);
+    check_writable("write");
+    check_range(offset, len, "write");
+    range_lock<lock_mode::exclusive> lock(locks_.get(), offset, len);
     f(data_ + offset);
   }
 
  private:
   static constexpr std::uint64_t chunk_bytes = 64 * 1024;
   static constexpr std::size_t stripe_count = 256;
-  static constexpr std::uint64_t max_striped_chunks = 16;
-  struct locks {
-    std::shared_mutex whole;
-    std::array<std::shared_mutex, stripe_count> stripes;
+  // ThreadSanitizer, which CI runs, aborts a thread that holds more than 64 locks (its
+  // deadlock detector keeps them in a fixed table of 64), and the controller holds a few of
+  // its own around store accesses: so no access holds more than 32 stripes.
+  static constexpr std::uint64_t max_striped_chunks = 32;
+
+  // Apart on cache lines: neighbouring chunks are guarded by neighbouring stripes, and
+  // workers streaming through neighbouring chunks should not bounce one line between them.
+  struct alignas(64) stripe {
+    std::shared_mutex mutex;
   };
 
-  /// Locks the distinct stripes of [offset, offset + len) in ascending order.
-  template <bool Shared>
-  class stripe_lock {
+  struct lock_table {
+    std::array<stripe, stripe_count> stripes;
+    std::shared_mutex whole;              ///< held exclusively by an access of too many chunks
+    std::atomic<bool> whole_held{false};  ///< set while such an access is waiting or running
+  };
+
+  enum class lock_mode : bool { shared, exclusive };
+
+  /// Locks [offset, offset + len) of a store for the lifetime of the object.
+  ///
+  /// An access of up to 32 chunks locks its stripes, then reads `whole_held`: a single load of a
+  /// line nobody writes in the common case, so uncontended accesses on different stripes
+  /// share no written memory at all. A store-wide lock that every access took in shared mode
+  /// would be simpler, but its counter would be written by every access on every core.
+  ///
+  /// A longer access takes `whole`, sets `whole_held`, and then locks and unlocks each stripe
+  /// in turn. An access that read `whole_held == false` still holds its stripes, so the sweep
+  /// waits for it to end; one that locks a stripe after the sweep has passed it sees the flag
+  /// (the sweep's unlock publishes it), lets its stripes go and waits on `whole`. Afterwards no
+  /// other access runs until the long one is done. A thread never waits for `whole` while
+  /// holding a stripe, so the two lock orders cannot deadlock.
+  template <lock_mode Mode>
+  class range_lock {
    public:
-    stripe_lock(locks& l, std::uint64_t offset, std::uint64_t len) : locks_(l) {
+    range_lock(lock_table* table, std::uint64_t offset, std::uint64_t len) : table_(table) {
+      // Nothing is touched: nothing to lock (a moved-from store has no lock table).
+      if (len == 0) return;
       const std::uint64_t first = offset / chunk_bytes;
-      const std::uint64_t last = len == 0 ? first : (offset + len - 1) / chunk_bytes;
-      if (last - first + 1 > max_striped_chunks) {
-        whole_only_ = true;
-        locks_.whole.lock();
+      const std::uint64_t chunks = (offset + len - 1) / chunk_bytes - first + 1;
+      if (chunks > max_striped_chunks) {
+        lock_whole();
         return;
       }
-      locks_.whole.lock_shared();
       first_ = static_cast<std::size_t>(first % stripe_count);
-      count_ = static_cast<std::size_t>(last - first + 1);
-      // Stripes are taken in ascending index order; a range that wraps past the last
-      // stripe takes the low indices first.
-      for_each([](std::shared_mutex& m) { Shared ? m.lock_shared() : m.lock(); });
-    }
-    ~stripe_lock() {
-      if (whole_only_) {
-        locks_.whole.unlock();
-        return;
+      count_ = static_cast<std::size_t>(chunks);
+      for (;;) {
+        for_each_stripe([](std::shared_mutex& m) { Mode == lock_mode::shared ? m.lock_shared() : m.lock(); });
+        if (!table_->whole_held.load(std::memory_order_acquire)) return;
+        unlock_stripes();
+        // Waits for the long access to end, then tries again.
+        std::shared_lock wait(table_->whole);
       }
-      for_each([](std::shared_mutex& m) { Shared ? m.unlock_shared() : m.unlock(); });
-      locks_.whole.unlock_shared();
     }
-    stripe_lock(const stripe_lock&) = delete;
-    stripe_lock& operator=(const stripe_lock&) = delete;
+
+    ~range_lock() {
+      if (whole_) {
+        table_->whole_held.store(false, std::memory_order_release);
+        table_->whole.unlock();
+      } else if (count_ != 0) {
+        unlock_stripes();
+      }
+    }
+
+    range_lock(const range_lock&) = delete;
+    range_lock& operator=(const range_lock&) = delete;
 
    private:
+    void lock_whole() {
+      table_->whole.lock();
+      table_->whole_held.store(true, std::memory_order_relaxed);
+      // The flag is published to later lockers of each stripe by that stripe's unlock.
+      for (auto& s : table_->stripes) {
+        s.mutex.lock();
+        s.mutex.unlock();
+      }
+      whole_ = true;
+    }
+
+    void unlock_stripes() {
+      for_each_stripe([](std::shared_mutex& m) { Mode == lock_mode::shared ? m.unlock_shared() : m.unlock(); });
+    }
+
+    /// Visits the stripes of chunks first_ .. first_ + count_ - 1 in ascending stripe order:
+    /// a run that wraps past the last stripe visits the low stripes first.
     template <class Op>
-    void for_each(Op op) {
+    void for_each_stripe(Op op) {
       const std::size_t end = first_ + count_;
       if (end > stripe_count) {
-        for (std::size_t i = 0; i < end - stripe_count; ++i) op(locks_.stripes[i]);
-        for (std::size_t i = first_; i < stripe_count; ++i) op(locks_.stripes[i]);
+        for (std::size_t i = 0; i < end - stripe_count; ++i) op(table_->stripes[i].mutex);
+        for (std::size_t i = first_; i < stripe_count; ++i) op(table_->stripes[i].mutex);
       } else {
-        for (std::size_t i = first_; i < end; ++i) op(locks_.stripes[i]);
+        for (std::size_t i = first_; i < end; ++i) op(table_->stripes[i].mutex);
       }
     }
-    locks& locks_;
-    bool whole_only_ = false;
+
+    lock_table* table_;
     std::size_t first_ = 0;
     std::size_t count_ = 0;
+    bool whole_ = false;
   };
 
   backing_store(std::byte* data, std::uint64_t size, int fd, std::string path, bool read_only)
-      : data_(data), size_(size), fd_(fd), path_(std::move(path)), read_only_(read_only), stripes_(std::make_unique<locks>()) {}
+      : data_(data),
+        size_(size),
+        fd_(fd),
+        page_bytes_(::sysconf(_SC_PAGESIZE) > 0 ? static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) : 4096),
+        read_only_(read_only),
+        path_(std::move(path)),
+        locks_(std::make_unique<lock_table>()) {}
 
-  void check(std::uint64_t offset, std::uint64_t len, const char* what) const {
+  /// Throws the failure of the system call that just set errno, with "backing_store: " and
+  /// `parts` (text and numbers) as its message. The parts are references to finished values
+  /// and errno is read before the message is built: allocating it could change errno.
+  template <class... Parts>
+  [[noreturn]] static void os_error(const Parts&... parts) {
+    const int error = errno;
+    std::string what = "backing_store: ";
+    (append(what, parts), ...);
+    throw std::system_error(error, std::generic_category(), what);
+  }
+  static void append(std::string& text, std::string_view part) { text += part; }
+  static void append(std::string& text, std::uint64_t number) { text += std::to_string(number); }
+
+  /// "the store's 4096 bytes" or "'model.bin' (4096 bytes)", for messages.
+  [[nodiscard]] std::string describe() const {
+    return path_.empty() ? "the store's " + std::to_string(size_) + " bytes"
+                         : "'" + path_ + "' (" + std::to_string(size_) + " bytes)";
+  }
+
+  void check_range(std::uint64_t offset, std::uint64_t len, const char* operation) const {
+    // Written so that offset + len cannot overflow.
     if (offset > size_ || len > size_ - offset) {
-      throw std::out_of_range(std::string("backing_store: ") + what + " of " + std::to_string(len) + " bytes at " +
-                              std::to_string(offset) + " is outside the store's " + std::to_string(size_) + " bytes");
+      throw std::out_of_range(std::string("backing_store: ") + operation + " of " + std::to_string(len) +
+                              " bytes at offset " + std::to_string(offset) + " is outside " + describe());
     }
   }
 
-  [[nodiscard]] bool release_pages(std::uint64_t offset, std::uint64_t len) {
-    if (fd_ >= 0) {
-      return ::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset), static_cast<off_t>(len)) == 0;
+  void check_writable(const char* operation) const {
+    if (read_only_) throw std::logic_error(std::string("backing_store: ") + operation + " to read-only " + describe());
+  }
+
+  /// Calls `op(at, n)` for consecutive pieces of [offset, offset + len) that each span at
+  /// most 32 chunks. read, write and zero need no single pointer to the whole range, so a
+  /// long one goes piece by piece instead of stopping every other access while it runs.
+  template <class Op>
+  static void for_each_piece(std::uint64_t offset, std::uint64_t len, Op op) {
+    const std::uint64_t end = offset + len;
+    while (offset < end) {
+      const std::uint64_t piece_end = std::min(end, (offset / chunk_bytes + max_striped_chunks) * chunk_bytes);
+      op(offset, piece_end - offset);
+      offset = piece_end;
     }
+  }
+
+  /// Zeroes [offset, offset + len); the caller holds it exclusively.
+  void clear(std::uint64_t offset, std::uint64_t len) {
+    // `data_` is page aligned (mmap of file offset 0), so store offsets align as addresses do.
+    const std::uint64_t end = offset + len;
+    const std::uint64_t pages_begin = (offset + page_bytes_ - 1) / page_bytes_ * page_bytes_;
+    const std::uint64_t pages_end = end / page_bytes_ * page_bytes_;
+    if (pages_begin >= pages_end) {
+      std::memset(data_ + offset, 0, len);
+      return;
+    }
+    std::memset(data_ + offset, 0, pages_begin - offset);
+    std::memset(data_ + pages_end, 0, end - pages_end);
+    if (!release_pages(pages_begin, pages_end - pages_begin)) {
+      std::memset(data_ + pages_begin, 0, pages_end - pages_begin);
+    }
+  }
+
+  /// Hands whole pages back so they read as zeros; false where the system cannot (a file
+  /// system without hole punching), and the caller writes zeros instead.
+  [[nodiscard]] bool release_pages(std::uint64_t offset, std::uint64_t len) noexcept {
+    if (fd_ >= 0) {
+      // Punching a hole also drops the pages from every mapping of the file, ours included.
+      return ::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                         static_cast<off_t>(len)) == 0;
+    }
+    // Private anonymous pages read as zero-filled after MADV_DONTNEED.
     return ::madvise(data_ + offset, len, MADV_DONTNEED) == 0;
   }
 
-  void unmap() noexcept {
+  void release() noexcept {
     if (data_ != nullptr) ::munmap(data_, size_);
     if (fd_ >= 0) ::close(fd_);
     data_ = nullptr;
@@ -247,9 +403,10 @@ class backing_store {
   std::byte* data_ = nullptr;
   std::uint64_t size_ = 0;
   int fd_ = -1;
-  std::string path_;
+  std::uint64_t page_bytes_ = 4096;
   bool read_only_ = false;
-  std::unique_ptr<locks> stripes_;
+  std::string path_;
+  std::unique_ptr<lock_table> locks_;
 };
 
 }  // namespace emu

@@ -163,6 +163,10 @@ class controller {
     bool phase = true;  // the first pass through a new queue posts phase 1 (4.6.2)
     std::uint32_t sq_refs = 0;
     std::uint32_t rejected_head = ~0u;
+    // Completions for this CQ waiting in the threads' pending lists (not yet due, or the CQ
+    // was full). The SQs feeding it stop being fetched once this reaches the CQ's size, so a
+    // host that never consumes its CQ cannot make the controller queue without bound.
+    std::atomic<std::uint32_t> parked{0};
   };
   struct pending_completion {
     std::uint64_t due_ns = 0;
@@ -422,6 +426,9 @@ class controller {
       std::scoped_lock lock(e->pending_mutex);
       e->pending.clear();
     }
+    for (std::uint32_t q = 0; q <= config_.max_io_queues; ++q) {
+      cqs_[q].parked.store(0, std::memory_order_relaxed);
+    }
     {
       std::scoped_lock lock(event_mutex_);
       outstanding_aers_.clear();
@@ -568,8 +575,11 @@ class controller {
     sq.tail = read_sq_tail(&mem, qid, sq);
     std::uint32_t head = sq.head.load(std::memory_order_relaxed);
     if (head == sq.tail) return false;
+    const cq_state& cq = cqs_[sq.cqid];
+    const auto room = [&] { return cq.parked.load(std::memory_order_relaxed) + e.batch.size() < cq.size; };
+    if (!room()) return false;
     e.batch.clear();
-    for (std::uint32_t n = 0; n < arbitration_burst && head != sq.tail; ++n) {
+    for (std::uint32_t n = 0; n < arbitration_burst && head != sq.tail && room(); ++n) {
       spec::submission_entry sqe;
       if (!fetch(mem, sq, head, sqe)) return true;
       head = sq.head.load(std::memory_order_relaxed);
@@ -670,6 +680,7 @@ class controller {
   static bool later(const pending_completion& a, const pending_completion& b) { return a.due_ns > b.due_ns; }
 
   void park(engine& e, const pending_completion& pc) {
+    cqs_[pc.cqid].parked.fetch_add(1, std::memory_order_relaxed);
     std::scoped_lock lock(e.pending_mutex);
     e.pending.push_back(pc);
     std::push_heap(e.pending.begin(), e.pending.end(), later);
@@ -686,6 +697,7 @@ class controller {
         std::pop_heap(e.pending.begin(), e.pending.end(), later);
         due.push_back(e.pending.back());
         e.pending.pop_back();
+        cqs_[due.back().cqid].parked.fetch_sub(1, std::memory_order_relaxed);
       }
     }
     if (due.empty()) return false;
@@ -1159,6 +1171,7 @@ class controller {
         auto split = std::partition(e->pending.begin(), e->pending.end(), [&](const auto& pc) { return pc.sqid != qid; });
         victims.assign(split, e->pending.end());
         e->pending.erase(split, e->pending.end());
+        for (const auto& v : victims) cqs_[v.cqid].parked.fetch_sub(1, std::memory_order_relaxed);
         std::make_heap(e->pending.begin(), e->pending.end(), later);
       }
       const dma_space::view mem = dma_.pin();
@@ -1268,6 +1281,7 @@ class controller {
         if (it != e->pending.end()) {
           victim = *it;
           e->pending.erase(it);
+          cqs_[victim->cqid].parked.fetch_sub(1, std::memory_order_relaxed);
           std::make_heap(e->pending.begin(), e->pending.end(), later);
         }
       }

@@ -5,6 +5,7 @@
 #include <cunvme/spec/status.cuh>
 
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -12,64 +13,90 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 CUNVME_NAMESPACE_BEGIN
 namespace emu {
 
+/// What a fault rule does to a command it fires on.
 enum class fault_action : std::uint8_t {
-  complete_with_status,  ///< the command completes with `fault_rule::status`
-  add_delay,             ///< its completion comes `fault_rule::delay_ns` later
-  lose_completion,       ///< it executes but its completion is never posted
-  controller_fatal,      ///< the controller sets CSTS.CFS and stops until reset
+  /// The command completes with `fault_rule::status` (and its DNR bit) instead of its own
+  /// status. It still executes: an injected read error does not stop the data moving, as a
+  /// real drive may have moved part of it. Use it to test a host's error paths and retries.
+  complete_with_status,
+  /// The completion is posted `fault_rule::delay_ns` later than it would have been. Use it
+  /// for latency outliers and for timeouts that eventually resolve.
+  add_delay,
+  /// The command executes but its completion is never posted, as when a drive drops it.
+  /// Use it to test a host's command timeouts and aborts.
+  lose_completion,
+  /// The controller reports Controller Fatal Status (CSTS.CFS) and stops processing commands
+  /// until it is reset. Use it to test a host's reset and recovery path.
+  controller_fatal,
 };
 
-/// Which commands a rule applies to, when it fires, and what it does.
+/// Which commands a rule applies to, when it fires among them, and what it does.
+///
+/// A command matches when every condition holds: its queue type (`admin`), `opcode` and
+/// `sqid` where given, and, where `lba_first`/`lba_last` narrow the range, an LBA range that
+/// meets [lba_first, lba_last] (a command without LBAs then does not match). Among matching
+/// commands the rule fires once on the `nth`, or on a `fraction` chosen by a seeded hash of
+/// the command, at most `max_fires` times.
 ///
 /// ```
-/// emu::fault_rule r;                       // every 100th read (on average) fails
+/// emu::fault_rule r;                               // about 1 % of reads fail, retryably
 /// r.status = spec::status::unrecovered_read_error;
+/// r.dnr = false;
 /// r.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
 /// r.fraction = 0.01;
 /// ```
 struct fault_rule {
   fault_action action = fault_action::complete_with_status;
-  spec::status status = spec::status::successful_completion;  ///< for complete_with_status
-  bool dnr = true;                                            ///< Do Not Retry on the injected status
-  std::uint64_t delay_ns = 0;                                 ///< for add_delay
-  // Matching: all given conditions hold.
-  std::optional<std::uint8_t> opcode;  ///< any opcode when empty
+  spec::status status = spec::status::successful_completion;  ///< for complete_with_status; must be an error
+  bool dnr = true;                                            ///< Do Not Retry bit of the injected status
+  std::uint64_t delay_ns = 0;                                 ///< for add_delay; must be > 0
+
+  // ---- which commands ------------------------------------------------------------------------
+  std::optional<std::uint8_t> opcode{};  ///< any opcode when empty
   bool admin = false;                  ///< admin-queue commands instead of I/O commands
-  std::uint64_t lba_first = 0;         ///< I/O commands whose LBAs meet [lba_first, lba_last];
-  std::uint64_t lba_last = std::numeric_limits<std::uint64_t>::max();  ///< commands without LBAs match only the full range
-  std::optional<std::uint16_t> sqid;
-  // Firing, among matching commands.
-  std::uint64_t nth = 0;      ///< fire once, on the nth (1-based); 0: use `fraction`
-  double fraction = 0;        ///< fire on this fraction, decided per command by a seeded hash
+  std::uint64_t lba_first = 0;         ///< I/O commands whose LBAs meet [lba_first, lba_last]; the
+  std::uint64_t lba_last = std::numeric_limits<std::uint64_t>::max();  ///< full default range matches any command
+  std::optional<std::uint16_t> sqid{};  ///< any queue when empty
+
+  // ---- when, among them ----------------------------------------------------------------------
+  std::uint64_t nth = 0;   ///< fire once, on the nth matching command (1-based); 0: use `fraction`
+  double fraction = 0;     ///< fire on this fraction of matching commands, in [0, 1]
   std::uint64_t max_fires = std::numeric_limits<std::uint64_t>::max();
 };
 
-/// What the injector knows of a command.
+/// What the injector needs to know of a command.
 struct command_view {
-  bool admin = false;
+  bool admin = false;          ///< submitted to the admin queue
   std::uint16_t sqid = 0;
   std::uint16_t cid = 0;
   std::uint8_t opcode = 0;
-  std::uint64_t sequence = 0;  ///< the command's position in its SQ
-  bool has_lba = false;
-  std::uint64_t slba = 0;
-  std::uint32_t nlb = 0;       ///< blocks, 1-based
+  std::uint64_t sequence = 0;  ///< how many commands its SQ had delivered before it
+  bool has_lba = false;        ///< the command addresses LBAs (Read, Write, Write Zeroes, …)
+  std::uint64_t slba = 0;      ///< first LBA, when has_lba
+  std::uint32_t nlb = 0;       ///< number of LBAs, 1-based (NLB field + 1), when has_lba
 };
 
+/// The faults to apply to one command; several rules may contribute.
 struct fault_decision {
-  std::optional<spec::status> status;
-  bool dnr = true;
-  std::uint64_t extra_delay_ns = 0;
+  std::optional<spec::status> status{};  ///< the status to complete with instead of the command's own
+  bool dnr = true;                     ///< DNR bit to post with `status`
+  std::uint64_t extra_delay_ns = 0;    ///< sum of the delays of every add_delay rule that fired
   bool lose_completion = false;
   bool controller_fatal = false;
-  [[nodiscard]] bool any() const noexcept { return status || extra_delay_ns != 0 || lose_completion || controller_fatal; }
+
+  /// Whether any fault applies.
+  [[nodiscard]] bool any() const noexcept {
+    return status.has_value() || extra_delay_ns != 0 || lose_completion || controller_fatal;
+  }
 };
 
+/// How many times rules of each action fired; a snapshot.
 struct fault_counters {
   std::uint64_t statuses = 0;
   std::uint64_t delays = 0;
@@ -77,44 +104,50 @@ struct fault_counters {
   std::uint64_t controller_fatals = 0;
 };
 
-/// Applies fault rules to commands; safe to call from many threads.
+/// Applies fault rules to commands; `decide` is safe to call from any number of threads.
 ///
-/// Fractions are decided by a hash of (seed, rule, SQ, CID, position in the SQ), so the same
-/// command stream gets the same faults whatever the threads' interleaving.
+/// Reproducible: whether a `fraction` rule fires on a command is a hash of (seed, rule
+/// index, SQ, CID, sequence number in the SQ), so a given command stream draws the same
+/// faults on every run whatever the worker threads' interleaving. What does depend on the
+/// interleaving, when several queues feed one rule, is which command is a rule's nth and,
+/// once `max_fires` is reached, which firings were the first.
+///
+/// Every rule whose conditions match is applied, in rule order, so one command may draw a
+/// delay and a status, say. A command gets at most one injected status: once a rule has
+/// given it one, later complete_with_status rules skip the command and do not count it.
+///
+/// ```
+/// emu::fault_rule fail_third_read{.opcode = 0x02, .nth = 3};
+/// fail_third_read.status = spec::status::unrecovered_read_error;
+/// emu::fault_injector faults({fail_third_read}, /*seed=*/42);
+/// const auto d = faults.decide(emu::command_view{.sqid = 1, .cid = 7, .opcode = 0x02, .sequence = 2});
+/// if (d.status) post_with(*d.status, d.dnr);
+/// ```
 class fault_injector {
  public:
+  /// An injector that injects nothing.
   fault_injector() = default;
-  fault_injector(std::vector<fault_rule> rules, std::uint64_t seed) : rules_(std::move(rules)), seed_(seed) {
-    for (std::size_t i = 0; i < rules_.size(); ++i) {
-      const auto& r = rules_[i];
-      auto bad = [&](const std::string& why) {
-        throw std::invalid_argument("fault_injector: rule " + std::to_string(i) + ": " + why);
-      };
-      if (!(r.fraction >= 0.0 && r.fraction <= 1.0)) bad("fraction must lie in [0, 1]");
-      if (r.nth != 0 && r.fraction != 0) bad("give nth or fraction, not both");
-      if (r.nth == 0 && r.fraction == 0) bad("give nth or fraction: the rule would never fire");
-      if (r.action == fault_action::complete_with_status && r.status == spec::status::successful_completion) {
-        bad("complete_with_status needs an error status");
-      }
-      if (r.action == fault_action::add_delay && r.delay_ns == 0) bad("add_delay needs delay_ns");
-      if (r.lba_first > r.lba_last) bad("lba_first is above lba_last");
-    }
-    state_ = std::make_unique<rule_state[]>(rules_.size());
+
+  /// Checks every rule and throws std::invalid_argument naming the first bad rule's index
+  /// and why: a fraction outside [0, 1]; both or neither of nth and fraction (neither would
+  /// never fire); complete_with_status without an error status, or with one wider than the
+  /// 11-bit SCT/SC field; add_delay without a delay; lba_first above lba_last; an LBA range
+  /// on an admin rule (admin commands carry no LBAs); max_fires of 0; an unknown action.
+  fault_injector(std::vector<fault_rule> rules, std::uint64_t seed)
+      : rules_(std::move(rules)), seed_(seed), state_(std::make_unique<rule_state[]>(rules_.size())) {
+    for (std::size_t i = 0; i < rules_.size(); ++i) validate(i, rules_[i]);
   }
 
+  fault_injector(const fault_injector&) = delete;
+  fault_injector& operator=(const fault_injector&) = delete;
+
+  /// The faults for command `c`; counts it against every rule it matches.
   [[nodiscard]] fault_decision decide(const command_view& c) {
     fault_decision d;
     for (std::size_t i = 0; i < rules_.size(); ++i) {
       const fault_rule& r = rules_[i];
-      if (!matches(r, c)) continue;
-      rule_state& s = state_[i];
-      const std::uint64_t n = s.matched.fetch_add(1, std::memory_order_relaxed) + 1;
-      const bool hit = r.nth != 0 ? n == r.nth : unit(hash(c, i)) < r.fraction;
-      if (!hit) continue;
-      if (s.fired.fetch_add(1, std::memory_order_relaxed) >= r.max_fires) {
-        s.fired.fetch_sub(1, std::memory_order_relaxed);
-        continue;
-      }
+      if (r.action == fault_action::complete_with_status && d.status) continue;
+      if (!matches(r, c) || !fires(i, r, c) || !take_fire(state_[i], r)) continue;
       switch (r.action) {
         case fault_action::complete_with_status:
           d.status = r.status;
@@ -122,7 +155,7 @@ class fault_injector {
           counters_.statuses.fetch_add(1, std::memory_order_relaxed);
           break;
         case fault_action::add_delay:
-          d.extra_delay_ns += r.delay_ns;
+          d.extra_delay_ns = saturating_add(d.extra_delay_ns, r.delay_ns);
           counters_.delays.fetch_add(1, std::memory_order_relaxed);
           break;
         case fault_action::lose_completion:
@@ -138,48 +171,131 @@ class fault_injector {
     return d;
   }
 
+  /// How many times rules of each action have fired so far.
   [[nodiscard]] fault_counters counters() const noexcept {
-    return fault_counters{counters_.statuses.load(), counters_.delays.load(), counters_.lost_completions.load(),
-                          counters_.controller_fatals.load()};
+    return fault_counters{counters_.statuses.load(std::memory_order_relaxed),
+                          counters_.delays.load(std::memory_order_relaxed),
+                          counters_.lost_completions.load(std::memory_order_relaxed),
+                          counters_.controller_fatals.load(std::memory_order_relaxed)};
   }
-  /// How often rule `index` fired.
-  [[nodiscard]] std::uint64_t fired(std::size_t index) const {
-    if (index >= rules_.size()) throw std::out_of_range("fault_injector::fired: no rule " + std::to_string(index));
-    return state_[index].fired.load(std::memory_order_relaxed);
+
+  /// How many times rule `rule_index` has fired; std::out_of_range for a rule that does not exist.
+  [[nodiscard]] std::uint64_t fired(std::size_t rule_index) const {
+    if (rule_index >= rules_.size()) {
+      throw std::out_of_range("fault_injector::fired: no rule " + std::to_string(rule_index) + " among " +
+                              std::to_string(rules_.size()));
+    }
+    return state_[rule_index].fired.load(std::memory_order_relaxed);
   }
 
  private:
-  struct rule_state {
-    std::atomic<std::uint64_t> matched{0};
+  // Counters that several workers bump sit on lines of their own.
+  struct alignas(64) rule_state {
+    std::atomic<std::uint64_t> matched{0};  ///< matching commands seen (nth rules only)
     std::atomic<std::uint64_t> fired{0};
   };
-  struct atomic_counters {
+  struct alignas(64) atomic_counters {
     std::atomic<std::uint64_t> statuses{0}, delays{0}, lost_completions{0}, controller_fatals{0};
   };
+
+  static void validate(std::size_t index, const fault_rule& r) {
+    auto reject = [&](const std::string& why) {
+      throw std::invalid_argument("fault_injector: rule " + std::to_string(index) + " " + why);
+    };
+    switch (r.action) {
+      case fault_action::complete_with_status:
+        if (r.status == spec::status::successful_completion) {
+          reject("completes with Successful Completion: complete_with_status needs an error status");
+        }
+        if (static_cast<unsigned>(r.status) > 0x7ffu) {
+          reject("has status " + std::to_string(static_cast<unsigned>(r.status)) +
+                 ", wider than the 11-bit SCT/SC field of a completion");
+        }
+        break;
+      case fault_action::add_delay:
+        if (r.delay_ns == 0) reject("is add_delay with delay_ns 0");
+        break;
+      case fault_action::lose_completion:
+      case fault_action::controller_fatal:
+        break;
+      default:
+        reject("has unknown action " + std::to_string(static_cast<unsigned>(r.action)));
+    }
+    if (std::isnan(r.fraction) || r.fraction < 0 || r.fraction > 1) {
+      reject("has fraction " + std::to_string(r.fraction) + ", outside [0, 1]");
+    }
+    if (r.nth != 0 && r.fraction != 0) {
+      reject("sets both nth (" + std::to_string(r.nth) + ") and fraction (" + std::to_string(r.fraction) +
+             "): give one");
+    }
+    if (r.nth == 0 && r.fraction == 0) reject("sets neither nth nor fraction, so it would never fire");
+    if (r.max_fires == 0) reject("has max_fires 0, so it would never fire");
+    if (r.lba_first > r.lba_last) {
+      reject("has lba_first " + std::to_string(r.lba_first) + " above lba_last " + std::to_string(r.lba_last));
+    }
+    if (r.admin && !full_lba_range(r)) reject("is an admin rule with an LBA range: admin commands carry no LBAs");
+  }
+
+  [[nodiscard]] static bool full_lba_range(const fault_rule& r) noexcept {
+    return r.lba_first == 0 && r.lba_last == std::numeric_limits<std::uint64_t>::max();
+  }
 
   [[nodiscard]] static bool matches(const fault_rule& r, const command_view& c) noexcept {
     if (r.admin != c.admin) return false;
     if (r.opcode && *r.opcode != c.opcode) return false;
     if (r.sqid && *r.sqid != c.sqid) return false;
-    const bool full_range = r.lba_first == 0 && r.lba_last == std::numeric_limits<std::uint64_t>::max();
-    if (full_range) return true;
+    if (full_lba_range(r)) return true;
     if (!c.has_lba || c.nlb == 0) return false;
-    const std::uint64_t last = c.slba + (c.nlb - 1u);
+    // The command's last LBA, clamped rather than wrapped for a range running off the end.
+    const std::uint64_t span = c.nlb - 1u;
+    const std::uint64_t last =
+        c.slba > std::numeric_limits<std::uint64_t>::max() - span ? std::numeric_limits<std::uint64_t>::max() : c.slba + span;
     return c.slba <= r.lba_last && last >= r.lba_first;
   }
 
-  static std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  /// Whether rule `index` picks matching command `c`.
+  [[nodiscard]] bool fires(std::size_t index, const fault_rule& r, const command_view& c) noexcept {
+    if (r.nth == 0) return unit_interval(hash(index, c)) < r.fraction;
+    // Stop counting once past the nth: later commands would only bounce the counter's line.
+    std::atomic<std::uint64_t>& matched = state_[index].matched;
+    if (matched.load(std::memory_order_relaxed) >= r.nth) return false;
+    return matched.fetch_add(1, std::memory_order_relaxed) + 1 == r.nth;
+  }
+
+  /// Counts one firing unless the rule has reached max_fires, so `fired` never exceeds it.
+  [[nodiscard]] static bool take_fire(rule_state& s, const fault_rule& r) noexcept {
+    std::uint64_t n = s.fired.load(std::memory_order_relaxed);
+    do {
+      if (n >= r.max_fires) return false;
+    } while (!s.fired.compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
+    return true;
+  }
+
+  [[nodiscard]] static constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
     x += 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
     return x ^ (x >> 31);
   }
-  [[nodiscard]] std::uint64_t hash(const command_view& c, std::size_t rule) const noexcept {
-    std::uint64_t h = splitmix64(seed_ ^ (std::uint64_t{rule} << 56));
-    h = splitmix64(h ^ (std::uint64_t{c.sqid} << 32 | c.cid));
+
+  /// Each input is mixed in by a full splitmix64 round, so neighbouring seeds, rules, CIDs or
+  /// sequence numbers give unrelated draws.
+  [[nodiscard]] std::uint64_t hash(std::size_t rule, const command_view& c) const noexcept {
+    std::uint64_t h = splitmix64(seed_);
+    h = splitmix64(h ^ static_cast<std::uint64_t>(rule));
+    h = splitmix64(h ^ (std::uint64_t{c.sqid} << 16 | c.cid));
     return splitmix64(h ^ c.sequence);
   }
-  static double unit(std::uint64_t h) noexcept { return static_cast<double>(h >> 11) * 0x1.0p-53; }
+
+  /// The top 53 bits of `h` as a double in [0, 1): a fraction of 1 always fires, 0 never.
+  [[nodiscard]] static constexpr double unit_interval(std::uint64_t h) noexcept {
+    return static_cast<double>(h >> 11) * 0x1p-53;
+  }
+
+  [[nodiscard]] static std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
+    constexpr auto max = std::numeric_limits<std::uint64_t>::max();
+    return b > max - a ? max : a + b;
+  }
 
   std::vector<fault_rule> rules_;
   std::uint64_t seed_ = 0;
