@@ -4,7 +4,11 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace host = cunvme::host;
 namespace emu = cunvme::emu;
@@ -198,4 +202,29 @@ TEST_CASE("a queue pair's view carries the shadow doorbell slots when they are i
   auto buf = ctrl.memory().allocate(512);
   REQUIRE(q->read(1, 0, 1, buf) == spec::status::successful_completion);
   CHECK(*v.sq_shadow == 1);
+}
+
+TEST_CASE("queue pairs on different host threads work at once") {
+  host::controller_options options;
+  options.shadow_doorbells = true;
+  host::controller ctrl(backend(), options);
+  std::vector<std::unique_ptr<host::queue_pair>> pairs;
+  for (int i = 0; i < 4; ++i) pairs.push_back(ctrl.create_queue_pair(32));
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto buf = ctrl.memory().allocate(8192);
+      std::memset(buf.data(), t + 1, buf.size());
+      for (int i = 0; i < 200; ++i) {
+        const std::uint64_t lba = static_cast<std::uint64_t>(t) * 1000 + static_cast<std::uint64_t>(i % 50) * 16;
+        if (pairs[t]->write(1, lba, 16, buf) != spec::status::successful_completion) ++failures;
+        if (pairs[t]->read(1, lba, 16, buf) != spec::status::successful_completion) ++failures;
+        if (buf.data()[100] != static_cast<std::byte>(t + 1)) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(failures == 0);
+  CHECK(ctrl.mmio_doorbell_writes() + ctrl.skipped_doorbell_writes() >= 4 * 200 * 2 * 2);
 }

@@ -1,130 +1,229 @@
 #!/usr/bin/env bash
-# Boots a small Linux guest under QEMU (TCG) with QEMU's NVMe controller and runs static test
-# programs in it against that controller, through sysfs (see ../shared/QEMU.md).
+# Boots a small Linux guest under QEMU (TCG) with QEMU's emulated NVMe controller and runs
+# static test programs in it against that controller, through sysfs (see shared/QEMU.md).
 #
-#   run_guest.sh --name NAME [--nvme-args 'ARGS'] [--disk-mb N] [--lba 512|4096] \
+#   run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096] \
 #                -- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]...
 #
-# In program arguments @BDF@ becomes the controller's PCI address and @URI@ "sysfs:<BDF>".
-# The disk holds a known pattern: the 8-byte little-endian word at byte offset o is
-# (o / 8) XOR 0x5a5a5a5a5a5a5a5a (cunvme::host::pattern_word).
-# Exit 0 when every program exited 0, 1 otherwise, 77 (skipped) when QEMU, a guest kernel,
-# busybox or cpio is missing.
+# --qemu-device-args  appended to the '-device nvme,...' option, e.g. 'cmb_size_mb=16'
+#                     (--nvme-args is the same option under its old name)
+# --disk-mb N         size of the namespace's disk image in MiB (default 64)
+# --lba 512|4096      logical block size (4096 puts the namespace on an nvme-ns device)
+#
+# What the programs see in the guest (Linux, busybox, root, no NVMe driver bound):
+# - the controller is unbound; its BAR0 is /sys/bus/pci/devices/<BDF>/resource0. Bus mastering
+#   and interrupt masking are left to the programs.
+# - an argument containing @BDF@ gets the controller's PCI address (e.g. 0000:00:04.0) there,
+#   @URI@ gets "sysfs:<BDF>".
+# - 64 huge pages of 2 MiB are reserved (MAP_HUGETLB), compact_unevictable_allowed is 0, and
+#   /proc/self/pagemap gives physical (= bus) addresses: the guest has no IOMMU.
+# - the disk holds a known pattern: the 8-byte little-endian word at byte offset o is
+#   (o / 8) XOR 0x5a5a5a5a5a5a5a5a (cunvme::host::pattern_word).
+# - stdout and stderr both go to the serial console, which this script copies to its stdout.
+#
+# Serial protocol, one line each:  CUNVME-BDF <bdf>|none   CUNVME-HUGEPAGES <n>
+#   CUNVME-RUN <program> [args...]   then   CUNVME-RESULT <program> <exit code>
+# (<program> is the basename; 128+N for a program killed by signal N), then the guest powers off.
+#
+# Exit 0 when every program printed "CUNVME-RESULT <program> 0", 1 when one failed or the guest
+# timed out, panicked or found no controller, 2 for bad usage, 77 (meson's "skipped") when QEMU,
+# a guest kernel, a static busybox or cpio is missing. CUNVME_QEMU_TIMEOUT (seconds, default 100)
+# bounds the guest's run.
 set -euo pipefail
 
-name=guest nvme_args="" disk_mb=64 lba=512
+usage() {
+  echo "usage: run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096]" \
+       "-- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]..." >&2
+  exit 2
+}
+
+name=guest device_args="" disk_mb=64 lba=512
 while [ $# -gt 0 ]; do
   case "$1" in
-    --name) name=$2; shift 2 ;;
-    --nvme-args) nvme_args=$2; shift 2 ;;
-    --disk-mb) disk_mb=$2; shift 2 ;;
-    --lba) lba=$2; shift 2 ;;
+    --name) [ $# -ge 2 ] || usage; name=$2; shift 2 ;;
+    --qemu-device-args|--nvme-args) [ $# -ge 2 ] || usage; device_args=$2; shift 2 ;;
+    --disk-mb) [ $# -ge 2 ] || usage; disk_mb=$2; shift 2 ;;
+    --lba) [ $# -ge 2 ] || usage; lba=$2; shift 2 ;;
     --) shift; break ;;
-    *) echo "run_guest.sh: unknown option $1" >&2; exit 2 ;;
+    *) echo "run_guest.sh: unknown option '$1'" >&2; usage ;;
   esac
 done
-[ $# -gt 0 ] || { echo "run_guest.sh: no program given" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "run_guest.sh: no program given" >&2; usage; }
+[[ $disk_mb =~ ^[1-9][0-9]*$ ]] || { echo "run_guest.sh: --disk-mb needs a positive number" >&2; exit 2; }
+[ "$lba" = 512 ] || [ "$lba" = 4096 ] || { echo "run_guest.sh: --lba is 512 or 4096" >&2; exit 2; }
+timeout_s=${CUNVME_QEMU_TIMEOUT:-100}
 
+# --- What this needs on the host; missing pieces skip the test (77) -----------------------
 missing=()
-command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86_64)
-kernel=$(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n1 || true)
-[ -n "$kernel" ] && [ -r "$kernel" ] || missing+=("a guest kernel (/boot/vmlinuz-*)")
-# The initramfs has no libraries: busybox must be the static build (busybox-static).
-busybox=/bin/busybox
-if [ ! -x "$busybox" ] || ldd "$busybox" >/dev/null 2>&1; then missing+=("a static busybox"); fi
-command -v cpio >/dev/null || missing+=(cpio)
+command -v qemu-system-x86_64 >/dev/null 2>&1 || missing+=(qemu-system-x86_64)
+kernel=$(printf '%s\n' /boot/vmlinuz-* | sort -V | tail -n1)   # the newest
+if [ ! -e "$kernel" ]; then
+  missing+=("a guest kernel /boot/vmlinuz-*")
+elif [ ! -r "$kernel" ]; then
+  missing+=("a readable guest kernel ($kernel is not readable)")
+fi
+# The initramfs holds no shared libraries: busybox must be the static build.
+busybox=""
+for b in /bin/busybox /usr/bin/busybox "$(command -v busybox 2>/dev/null || true)"; do
+  if [ -n "$b" ] && [ -x "$b" ] && ! ldd "$b" >/dev/null 2>&1; then busybox=$b; break; fi
+done
+[ -n "$busybox" ] || missing+=("a static busybox")
+command -v cpio >/dev/null 2>&1 || missing+=(cpio)
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "skipped: missing ${missing[*]} (install qemu-system-x86 linux-image-amd64 busybox-static cpio)"
+  what=$(printf '%s, ' "${missing[@]}")
+  echo "skipped: missing ${what%, } (install qemu-system-x86 linux-image-amd64 busybox-static cpio)"
   exit 77
 fi
 
-work=$(mktemp -d)
+work=$(mktemp -d "${TMPDIR:-/tmp}/cunvme-qemu.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 root=$work/root
 mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp}
-cp "$busybox" "$root/bin/busybox"
-ln -s busybox "$root/bin/sh"
 
-# /init runs each program with its arguments; @BDF@/@URI@ expand in the guest.
-{
-  echo '#!/bin/sh'
-  echo '/bin/busybox --install -s /bin'
-  echo 'mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev'
-  echo 'BDF=""'
-  echo 'for d in /sys/bus/pci/devices/*; do [ "$(cat $d/class)" = "0x010802" ] && BDF=${d##*/}; done'
-  echo 'echo "CUNVME-BDF $BDF"'
-  # Locked pages must not be migrated under the controller's DMA; huge pages hold queues.
-  echo 'echo 0 > /proc/sys/vm/compact_unevictable_allowed'
-  echo 'echo 64 > /proc/sys/vm/nr_hugepages'
-  programs=()
-  line=""
-  flush_line() {
-    if [ -n "$line" ]; then echo "$line; echo \"CUNVME-RESULT $prog_name \$?\""; fi
-  }
-  prog_name=""
-  first=1
-  for arg in "$@"; do
-    if [ "$arg" = "---" ]; then flush_line; line=""; first=1; continue; fi
-    if [ $first -eq 1 ]; then
-      prog_name=$(basename "$arg")
-      cp "$arg" "$root/bin/$prog_name"
-      programs+=("$prog_name")
-      line="/bin/$prog_name"
-      first=0
-    else
-      arg=${arg//@URI@/sysfs:\$BDF}
-      arg=${arg//@BDF@/\$BDF}
-      line="$line \"$arg\""
+# --- initramfs: busybox, /init, the programs -------------------------------------------------
+# Quotes a word for sh; @BDF@ and @URI@ then become references to the guest's $BDF.
+sh_word() {
+  local q=${1//\'/\'\\\'\'}
+  q=${q//@BDF@/\'\"\$BDF\"\'}
+  q=${q//@URI@/\'\"sysfs:\$BDF\"\'}
+  printf "'%s'" "$q"
+}
+
+programs=()   # basenames, in run order
+commands=()   # one sh command line each
+cmd="" prog=""
+add_program() { [ -n "$cmd" ] && { programs+=("$prog"); commands+=("$cmd"); }; cmd=""; prog=""; }
+for arg in "$@"; do
+  if [ "$arg" = "---" ]; then add_program; continue; fi
+  if [ -z "$cmd" ]; then
+    [ -f "$arg" ] || { echo "run_guest.sh: program '$arg' not found" >&2; exit 2; }
+    if ldd "$arg" >/dev/null 2>&1; then
+      echo "FAIL: $arg is dynamically linked; the guest has no libraries (link it with -static)"
+      exit 1
     fi
-  done
-  flush_line
-  echo 'poweroff -f'
-} > "$root/init"
-chmod +x "$root/init"
-(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.cpio.gz"
-
-python3 - "$work/disk.img" "$disk_mb" <<'PY'
-import sys
-from array import array
-path, mb = sys.argv[1], int(sys.argv[2])
-words = mb * 1024 * 1024 // 8
-chunk = 1 << 20
-with open(path, "wb") as f:
-    for start in range(0, words, chunk):
-        n = min(chunk, words - start)
-        a = array("Q", range(start, start + n))
-        mask = 0x5a5a5a5a5a5a5a5a
-        a = array("Q", (w ^ mask for w in a))
-        f.write(a.tobytes())
-PY
-
-if [ "$lba" = 4096 ]; then
-  nvme=(-device "nvme,id=n0,serial=deadbeef${nvme_args:+,$nvme_args}"
-        -device nvme-ns,drive=nvm,bus=n0,nsid=1,logical_block_size=4096,physical_block_size=4096)
-else
-  nvme=(-device "nvme,serial=deadbeef,drive=nvm${nvme_args:+,$nvme_args}")
-fi
-
-echo "== $name: booting $(basename "$kernel") with QEMU's NVMe controller (${nvme_args:-default}, ${lba}-byte blocks)"
-start=$(date +%s)
-set +e
-timeout 100 qemu-system-x86_64 -machine q35,accel=tcg -cpu max -smp 1 -m 512M -nodefaults -display none \
-  -serial stdio -no-reboot -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
-  -append "console=ttyS0 panic=-1 quiet loglevel=3" \
-  -drive file="$work/disk.img",if=none,id=nvm,format=raw "${nvme[@]}" 2>&1 | tee "$work/serial.log"
-qemu_rc=${PIPESTATUS[0]}
-set -e
-echo "== $name: guest ran $(( $(date +%s) - start )) s, QEMU exit $qemu_rc"
-
-[ $qemu_rc -eq 124 ] && { echo "FAIL: the guest did not power off within 100 s"; exit 1; }
-grep -q "CUNVME-BDF 0000:" "$work/serial.log" || { echo "FAIL: the guest found no NVMe controller"; exit 1; }
-status=0
-for p in "${programs[@]}"; do
-  if grep -q "CUNVME-RESULT $p 0" "$work/serial.log"; then
-    echo "== $p passed"
+    prog=$(basename "$arg")
+    case "$prog" in busybox|sh|init) echo "run_guest.sh: a program may not be named $prog" >&2; exit 2 ;; esac
+    cp "$arg" "$root/bin/$prog"
+    chmod 755 "$root/bin/$prog"
+    cmd="/bin/$prog"
   else
-    echo "== $p FAILED ($(grep "CUNVME-RESULT $p " "$work/serial.log" || echo 'no result: it crashed or hung'))"
-    status=1
+    cmd="$cmd $(sh_word "$arg")"
   fi
 done
+add_program
+[ ${#programs[@]} -gt 0 ] || { echo "run_guest.sh: no program given" >&2; usage; }
+
+cp "$busybox" "$root/bin/busybox"
+for applet in sh $("$busybox" --list); do
+  [ -e "$root/bin/$applet" ] || [ -L "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
+done
+
+{
+  cat <<'EOF'
+#!/bin/sh
+export PATH=/bin:/sbin HOME=/ TERM=linux
+mount -t devtmpfs dev /dev 2>/dev/null
+exec </dev/console >/dev/console 2>&1
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+BDF=""
+for d in /sys/bus/pci/devices/*; do
+  if [ "$(cat "$d/class" 2>/dev/null)" = "0x010802" ]; then BDF=${d##*/}; break; fi
+done
+echo "CUNVME-BDF ${BDF:-none}"
+# Pages under the controller's DMA must not move; queues and buffers may use 2 MiB pages.
+echo 0 > /proc/sys/vm/compact_unevictable_allowed
+echo 64 > /proc/sys/vm/nr_hugepages
+echo "CUNVME-HUGEPAGES $(cat /proc/sys/vm/nr_hugepages)"
+if [ -n "$BDF" ]; then
+EOF
+  for i in "${!programs[@]}"; do
+    printf '  echo CUNVME-RUN %s\n' "${commands[$i]#/bin/}"
+    printf '  %s\n' "${commands[$i]}"
+    printf '  echo "CUNVME-RESULT %s $?"\n' "${programs[$i]}"
+  done
+  cat <<'EOF'
+fi
+sync
+poweroff -f
+EOF
+} > "$root/init"
+chmod 755 "$root/init"
+(cd "$root" && find . | cpio -o -H newc -R 0:0 --quiet | gzip -1) > "$work/initramfs.cpio.gz"
+
+# --- The disk: word at byte offset o = (o / 8) ^ 0x5a5a5a5a5a5a5a5a, little-endian -----------
+python3 - "$work/disk.img" "$disk_mb" <<'PY'
+import sys
+path, mb = sys.argv[1], int(sys.argv[2])
+# For a chunk of K = 2^17 words starting at a multiple of K, word(start + i) = (i ^ M) ^ start:
+# one XOR of two big integers per MiB.
+M, K = 0x5a5a5a5a5a5a5a5a, 1 << 17
+base = int.from_bytes(b"".join((i ^ M).to_bytes(8, "little") for i in range(K)), "little")
+with open(path, "wb") as f:
+    for start in range(0, mb * 1024 * 1024 // 8, K):
+        f.write((base ^ int.from_bytes(start.to_bytes(8, "little") * K, "little")).to_bytes(8 * K, "little"))
+PY
+
+# --- Run ------------------------------------------------------------------------------------
+# shellcheck disable=SC2054 # the commas belong to QEMU's option strings
+if [ "$lba" = 4096 ]; then
+  nvme=(-device "nvme,id=nvme0,serial=deadbeef${device_args:+,$device_args}"
+        -device nvme-ns,drive=nvm,bus=nvme0,nsid=1,logical_block_size=4096,physical_block_size=4096)
+else
+  nvme=(-device "nvme,serial=deadbeef,drive=nvm${device_args:+,$device_args}")
+fi
+
+echo "== $name: $(basename "$kernel"), QEMU NVMe (${device_args:-default options}, $lba-byte blocks," \
+     "$disk_mb MiB), running: ${programs[*]}"
+start_ms=$(( $(date +%s%N) / 1000000 ))
+set +e
+timeout -k 5 "$timeout_s" qemu-system-x86_64 -machine q35,accel=tcg -cpu max -smp 1 -m 512M \
+  -nodefaults -display none -serial stdio -no-reboot \
+  -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
+  -append "console=ttyS0 panic=-1 quiet loglevel=3" \
+  -drive file="$work/disk.img",if=none,id=nvm,format=raw "${nvme[@]}" \
+  </dev/null 2>&1 | tee "$work/serial.raw"
+qemu_rc=${PIPESTATUS[0]}
+set -e
+tr -d '\r' < "$work/serial.raw" > "$work/serial.log"
+ms=$(( $(date +%s%N) / 1000000 - start_ms ))
+printf '== %s: guest ran %d.%01d s, QEMU exit %s\n' "$name" $((ms / 1000)) $((ms % 1000 / 100)) "$qemu_rc"
+
+# --- Verdict --------------------------------------------------------------------------------
+status=0
+if grep -q "Kernel panic" "$work/serial.log"; then
+  echo "FAIL: the guest kernel panicked"; status=1
+fi
+if [ "$qemu_rc" -eq 124 ] || [ "$qemu_rc" -eq 137 ]; then
+  last=$(grep -o '^CUNVME-RUN [^ ]*' "$work/serial.log" | tail -n1 | cut -d' ' -f2)
+  echo "FAIL: the guest did not power off within $timeout_s s${last:+ (last started: $last)}"; status=1
+elif [ "$qemu_rc" -ne 0 ]; then
+  echo "FAIL: QEMU exited with $qemu_rc (bad --qemu-device-args?)"; status=1
+fi
+if grep -q '^CUNVME-BDF none' "$work/serial.log"; then
+  echo "FAIL: the guest found no NVMe controller (PCI class 0x010802)"; status=1
+fi
+
+# Markers in order: the i-th CUNVME-RESULT line belongs to the i-th program.
+mapfile -t results < <(grep '^CUNVME-RESULT ' "$work/serial.log" || true)
+for i in "${!programs[@]}"; do
+  p=${programs[$i]}
+  rp="" rc=""
+  read -r _ rp rc _ <<<"${results[$i]:-}" || true
+  if [ "${rp:-}" = "$p" ] && [ "${rc:-}" = 0 ]; then
+    echo "== $p: PASS"
+  elif [ "${rp:-}" = "$p" ]; then
+    echo "== $p: FAIL (exit ${rc:-?})"; status=1
+  else
+    echo "== $p: FAIL (no result: it hung, or the guest died before it finished)"; status=1
+  fi
+done
+
+# The programs may write; the image must still be whole and readable.
+size=$(stat -c %s "$work/disk.img" 2>/dev/null || echo 0)
+if [ "$size" -ne $((disk_mb * 1024 * 1024)) ] || ! cat "$work/disk.img" > /dev/null; then
+  echo "FAIL: the disk image is no longer readable or has the wrong size ($size bytes)"; status=1
+fi
+
+[ $status -eq 0 ] && echo "== $name: PASS" || echo "== $name: FAIL"
 exit $status

@@ -184,7 +184,7 @@ class backing_store {
   /// Locking: the store is cut into 64 KiB chunks and chunk i is guarded by stripe i % 256 of
   /// an array of std::shared_mutex. An access locks its chunks' stripes in ascending stripe
   /// order (one global order, so no deadlock), shared to read and exclusive to write; accesses
-  /// to different chunks rarely share a stripe and never share a cache line. An access of
+  /// to different chunks rarely share a stripe, and distinct stripes never share a cache line. An access of
   /// more than 32 chunks (about 2 MiB, beyond a default command's 512 KiB) instead locks
   /// the whole store; see `range_lock` for why.
   template <class F>

@@ -360,7 +360,6 @@ class controller {
 
   void begin_enable(spec::cc_register cc) {
     enabled_ = true;
-    cc_at_enable_ = cc;
     const spec::aqa_register aqa{load(spec::register_offset::aqa)};
     const std::uint64_t asq = load64(spec::register_offset::asq);
     const std::uint64_t acq = load64(spec::register_offset::acq);
@@ -1480,7 +1479,6 @@ class controller {
   spec::csts_register csts_{};
   std::mutex csts_mutex_;
   bool enabled_ = false;
-  spec::cc_register cc_at_enable_{};
   std::uint64_t page_size_ = 4096;
   std::uint64_t ready_at_ns_ = 0;
   spec::shutdown_notification last_shn_ = spec::shutdown_notification::none;

@@ -361,12 +361,15 @@ class controller {
     if (spec::shadow_doorbell_needs_mmio(static_cast<std::uint16_t>(ev), static_cast<std::uint16_t>(new_value),
                                          static_cast<std::uint16_t>(old_value))) {
       backend_->write32(mmio, new_value);
-      ++mmio_doorbell_writes_;
+      mmio_doorbell_writes_.fetch_add(1, std::memory_order_relaxed);
     } else {
-      ++skipped_doorbell_writes_;
+      skipped_doorbell_writes_.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  [[nodiscard]] std::uint64_t skipped_doorbell_writes() const noexcept { return skipped_doorbell_writes_; }
+  /// I/O doorbell updates that went to MMIO, and those the shadow buffer's EventIdx let the
+  /// host skip (queue pairs on several threads update these at once).
+  [[nodiscard]] std::uint64_t mmio_doorbell_writes() const noexcept { return mmio_doorbell_writes_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t skipped_doorbell_writes() const noexcept { return skipped_doorbell_writes_.load(std::memory_order_relaxed); }
 
   /// The shadow doorbell and EventIdx slots of a queue's doorbell; nullptrs without them.
   [[nodiscard]] std::pair<std::uint32_t*, std::uint32_t*> shadow_slots(std::uint16_t qid, bool is_cq) const {
@@ -585,7 +588,7 @@ class controller {
   std::uint16_t granted_ = 0;
   std::vector<bool> used_qids_;
   std::unique_ptr<dma_buffer> shadow_, event_index_;
-  std::uint64_t mmio_doorbell_writes_ = 0, skipped_doorbell_writes_ = 0;
+  std::atomic<std::uint64_t> mmio_doorbell_writes_{0}, skipped_doorbell_writes_{0};
   std::size_t cmb_used_ = 0;
   bool shut_down_ = false;
 };
