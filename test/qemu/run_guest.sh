@@ -176,15 +176,23 @@ fi
 echo "== $name: $(basename "$kernel"), QEMU NVMe (${device_args:-default options}, $lba-byte blocks," \
      "$disk_mb MiB), running: ${programs[*]}"
 start_ms=$(( $(date +%s%N) / 1000000 ))
-set +e
+# QEMU runs in the background (timeout makes it its own process group, out of reach of a
+# signal to ours), so a TERM/INT to this script is passed on and the temp dir still goes.
 timeout -k 5 "$timeout_s" qemu-system-x86_64 -machine q35,accel=tcg -cpu max -smp 1 -m 512M \
   -nodefaults -display none -serial stdio -no-reboot \
   -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
   -append "console=ttyS0 panic=-1 quiet loglevel=3" \
   -drive file="$work/disk.img",if=none,id=nvm,format=raw "${nvme[@]}" \
-  </dev/null 2>&1 | tee "$work/serial.raw"
-qemu_rc=${PIPESTATUS[0]}
+  </dev/null >"$work/serial.raw" 2>&1 &
+qpid=$!
+trap 'kill -TERM "$qpid" 2>/dev/null; echo "== $name: interrupted"; exit 1' TERM INT HUP
+tail -s 0.1 -n +1 -f --pid="$qpid" "$work/serial.raw" &   # the serial console, as it comes
+set +e
+wait "$qpid"
+qemu_rc=$?
+wait $!
 set -e
+trap - TERM INT HUP
 tr -d '\r' < "$work/serial.raw" > "$work/serial.log"
 ms=$(( $(date +%s%N) / 1000000 - start_ms ))
 printf '== %s: guest ran %d.%01d s, QEMU exit %s\n' "$name" $((ms / 1000)) $((ms % 1000 / 100)) "$qemu_rc"
@@ -206,6 +214,7 @@ fi
 
 # Markers in order: the i-th CUNVME-RESULT line belongs to the i-th program.
 mapfile -t results < <(grep '^CUNVME-RESULT ' "$work/serial.log" || true)
+started=$(grep -c '^CUNVME-RUN ' "$work/serial.log" || true)
 for i in "${!programs[@]}"; do
   p=${programs[$i]}
   rp="" rc=""
@@ -214,8 +223,10 @@ for i in "${!programs[@]}"; do
     echo "== $p: PASS"
   elif [ "${rp:-}" = "$p" ]; then
     echo "== $p: FAIL (exit ${rc:-?})"; status=1
-  else
+  elif [ "$i" -lt "$started" ]; then
     echo "== $p: FAIL (no result: it hung, or the guest died before it finished)"; status=1
+  else
+    echo "== $p: FAIL (did not start)"; status=1
   fi
 done
 
