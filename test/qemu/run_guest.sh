@@ -28,7 +28,7 @@
 # Exit 0 when every program printed "CUNVME-RESULT <program> 0", 1 when one failed or the guest
 # timed out, panicked or found no controller, 2 for bad usage, 77 (meson's "skipped") when QEMU,
 # a guest kernel, a static busybox or cpio is missing. CUNVME_QEMU_TIMEOUT (seconds, default 100)
-# bounds the guest's run.
+# bounds the guest's run; CUNVME_QEMU_KEEP=1 keeps the temp dir for a look.
 set -euo pipefail
 
 usage() {
@@ -76,7 +76,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cunvme-qemu.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+if [ -n "${CUNVME_QEMU_KEEP:-}" ]; then
+  trap 'echo "== kept $work (initramfs root, init, disk.img, serial.log)"' EXIT
+else
+  trap 'rm -rf "$work"' EXIT
+fi
 root=$work/root
 mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp}
 
