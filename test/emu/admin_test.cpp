@@ -399,7 +399,7 @@ TEST_CASE("deleting a submission queue completes its commands in flight as Comma
 TEST_CASE("queues are served round robin: one command on a quiet queue does not wait behind a flood") {
   emu::controller_config config;
   config.workers = 1;               // both queues on one worker
-  config.timing.max_iops = 10'000;  // 1000 commands take 100 ms of device time
+  config.timing.max_iops = 2'000;   // 1000 commands take 500 ms of device time
   // An idle worker sleeps long enough that it wakes to find both doorbells rung, whatever
   // the scheduling of this thread between the two writes.
   config.idle.spins = 0;

@@ -354,7 +354,7 @@ class controller {
       }
       report_doorbell_errors();
       busy |= post_due(e);
-      idle_wait(busy, idle);
+      idle_wait(busy, idle, e);
     }
   }
 
@@ -546,17 +546,28 @@ class controller {
         }
       }
       busy |= post_due(e);
-      idle_wait(busy, idle);
+      idle_wait(busy, idle, e);
     }
   }
 
-  void idle_wait(bool busy, std::uint32_t& idle) const {
+  /// Spins, then sleeps — but never past the next parked completion's due time, so the
+  /// timing model's latencies hold however long the idle sleep is.
+  void idle_wait(bool busy, std::uint32_t& idle, engine& e) const {
     if (busy) {
       idle = 0;
       return;
     }
     if (++idle < config_.idle.spins) return;
-    std::this_thread::sleep_for(config_.idle.sleep);
+    auto sleep = std::chrono::nanoseconds(config_.idle.sleep);
+    {
+      std::scoped_lock lock(e.pending_mutex);
+      if (!e.pending.empty()) {
+        const std::uint64_t now = now_ns();
+        const std::uint64_t due = e.pending.front().due_ns;
+        sleep = std::min(sleep, std::chrono::nanoseconds(due > now ? due - now : 0));
+      }
+    }
+    if (sleep.count() > 0) std::this_thread::sleep_for(sleep);
   }
 
   static constexpr std::uint32_t arbitration_burst = 64;  // Identify RAB = 6
