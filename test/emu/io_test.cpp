@@ -23,6 +23,17 @@ struct io_fixture {
   std::unique_ptr<queue_pair> q;
 };
 
+/// I/O queue pair 1 with an SQ of `sq_entries` feeding a CQ of only `cq_entries`; the CQ is
+/// returned as raw memory for the test to consume by hand.
+std::pair<std::unique_ptr<queue_pair>, std::unique_ptr<dma_buffer>> pair_with_small_cq(emu::controller& ctrl, test_host& host,
+                                                                                      std::uint32_t sq_entries, std::uint32_t cq_entries) {
+  auto q = std::make_unique<queue_pair>(ctrl, 1, sq_entries);
+  auto cq = std::make_unique<dma_buffer>(ctrl, 4096);
+  REQUIRE(host.admin_status(spec::make_create_io_cq(1, cq_entries, cq->bus)) == spec::status::successful_completion);
+  REQUIRE(host.admin_status(spec::make_create_io_sq(1, sq_entries, q->sq_bus, 1)) == spec::status::successful_completion);
+  return {std::move(q), std::move(cq)};
+}
+
 void fill_pattern(std::byte* p, std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
   for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>(rng());
@@ -235,11 +246,8 @@ TEST_CASE("a full completion queue holds completions back until the host frees e
   emu::controller ctrl;
   test_host host(ctrl);
   REQUIRE(host.enable());
-  auto q = std::make_unique<queue_pair>(ctrl, 1, 8);
   // A 4-entry CQ behind an 8-entry SQ: at most 3 completions fit before the host consumes.
-  auto cq = std::make_unique<dma_buffer>(ctrl, 4096);
-  REQUIRE(host.admin_status(spec::make_create_io_cq(1, 4, cq->bus)) == spec::status::successful_completion);
-  REQUIRE(host.admin_status(spec::make_create_io_sq(1, 8, q->sq_bus, 1)) == spec::status::successful_completion);
+  auto [q, cq] = pair_with_small_cq(ctrl, host, 8, 4);
   dma_buffer buf(ctrl, 4096);
   for (int i = 0; i < 6; ++i) host.place(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, buf.bus));
   host.ring_sq(*q);
@@ -400,10 +408,7 @@ TEST_CASE("a host that never consumes its completion queue cannot make the contr
   emu::controller ctrl;
   test_host host(ctrl);
   REQUIRE(host.enable());
-  auto q = std::make_unique<queue_pair>(ctrl, 1, 64);
-  auto cq = std::make_unique<dma_buffer>(ctrl, 4096);
-  REQUIRE(host.admin_status(spec::make_create_io_cq(1, 4, cq->bus)) == spec::status::successful_completion);
-  REQUIRE(host.admin_status(spec::make_create_io_sq(1, 64, q->sq_bus, 1)) == spec::status::successful_completion);
+  auto [q, cq] = pair_with_small_cq(ctrl, host, 64, 4);
   dma_buffer buf(ctrl, 4096);
   for (int i = 0; i < 60; ++i) host.place(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, buf.bus));
   host.ring_sq(*q);

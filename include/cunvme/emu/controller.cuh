@@ -1035,15 +1035,24 @@ class controller {
       case spec::feature_id::volatile_write_cache:
         if (!config_.volatile_write_cache) return fail(spec::status::invalid_field_in_command);
         return outcome{spec::status::successful_completion, volatile_write_cache_enabled_ ? 1u : 0u};
+      default:
+        if (!stored_feature(fid)) return fail(spec::status::invalid_field_in_command);
+        return outcome{spec::status::successful_completion, plain_features_[static_cast<std::uint8_t>(fid)]};
+    }
+  }
+
+  /// Features the emulator accepts and reports back without acting on them (it has no
+  /// interrupts, power states or thermal sensors whose behaviour they would change).
+  [[nodiscard]] static constexpr bool stored_feature(spec::feature_id fid) noexcept {
+    switch (fid) {
       case spec::feature_id::arbitration:
       case spec::feature_id::power_management:
       case spec::feature_id::temperature_threshold:
       case spec::feature_id::error_recovery:
       case spec::feature_id::interrupt_coalescing:
       case spec::feature_id::interrupt_vector_configuration:
-      case spec::feature_id::asynchronous_event_configuration:
-        return outcome{spec::status::successful_completion, plain_features_[static_cast<std::uint8_t>(fid)]};
-      default: return fail(spec::status::invalid_field_in_command);
+      case spec::feature_id::asynchronous_event_configuration: return true;
+      default: return false;
     }
   }
 
@@ -1073,16 +1082,10 @@ class controller {
         if (!config_.volatile_write_cache) return fail(spec::status::invalid_field_in_command);
         volatile_write_cache_enabled_.store(spec::volatile_write_cache_fields::wce::get(sqe.cdw11));
         return outcome{};
-      case spec::feature_id::arbitration:
-      case spec::feature_id::power_management:
-      case spec::feature_id::temperature_threshold:
-      case spec::feature_id::error_recovery:
-      case spec::feature_id::interrupt_coalescing:
-      case spec::feature_id::interrupt_vector_configuration:
-      case spec::feature_id::asynchronous_event_configuration:
+      default:
+        if (!stored_feature(fid)) return fail(spec::status::invalid_field_in_command);
         plain_features_[static_cast<std::uint8_t>(fid)] = sqe.cdw11;
         return outcome{};
-      default: return fail(spec::status::invalid_field_in_command);
     }
   }
 
