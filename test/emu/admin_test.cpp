@@ -207,12 +207,7 @@ TEST_CASE("Get Log Page SMART counts data units and host commands") {
   }
   REQUIRE(r.host.run(*q, spec::make_rw(spec::nvm_opcode::write, 1, 0, 8, data.bus)).status() == spec::status::successful_completion);
   dma_buffer page(r.ctrl, 4096);
-  auto sqe = spec::submission_entry{};
-  sqe.set_opcode(spec::admin_opcode::get_log_page);
-  sqe.prp1 = page.bus;
-  const auto dw = spec::get_log_page_dwords::for_log(spec::log_page_id::smart_health_information, 512);
-  sqe.cdw10 = dw.cdw10;
-  sqe.cdw11 = dw.cdw11;
+  auto sqe = spec::make_get_log_page(spec::log_page_id::smart_health_information, 512, page.bus);
   REQUIRE(r.host.admin_status(sqe) == spec::status::successful_completion);
   const auto& smart = *page.as<spec::smart_health_information_log>();
   CHECK(smart.host_read_commands.low64() == 3);
@@ -227,18 +222,10 @@ TEST_CASE("Get Log Page SMART counts data units and host commands") {
 TEST_CASE("Get Log Page of an unsupported log is Invalid Log Page, a bad offset Invalid Field") {
   ready_controller r;
   dma_buffer page(r.ctrl, 4096);
-  auto sqe = spec::submission_entry{};
-  sqe.set_opcode(spec::admin_opcode::get_log_page);
-  sqe.prp1 = page.bus;
-  auto dw = spec::get_log_page_dwords::for_log(static_cast<spec::log_page_id>(0xbf), 512);
-  sqe.cdw10 = dw.cdw10;
-  sqe.cdw11 = dw.cdw11;
-  CHECK(r.host.admin_status(sqe) == spec::status::invalid_log_page);
-  dw = spec::get_log_page_dwords::for_log(spec::log_page_id::smart_health_information, 512, 512);
-  sqe.cdw10 = dw.cdw10;
-  sqe.cdw11 = dw.cdw11;
-  sqe.cdw12 = dw.cdw12;
-  CHECK(r.host.admin_status(sqe) == spec::status::invalid_field_in_command);
+  CHECK(r.host.admin_status(spec::make_get_log_page(static_cast<spec::log_page_id>(0xbf), 512, page.bus)) ==
+        spec::status::invalid_log_page);
+  CHECK(r.host.admin_status(spec::make_get_log_page(spec::log_page_id::smart_health_information, 512, page.bus, 0, 512)) ==
+        spec::status::invalid_field_in_command);
 }
 
 TEST_CASE("failed commands are recorded in the Error Information log, newest first") {
@@ -251,13 +238,8 @@ TEST_CASE("failed commands are recorded in the Error Information log, newest fir
   const auto second = r.host.run(*q, spec::make_rw(spec::nvm_opcode::read, 9, 0, 1, data.bus));
   REQUIRE(second.status() == spec::status::invalid_namespace_or_format);
   dma_buffer log(r.ctrl, 4096);
-  auto sqe = spec::submission_entry{};
-  sqe.set_opcode(spec::admin_opcode::get_log_page);
-  sqe.prp1 = log.bus;
-  const auto dw = spec::get_log_page_dwords::for_log(spec::log_page_id::error_information, 4096);
-  sqe.cdw10 = dw.cdw10;
-  sqe.cdw11 = dw.cdw11;
-  REQUIRE(r.host.admin_status(sqe) == spec::status::successful_completion);
+  REQUIRE(r.host.admin_status(spec::make_get_log_page(spec::log_page_id::error_information, 4096, log.bus)) ==
+          spec::status::successful_completion);
   const auto* entries = log.as<spec::error_information_log_entry>();
   CHECK(entries[0].error_count == 2);
   CHECK(entries[0].cid == second.cid);

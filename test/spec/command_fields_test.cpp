@@ -61,6 +61,14 @@ TEST_CASE("Set Features Number of Queues asks for 0-based counts, SQs low and CQ
   CHECK(spec::make_set_features(spec::feature_id::volatile_write_cache, 1, true).cdw10 == (0x06u | 1u << 31));
 }
 
+TEST_CASE("Get Log Page carries the log, its 0-based dword count and the offset") {
+  constexpr auto e = spec::make_get_log_page(spec::log_page_id::smart_health_information, 512, 0x7000, 0, 64);
+  static_assert(e.opcode() == 0x02 && e.prp1 == 0x7000 && e.nsid == 0xffffffffu);
+  static_assert(e.cdw10 == (0x02u | 127u << 16));  // NUMDL = 512 / 4 - 1
+  static_assert(e.cdw11 == 0 && e.cdw12 == 64 && e.cdw13 == 0);
+  CHECK(spec::make_get_log_page(spec::log_page_id::error_information, 64, 0, 0, 0, 1).nsid == 1);
+}
+
 TEST_CASE("Get Features selects which value of a feature to return") {
   constexpr auto e = spec::make_get_features(spec::feature_id::volatile_write_cache, spec::feature_select::saved);
   static_assert(e.opcode() == 0x0a);

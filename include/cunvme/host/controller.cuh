@@ -331,12 +331,7 @@ class controller {
     dma_buffer buf = memory().allocate(bytes);
     const std::uint32_t entries = prp::list_entries_needed(buf.bus(), bytes, page_shift_);
     dma_buffer list = memory().allocate(std::size_t{std::max<std::uint32_t>(entries, 1)} * 8);
-    spec::submission_entry sqe{};
-    sqe.set_opcode(spec::admin_opcode::get_log_page);
-    sqe.nsid = nsid;
-    const auto dw = spec::get_log_page_dwords::for_log(lid, bytes);
-    sqe.cdw10 = dw.cdw10;
-    sqe.cdw11 = dw.cdw11;
+    auto sqe = spec::make_get_log_page(lid, bytes, 0, 0, 0, nsid);
     fill_prps(sqe, buf, 0, bytes, list);
     admin(sqe, "Get Log Page " + std::to_string(static_cast<unsigned>(lid)));
     return std::vector<std::byte>(buf.data(), buf.data() + bytes);

@@ -8,6 +8,7 @@
 #include <cunvme/config.cuh>
 #include <cunvme/spec/bit_field.cuh>
 #include <cunvme/spec/identify.cuh>
+#include <cunvme/spec/log_page.cuh>
 #include <cunvme/spec/opcodes.cuh>
 #include <cunvme/spec/queue_entry.cuh>
 
@@ -174,6 +175,26 @@ CUNVME_HOST_DEVICE constexpr void set_starting_lba(submission_entry& sqe, cuda::
   e.prp1  = prp1;
   e.prp2  = prp2;
   e.cdw10 = identify_fields::cns::set(0, cns);
+  return e;
+}
+
+/// Get Log Page of `bytes` (a multiple of 4) of log `lid` from byte `offset`, into the
+/// buffer at PRP1/PRP2; NSID FFFFFFFFh asks for the controller-wide log.
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr submission_entry make_get_log_page(log_page_id lid, cuda::std::uint64_t bytes,
+                                                                          cuda::std::uint64_t prp1, cuda::std::uint64_t prp2 = 0,
+                                                                          cuda::std::uint64_t offset = 0,
+                                                                          cuda::std::uint32_t nsid = 0xffffffffu) noexcept {
+  submission_entry e{};
+  e.set_opcode(admin_opcode::get_log_page);
+  e.nsid = nsid;
+  e.prp1 = prp1;
+  e.prp2 = prp2;
+  const auto dw = get_log_page_dwords::for_log(lid, bytes, offset);
+  e.cdw10 = dw.cdw10;
+  e.cdw11 = dw.cdw11;
+  e.cdw12 = dw.cdw12;
+  e.cdw13 = dw.cdw13;
+  e.cdw14 = dw.cdw14;
   return e;
 }
 
