@@ -142,3 +142,24 @@ TEST_CASE("doorbells sit at the stride CAP.DSTRD announces") {
   CHECK(cqe.status() == spec::status::successful_completion);
   CHECK(ctrl.bar_size() >= spec::bar_size_for_queues(config.max_io_queues, 2));
 }
+
+TEST_CASE("a command in flight at a reset never completes into the queues created afterwards") {
+  emu::controller_config config;
+  config.timing.read_latency_ns = 200'000'000;  // still in flight when the reset comes
+  emu::controller ctrl(config);
+  test_host host(ctrl);
+  REQUIRE(host.enable());
+  auto q = host.create_pair(1, 8);
+  dma_buffer data(ctrl, 4096);
+  host.place(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, data.bus));
+  host.ring_sq(*q);
+  REQUIRE(test_host::eventually([&] { return ctrl.stats().io_commands == 1; }));
+  REQUIRE(host.disable());
+  REQUIRE(host.enable());
+  auto fresh = host.create_pair(1, 8);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK_FALSE(test_host::phase_of(fresh->cq.as<spec::completion_entry>()));
+  CHECK(ctrl.stats().completions_posted == 2 + 2);  // the admin commands of the two queue pairs only
+  // The fresh queue works.
+  CHECK(host.run(*fresh, spec::make_rw(spec::nvm_opcode::write, 1, 0, 1, data.bus)).status() == spec::status::successful_completion);
+}

@@ -167,11 +167,15 @@ class controller {
     // was full). The SQs feeding it stop being fetched once this reaches the CQ's size, so a
     // host that never consumes its CQ cannot make the controller queue without bound.
     std::atomic<std::uint32_t> parked{0};
+    // Bumped whenever the queue is created: a completion made for an earlier incarnation
+    // (before a reset or a delete and re-create) is dropped, never posted into the new one.
+    std::atomic<std::uint32_t> generation{0};
   };
   struct pending_completion {
     std::uint64_t due_ns = 0;
     std::uint16_t sqid = 0;
     std::uint16_t cqid = 0;
+    std::uint32_t cq_generation = 0;
     spec::completion_entry cqe{};  // SQHD and phase are filled when posted
     bool dnr = false;
   };
@@ -399,6 +403,7 @@ class controller {
     cq.phase = true;
     cq.sq_refs = 0;
     cq.rejected_head = ~0u;
+    cq.generation.fetch_add(1, std::memory_order_relaxed);
   }
   static void init_sq(sq_state& sq, std::uint16_t cqid, std::uint32_t entries, std::uint64_t bus) {
     sq.live = true;
@@ -586,9 +591,9 @@ class controller {
     std::uint32_t head = sq.head.load(std::memory_order_relaxed);
     if (head == sq.tail) return false;
     const cq_state& cq = cqs_[sq.cqid];
+    e.batch.clear();
     const auto room = [&] { return cq.parked.load(std::memory_order_relaxed) + e.batch.size() < cq.size; };
     if (!room()) return false;
-    e.batch.clear();
     for (std::uint32_t n = 0; n < arbitration_burst && head != sq.tail && room(); ++n) {
       spec::submission_entry sqe;
       if (!fetch(mem, sq, head, sqe)) return true;
@@ -663,6 +668,7 @@ class controller {
     pending_completion pc;
     pc.sqid = sqid;
     pc.cqid = cqid;
+    pc.cq_generation = cqs_[cqid].generation.load(std::memory_order_relaxed);
     pc.cqe.dw0 = o.dw0;
     pc.cqe.sqid = sqid;
     pc.cqe.cid = sqe.cid();
@@ -729,7 +735,7 @@ class controller {
   bool post(const dma_space::view& mem, const pending_completion& pc) {
     cq_state& cq = cqs_[pc.cqid];
     std::scoped_lock lock(cq.mutex);
-    if (!cq.live) {
+    if (!cq.live || cq.generation.load(std::memory_order_relaxed) != pc.cq_generation) {
       completions_dropped_.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
@@ -896,6 +902,7 @@ class controller {
     pending_completion pc;
     pc.sqid = 0;
     pc.cqid = 0;
+    pc.cq_generation = cqs_[0].generation.load(std::memory_order_relaxed);
     pc.cqe.dw0 = dw0;
     pc.cqe.cid = cid;
     pc.cqe.status_field = spec::cqe_status::make_status_field(status, false, false);

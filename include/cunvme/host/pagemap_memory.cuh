@@ -1,16 +1,20 @@
 // DMA memory for machines without an IOMMU: page-locked memory whose bus addresses are its
-// physical addresses, read from /proc/self/pagemap (root only).
+// physical addresses, read from /proc/self/pagemap (root only). The `sysfs:` backend's memory.
 #pragma once
 
 #include <cunvme/config.cuh>
 #include <cunvme/host/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -20,44 +24,59 @@
 CUNVME_NAMESPACE_BEGIN
 namespace host {
 
-/// Allocates 2 MiB huge pages where the system has them (physically contiguous, never moved)
-/// and locked 4 KiB pages otherwise, and lists each 4 KiB page's physical address.
+/// Which pages a `pagemap_allocator` hands out.
+enum class huge_pages : std::uint8_t {
+  /// 2 MiB huge pages while the pool (/proc/sys/vm/nr_hugepages) has free ones, locked 4 KiB
+  /// pages after. Choose it unless the huge-page pool is reserved for something else: huge
+  /// pages are physically contiguous (queues larger than 4 KiB need that) and never moved.
+  prefer,
+  /// Locked 4 KiB pages only. A buffer larger than 4 KiB is then rarely contiguous in bus
+  /// address space, so it serves data and PRP lists, not queues.
+  never,
+};
+
+/// Page-locked host memory and the physical address of each 4 KiB page, for controllers that
+/// DMA to physical addresses (no IOMMU between them and memory), as root.
 ///
-/// Locked pages are not swapped out but may still be migrated by memory compaction unless
-/// `/proc/sys/vm/compact_unevictable_allowed` is 0; huge pages are safe either way.
+/// Each buffer is its own mapping: with huge pages it is rounded up to 2 MiB and each 2 MiB of
+/// it is physically contiguous; otherwise it is rounded up to 4 KiB and locked with mlock.
+/// Pages are listed per 4 KiB either way (`page_size() == 4096`).
+///
+/// Why locked pages are not enough on their own: mlock keeps a page in memory but not at one
+/// physical address. Memory compaction migrates locked ("unevictable") pages too unless
+/// /proc/sys/vm/compact_unevictable_allowed is 0; a migrated page leaves the controller
+/// DMA-ing into memory that belongs to someone else. Set that sysctl to 0 (see
+/// `unevictable_compaction_disabled()`) or reserve huge pages, which compaction leaves alone.
+/// The mappings are also excluded from fork(): a child sharing them copy-on-write would make
+/// the parent's next write move the page.
+///
+/// ```
+/// host::pagemap_allocator memory("0000:01:00.0");
+/// host::dma_buffer queue = memory.allocate(64 * 1024);   // one huge page when there is one
+/// std::uint64_t base = queue.bus(0);
+/// ```
 class pagemap_allocator final : public dma_allocator {
  public:
-  explicit pagemap_allocator(std::string device) : device_(std::move(device)) {}
+  /// `device` names the controller in error messages.
+  explicit pagemap_allocator(std::string device, huge_pages policy = huge_pages::prefer) : device_(std::move(device)), policy_(policy) {}
 
+  /// `bytes` of zeroed memory, each 4 KiB page translated to its physical address.
   [[nodiscard]] dma_buffer allocate(std::size_t bytes) override {
     if (bytes == 0) throw error("Allocate DMA memory", device_, "0 bytes asked for");
-    // Anything larger than a page may be a queue, which must be physically contiguous: it
-    // gets huge pages when there are any. A page or less is one locked page.
-    constexpr std::size_t huge = 2u << 20;
-    std::size_t mapped = (bytes + huge - 1) / huge * huge;
-    void* p = bytes <= 4096 ? MAP_FAILED
-                            : ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED) {
-      mapped = (bytes + 4095) / 4096 * 4096;
-      p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-      if (p == MAP_FAILED) throw os_error("Allocate DMA memory", device_);
-      if (::mlock(p, mapped) != 0) {
-        const int e = errno;
-        ::munmap(p, mapped);
-        errno = e;
-        throw os_error("Lock DMA memory", device_, "raise RLIMIT_MEMLOCK (ulimit -l) or run as root");
-      }
-    }
-    auto* bytes_ptr = static_cast<std::byte*>(p);
-    std::memset(bytes_ptr, 0, mapped);  // also faults every page in before it is translated
-    std::vector<std::uint64_t> pages;
-    try {
-      pages = translate(bytes_ptr, (bytes + 4095) / 4096);
-    } catch (...) {
-      ::munmap(p, mapped);
-      throw;
-    }
-    return dma_buffer(bytes_ptr, nullptr, bytes, 4096, std::move(pages), memory_location::pinned_host, [p, mapped] { ::munmap(p, mapped); });
+    if (bytes > std::numeric_limits<std::size_t>::max() / 2) throw error("Allocate DMA memory", device_, std::to_string(bytes) + " bytes asked for");
+    mapping m = policy_ == huge_pages::prefer ? map_huge(bytes) : mapping{};
+    if (m.address == nullptr) m = map_locked(bytes);
+    // A child process sharing the pages copy-on-write would make our next write move them.
+    if (::madvise(m.address, m.size, MADV_DONTFORK) != 0) throw os_error("Exclude DMA memory from fork", device_);
+    // Writing every page both zeroes it and gives each virtual page a private physical page:
+    // an untouched anonymous page reads from the one shared zero page, which must never be a
+    // DMA target.
+    std::memset(m.address, 0, m.size);
+    std::vector<std::uint64_t> pages = translate(m.address, (bytes + page - 1) / page);
+    const std::size_t size = m.size;
+    std::byte* const address = m.release();
+    return dma_buffer(address, nullptr, bytes, page, std::move(pages), memory_location::pinned_host,
+                      [address, size] { ::munmap(address, size); });
   }
 
   [[nodiscard]] dma_buffer map_gpu(void*, std::size_t) override {
@@ -66,40 +85,119 @@ class pagemap_allocator final : public dma_allocator {
                 "host memory only");
   }
 
-  /// Whether locked pages stay where they are (compaction of unevictable pages is off).
+  /// Whether memory compaction leaves locked pages where they are: /proc/sys/vm/
+  /// compact_unevictable_allowed reads 0, or the kernel has no compaction at all (the file is
+  /// absent while /proc/sys/vm is there). Locked 4 KiB DMA pages are safe only then.
   [[nodiscard]] static bool unevictable_compaction_disabled() {
     std::ifstream in("/proc/sys/vm/compact_unevictable_allowed");
+    if (!in) return ::access("/proc/sys/vm", F_OK) == 0;
     int value = 1;
     return (in >> value) && value == 0;
   }
 
  private:
-  /// Physical address of each 4 KiB page (pagemap: bit 63 present, bits 54:0 PFN).
+  static constexpr std::size_t page = 4096;
+  static constexpr std::size_t huge_page = std::size_t{2} << 20;
+
+  /// An mmap'ed range, unmapped when dropped unless released to a buffer.
+  struct mapping {
+    std::byte* address = nullptr;
+    std::size_t size = 0;
+
+    mapping() = default;
+    mapping(std::byte* a, std::size_t s) noexcept : address(a), size(s) {}
+    mapping(mapping&& o) noexcept : address(std::exchange(o.address, nullptr)), size(o.size) {}
+    mapping& operator=(mapping&& o) noexcept {
+      if (this != &o) {
+        reset();
+        address = std::exchange(o.address, nullptr);
+        size = o.size;
+      }
+      return *this;
+    }
+    mapping(const mapping&) = delete;
+    mapping& operator=(const mapping&) = delete;
+    ~mapping() { reset(); }
+
+    /// Hands the range over: it is no longer unmapped here.
+    [[nodiscard]] std::byte* release() noexcept { return std::exchange(address, nullptr); }
+    void reset() noexcept {
+      if (address != nullptr) ::munmap(address, size);
+      address = nullptr;
+    }
+  };
+  /// 2 MiB huge pages, or an empty mapping when the pool has too few free ones (mmap reserves
+  /// them up front and fails with ENOMEM then) or the kernel has no 2 MiB size (EINVAL).
+  [[nodiscard]] static mapping map_huge(std::size_t bytes) {
+    const std::size_t size = (bytes + huge_page - 1) / huge_page * huge_page;
+    // Ask for 2 MiB explicitly: the default huge-page size may be 1 GiB (default_hugepagesz).
+    constexpr int two_mib = 21 << MAP_HUGE_SHIFT;
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | two_mib | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) return {};
+    return {static_cast<std::byte*>(p), size};
+  }
+
+  /// Anonymous memory, faulted in and locked so it is never swapped out.
+  [[nodiscard]] mapping map_locked(std::size_t bytes) const {
+    const std::size_t granule = std::max(page, system_page_size());
+    const std::size_t size = (bytes + granule - 1) / granule * granule;
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) throw os_error("Allocate DMA memory", device_);
+    mapping m(static_cast<std::byte*>(p), size);
+    if (::mlock(p, size) != 0) throw os_error("Lock DMA memory", device_, "raise RLIMIT_MEMLOCK (ulimit -l) or run as root");
+    return m;
+  }
+
+  [[nodiscard]] static std::size_t system_page_size() noexcept {
+    const long size = ::sysconf(_SC_PAGESIZE);
+    return size > 0 ? static_cast<std::size_t>(size) : page;
+  }
+
+  /// Physical address of each of the `count` 4 KiB pages at `p`. /proc/self/pagemap holds one
+  /// 64-bit entry per system page: bit 63 present, bits 54:0 the page frame number.
   [[nodiscard]] std::vector<std::uint64_t> translate(const std::byte* p, std::size_t count) const {
+    const std::size_t system_page = system_page_size();
+    const auto address = reinterpret_cast<std::uintptr_t>(p);
+    const std::size_t first = address / system_page;
+    const std::size_t entry_count = (address + count * page - 1) / system_page - first + 1;
+
     const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw os_error("Open /proc/self/pagemap", device_);
-    std::vector<std::uint64_t> entries(count);
-    const auto first = reinterpret_cast<std::uintptr_t>(p) / 4096;
-    const auto want = static_cast<ssize_t>(count * sizeof(std::uint64_t));
-    const ssize_t got = ::pread(fd, entries.data(), static_cast<std::size_t>(want), static_cast<off_t>(first * sizeof(std::uint64_t)));
-    const int e = errno;
+    if (fd < 0) throw os_error("Open /proc/self/pagemap", device_, "needs a mounted /proc");
+    std::vector<std::uint64_t> entries(entry_count);
+    auto* out = reinterpret_cast<char*>(entries.data());
+    std::size_t done = 0;
+    const std::size_t want = entry_count * sizeof(std::uint64_t);
+    // pagemap may return fewer bytes than asked; each pread makes progress or fails.
+    while (done < want) {
+      const ssize_t got = ::pread(fd, out + done, want - done, static_cast<off_t>(first * sizeof(std::uint64_t) + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        const int e = got < 0 ? errno : EIO;
+        ::close(fd);
+        errno = e;
+        throw os_error("Read /proc/self/pagemap", device_);
+      }
+      done += static_cast<std::size_t>(got);
+    }
     ::close(fd);
-    if (got != want) {
-      errno = got < 0 ? e : EIO;
-      throw os_error("Read /proc/self/pagemap", device_);
-    }
-    for (auto& entry : entries) {
-      const bool present = (entry >> 63) & 1u;
-      const std::uint64_t pfn = entry & ((std::uint64_t{1} << 55) - 1);
-      if (!present) throw error("Translate DMA memory", device_, "a locked page is not present");
-      // Without CAP_SYS_ADMIN the kernel hides PFNs as 0.
+
+    constexpr std::uint64_t present = std::uint64_t{1} << 63;
+    constexpr std::uint64_t pfn_mask = (std::uint64_t{1} << 55) - 1;
+    std::vector<std::uint64_t> pages(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uintptr_t at = address + i * page;
+      const std::uint64_t entry = entries[at / system_page - first];
+      if ((entry & present) == 0) throw error("Translate DMA memory", device_, "a locked page is not resident");
+      // Since Linux 4.2 the kernel reports PFN 0 to readers without CAP_SYS_ADMIN.
+      const std::uint64_t pfn = entry & pfn_mask;
       if (pfn == 0) throw error("Translate DMA memory", device_, "needs root (CAP_SYS_ADMIN) to read physical addresses from /proc/self/pagemap");
-      entry = pfn * 4096;
+      pages[i] = pfn * system_page + at % system_page;
     }
-    return entries;
+    return pages;
   }
 
   std::string device_;
+  huge_pages policy_;
 };
 
 }  // namespace host

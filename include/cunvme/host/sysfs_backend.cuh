@@ -8,11 +8,15 @@
 #include <cunvme/host/register_backend.cuh>
 
 #include <cctype>
+#include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <system_error>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -22,128 +26,170 @@
 CUNVME_NAMESPACE_BEGIN
 namespace host {
 
-/// Whether `bdf` is a PCI address in the DDDD:BB:DD.F form sysfs uses.
-[[nodiscard]] inline bool valid_bdf(const std::string& bdf) {
+/// Whether `bdf` is a PCI address in the DDDD:BB:DD.F form (hex digits) sysfs names devices by.
+[[nodiscard]] inline bool valid_bdf(std::string_view bdf) noexcept {
   if (bdf.size() != 12 || bdf[4] != ':' || bdf[7] != ':' || bdf[10] != '.') return false;
   for (std::size_t i : {0, 1, 2, 3, 5, 6, 8, 9, 11}) {
     if (!std::isxdigit(static_cast<unsigned char>(bdf[i]))) return false;
   }
-  return true;
+  // The function number is 3 bits.
+  return bdf[11] >= '0' && bdf[11] <= '7';
 }
 
-/// BAR0 of an NVMe controller that no kernel driver owns, mapped through sysfs.
+/// BAR0 of an NVMe controller that no kernel driver owns, mapped through sysfs; DMA memory from
+/// `pagemap_allocator`. Choose it on a machine without an IOMMU (or with it in passthrough),
+/// as root — QEMU guests, lab machines; prefer `vfio_backend` wherever an IOMMU is on, since
+/// the controller can then reach only the memory it was given.
+///
+/// Opening enables memory space and bus mastering and disables INTx in the PCI command
+/// register (the host polls). Closing restores nothing: the controller layer has disabled the
+/// controller by then, and a driver bound later (nvme, vfio-pci) programs the command
+/// register itself.
 ///
 /// ```
+/// // echo 0000:01:00.0 > /sys/bus/pci/devices/0000:01:00.0/driver/unbind   (as root)
 /// host::controller ctrl(std::make_unique<host::sysfs_backend>("0000:01:00.0"));
 /// ```
 class sysfs_backend final : public register_backend {
  public:
+  /// Opens the controller at `bdf` ("0000:01:00.0") under `sysfs_root` (a fake tree in tests).
   explicit sysfs_backend(std::string bdf, std::string sysfs_root = "/sys/bus/pci/devices") : bdf_(std::move(bdf)), memory_(bdf_) {
-    if (!valid_bdf(bdf_)) throw error("Open", bdf_, "not a PCI address of the form 0000:01:00.0");
-    dir_ = std::filesystem::path(sysfs_root) / bdf_;
-    if (!std::filesystem::exists(dir_)) throw error("Open", bdf_, "no such PCI device (" + dir_.string() + " is missing)");
-    std::ifstream class_file(dir_ / "class");
-    std::string pci_class;
-    class_file >> pci_class;
-    if (pci_class != "0x010802") throw error("Open", bdf_, "PCI class " + pci_class + " is not an NVMe controller (0x010802)");
-    if (std::filesystem::exists(dir_ / "driver")) {
-      throw error("Open", bdf_, "a kernel driver owns the device; unbind it: echo " + bdf_ + " > " + (dir_ / "driver" / "unbind").string());
-    }
-    enable_bus_mastering();
-    bar_ = map_resource(0, bar_size_);
+    if (!valid_bdf(bdf_)) throw error("Open", bdf_, "'" + bdf_ + "' is not a PCI address of the form DDDD:BB:DD.F (hex), e.g. 0000:01:00.0");
+    dir_ = std::filesystem::path(std::move(sysfs_root)) / bdf_;
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir_, ec)) throw error("Open", bdf_, "no such PCI device (" + dir_.string() + " is missing)");
+    check_class();
+    check_unbound();
+    std::size_t size = 0;
+    std::byte* p = map_resource(0, size);
+    bar0_.assign(p, size, 0, size, 0);
+    // Register set (4 KiB) plus the admin queue's two doorbells (DSTRD 0) at least.
+    if (size < 0x1008) throw error("Open", bdf_, "resource0 is " + std::to_string(size) + " bytes, too small for NVMe registers and doorbells");
+    enable_command_bits();
   }
 
   sysfs_backend(const sysfs_backend&) = delete;
   sysfs_backend& operator=(const sysfs_backend&) = delete;
-  ~sysfs_backend() override {
-    if (bar_ != nullptr) ::munmap(bar_, bar_size_);
-  }
+  ~sysfs_backend() override = default;  // the BAR windows unmap themselves
 
   [[nodiscard]] std::string name() const override { return bdf_; }
-  [[nodiscard]] std::byte* bar() const override { return bar_; }
-  [[nodiscard]] std::size_t bar_size() const override { return bar_size_; }
+  [[nodiscard]] std::byte* bar() const override { return bar0_.data(); }
+  [[nodiscard]] std::size_t bar_size() const override { return bar0_.size(); }
   [[nodiscard]] std::byte* cmb() const override { return cmb_.data(); }
   [[nodiscard]] std::size_t cmb_size() const override { return cmb_.size(); }
   [[nodiscard]] std::uint64_t cmb_bus_address() const override { return cmb_.bus(); }
   [[nodiscard]] dma_allocator& memory() override { return memory_; }
 
-  /// Maps `resource<bar_index>`; the CMB's bus address is that BAR's start (from `resource`)
-  /// plus `offset`.
+  /// Maps `resource<bar_index>` (CMBLOC.BIR) and keeps `bytes` at `offset` as the CMB, whose bus
+  /// address is the BAR's start in `resource` plus `offset`. That start is the CPU physical
+  /// address, which equals the PCI bus address on x86 and wherever the host bridge does not
+  /// translate. Replaces an earlier CMB mapping.
   void map_cmb(unsigned bar_index, std::uint64_t offset, std::uint64_t bytes) override {
+    const std::string bar = "BAR " + std::to_string(bar_index);
     if (bar_index > 5) throw error("Map CMB", bdf_, "CMBLOC.BIR " + std::to_string(bar_index) + " names no BAR");
+    if (bytes == 0) throw error("Map CMB", bdf_, "CMBSZ describes an empty CMB");
+    const std::uint64_t start = bar_start(bar_index);
     std::size_t size = 0;
     std::byte* p = map_resource(bar_index, size);
     if (offset > size || bytes > size - offset) {
       ::munmap(p, size);
-      throw error("Map CMB", bdf_, "CMBLOC/CMBSZ describe more than BAR " + std::to_string(bar_index) + "'s " + std::to_string(size) + " bytes");
-    }
-    std::uint64_t start = 0;
-    try {
-      start = bar_start(bar_index);
-    } catch (...) {
-      ::munmap(p, size);
-      throw;
+      throw error("Map CMB", bdf_,
+                  "CMBLOC/CMBSZ describe " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) + ", beyond " + bar + "'s " +
+                      std::to_string(size) + " bytes");
     }
     cmb_.assign(p, size, offset, bytes, start + offset);
   }
 
  private:
-  /// PCI command register: Memory Space (bit 1), Bus Master (bit 2) on; INTx off (bit 10),
-  /// since the host polls.
-  void enable_bus_mastering() {
+  /// Only an NVMe controller (class 01h, subclass 08h, programming interface 02h) has the
+  /// register map the controller layer drives.
+  void check_class() const {
+    const auto path = dir_ / "class";
+    std::ifstream in(path);
+    std::string pci_class;
+    if (!(in >> pci_class)) throw error("Open", bdf_, "cannot read the PCI class from " + path.string());
+    if (pci_class != "0x010802") throw error("Open", bdf_, "PCI class " + pci_class + " is not an NVMe controller (0x010802)");
+  }
+
+  /// A bound driver owns the BAR and the DMA setup; both of us driving it corrupts both.
+  void check_unbound() const {
+    const auto link = dir_ / "driver";
+    std::error_code ec;
+    if (!std::filesystem::exists(std::filesystem::symlink_status(link, ec))) return;
+    const auto target = std::filesystem::read_symlink(link, ec);
+    const std::string driver = ec ? std::string("a kernel driver") : "driver " + target.filename().string();
+    throw error("Open", bdf_, "the device is bound to " + driver + "; unbind it: echo " + bdf_ + " > " + (link / "unbind").string());
+  }
+
+  /// Memory Space (bit 1) and Bus Master (bit 2) on, so BAR accesses reach the controller and
+  /// its DMA reaches memory; Interrupt Disable (bit 10) on, since the host polls completions.
+  void enable_command_bits() const {
     const auto path = (dir_ / "config").string();
     const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) throw os_error("Enable bus mastering", bdf_, "needs root to write " + path);
     std::uint16_t command = 0;
-    if (::pread(fd, &command, 2, 4) != 2) {
+    if (::pread(fd, &command, sizeof command, 4) != sizeof command) {
+      const int e = errno;
       ::close(fd);
-      throw os_error("Read the PCI command register", bdf_);
+      errno = e == 0 ? EIO : e;
+      throw os_error("Read the PCI command register", bdf_, "needs root to read all of " + path);
     }
     command = static_cast<std::uint16_t>(command | (1u << 1) | (1u << 2) | (1u << 10));
-    const bool ok = ::pwrite(fd, &command, 2, 4) == 2;
+    const bool ok = ::pwrite(fd, &command, sizeof command, 4) == sizeof command;
+    const int e = errno;
     ::close(fd);
-    if (!ok) throw os_error("Write the PCI command register", bdf_, "needs root");
+    if (!ok) {
+      errno = e == 0 ? EIO : e;
+      throw os_error("Write the PCI command register", bdf_, "needs root to write " + path);
+    }
   }
 
+  /// mmaps `resource<index>` whole; `size` is its length (sysfs reports the BAR's size).
   [[nodiscard]] std::byte* map_resource(unsigned index, std::size_t& size) const {
+    const std::string operation = "Map BAR " + std::to_string(index);
     const auto path = (dir_ / ("resource" + std::to_string(index))).string();
     const int fd = ::open(path.c_str(), O_RDWR | O_SYNC | O_CLOEXEC);
-    if (fd < 0) throw os_error("Map BAR " + std::to_string(index), bdf_, "needs root to map " + path);
+    if (fd < 0) {
+      const bool denied = errno == EACCES || errno == EPERM;
+      throw os_error(operation, bdf_, denied ? "needs root (CAP_SYS_ADMIN) to map " + path : "cannot open " + path);
+    }
     struct stat st {};
     if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
       ::close(fd);
-      throw error("Map BAR " + std::to_string(index), bdf_, path + " has no size");
+      throw error(operation, bdf_, path + " has no size (not a memory BAR?)");
     }
     size = static_cast<std::size_t>(st.st_size);
     void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int e = errno;
-    ::close(fd);
+    ::close(fd);  // the mapping stays valid without the descriptor
     if (p == MAP_FAILED) {
       errno = e;
-      throw os_error("Map BAR " + std::to_string(index), bdf_);
+      throw os_error(operation, bdf_, e == EACCES || e == EPERM ? "needs root (CAP_SYS_ADMIN) to map " + path : std::string{});
     }
     return static_cast<std::byte*>(p);
   }
 
-  /// The BAR's bus address: line `index` of `resource` is "start end flags" in hex.
+  /// The BAR's address: line `index` of `resource` reads "start end flags" in hex.
   [[nodiscard]] std::uint64_t bar_start(unsigned index) const {
-    std::ifstream in(dir_ / "resource");
+    const auto path = dir_ / "resource";
+    std::ifstream in(path);
     std::string line;
     for (unsigned i = 0; i <= index; ++i) {
-      if (!std::getline(in, line)) throw error("Map CMB", bdf_, "no line " + std::to_string(index) + " in " + (dir_ / "resource").string());
+      if (!std::getline(in, line)) throw error("Map CMB", bdf_, "no line for BAR " + std::to_string(index) + " in " + path.string());
     }
     std::istringstream fields(line);
-    std::uint64_t start = 0;
-    fields >> std::hex >> start;
-    if (!fields || start == 0) throw error("Map CMB", bdf_, "BAR " + std::to_string(index) + " has no address");
+    std::uint64_t start = 0, end = 0;
+    fields >> std::hex >> start >> end;
+    if (!fields || start == 0 || end <= start) {
+      throw error("Map CMB", bdf_, "BAR " + std::to_string(index) + " has no address in " + path.string() + " ('" + line + "')");
+    }
     return start;
   }
 
   std::string bdf_;
   std::filesystem::path dir_;
   pagemap_allocator memory_;
-  std::byte* bar_ = nullptr;
-  std::size_t bar_size_ = 0;
+  bar_window bar0_;
   bar_window cmb_;
 };
 
