@@ -648,6 +648,10 @@ inline spec::status queue_pair::transfer(spec::nvm_opcode opcode, std::uint32_t 
                     std::to_string(offset));
   }
   const std::uint64_t per_command = std::min<std::uint64_t>(ctrl_.max_transfer_bytes() / ns.lba_size, spec::rw_fields::max_blocks);
+  if (per_command == 0) {
+    throw error("Read/Write", ctrl_.name(), "MDTS (" + std::to_string(ctrl_.max_transfer_bytes()) + " bytes) is smaller than one " +
+                                                std::to_string(ns.lba_size) + "-byte block");
+  }
   while (blocks > 0) {
     const std::uint64_t n = std::min(blocks, per_command);
     auto sqe = spec::make_rw(opcode, nsid, lba, static_cast<std::uint32_t>(n));

@@ -34,7 +34,7 @@ CUNVME_NAMESPACE_BEGIN
 namespace host {
 
 /// An inclusive range of I/O virtual addresses the IOMMU translates, as VFIO reports them.
-struct vfio_iova_range {
+struct iova_range {
   std::uint64_t first = 0;
   std::uint64_t last = 0;
 };
@@ -44,13 +44,13 @@ struct vfio_iova_range {
 /// any process, and a stale PRP from a buffer already freed then faults in the IOMMU instead
 /// of landing in a newer buffer. A 4 KiB unmapped guard follows every range for the same
 /// reason. Thread-safe.
-class vfio_iova_space {
+class iova_space {
  public:
   /// `valid`: the translatable ranges (everything when empty); `start`: the lowest IOVA handed
   /// out — 0 is kept free, so a zero PRP faults.
-  explicit vfio_iova_space(std::vector<vfio_iova_range> valid = {}, std::uint64_t start = std::uint64_t{1} << 20) : next_(start) {
+  explicit iova_space(std::vector<iova_range> valid = {}, std::uint64_t start = std::uint64_t{1} << 20) : next_(start) {
     if (valid.empty()) valid.push_back({0, std::numeric_limits<std::uint64_t>::max()});
-    std::sort(valid.begin(), valid.end(), [](const vfio_iova_range& a, const vfio_iova_range& b) { return a.first < b.first; });
+    std::sort(valid.begin(), valid.end(), [](const iova_range& a, const iova_range& b) { return a.first < b.first; });
     ranges_ = std::move(valid);
   }
 
@@ -76,7 +76,7 @@ class vfio_iova_space {
  private:
   static constexpr std::uint64_t page = 4096;
   std::mutex mutex_;
-  std::vector<vfio_iova_range> ranges_;
+  std::vector<iova_range> ranges_;
   std::uint64_t next_;
 };
 
@@ -109,14 +109,14 @@ class vfio_fd {
 };
 
 /// DMA memory mapped into a VFIO container: anonymous host memory at IOVAs from a
-/// `vfio_iova_space`, so each buffer is one contiguous bus range whatever its physical pages
+/// `iova_space`, so each buffer is one contiguous bus range whatever its physical pages
 /// (`pages()[i] == bus(0) + 4096·i`). VFIO pins the pages while they are mapped.
 ///
 /// Every buffer shares ownership of the container, so one that outlives the backend still
 /// unmaps its IOVA range from the right container, never from a descriptor number reused since.
 class vfio_allocator final : public dma_allocator {
  public:
-  vfio_allocator(std::shared_ptr<const vfio_fd> container, std::string device, std::vector<vfio_iova_range> valid = {})
+  vfio_allocator(std::shared_ptr<const vfio_fd> container, std::string device, std::vector<iova_range> valid = {})
       : container_(std::move(container)), device_(std::move(device)), iovas_(std::move(valid)) {}
 
   /// `bytes` of zeroed memory (fresh anonymous pages are zero) mapped for the controller to read
@@ -169,7 +169,7 @@ class vfio_allocator final : public dma_allocator {
   static constexpr std::size_t page = 4096;
   std::shared_ptr<const vfio_fd> container_;
   std::string device_;
-  vfio_iova_space iovas_;
+  iova_space iovas_;
 };
 
 /// An NVMe controller bound to vfio-pci, its DMA confined by the IOMMU to the buffers this
@@ -280,7 +280,7 @@ class vfio_backend final : public register_backend {
     int container_fd = container.get();
     if (::ioctl(group_.get(), VFIO_GROUP_SET_CONTAINER, &container_fd) != 0) throw os_error("Attach VFIO group " + group_number_, bdf_);
     if (::ioctl(container.get(), VFIO_SET_IOMMU, type) != 0) throw os_error("Set the VFIO IOMMU type", bdf_);
-    std::vector<vfio_iova_range> ranges = iova_ranges(container.get());
+    std::vector<iova_range> ranges = iova_ranges(container.get());
 
     device_ = vfio_fd(::ioctl(group_.get(), VFIO_GROUP_GET_DEVICE_FD, bdf_.c_str()));
     if (!device_) throw os_error("Get the VFIO device", bdf_, "the device is not bound to vfio-pci");
@@ -290,12 +290,12 @@ class vfio_backend final : public register_backend {
   /// The IOVA ranges the IOMMU translates (VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, Linux 5.4+);
   /// empty (everything) where the kernel does not say. Also refuses IOMMUs whose smallest page is
   /// over 4 KiB, since buffers are mapped per 4 KiB.
-  [[nodiscard]] std::vector<vfio_iova_range> iova_ranges(int container) const {
+  [[nodiscard]] std::vector<iova_range> iova_ranges(int container) const {
     vfio_iommu_type1_info head{};
     head.argsz = sizeof head;
     if (::ioctl(container, VFIO_IOMMU_GET_INFO, &head) != 0) return {};
-    if ((head.flags & VFIO_IOMMU_INFO_PGSIZES) != 0 && head.iova_pgsizes != 0 && (head.iova_pgsizes & (head.iova_pgsizes - 1) & 0xfffu) == 0 &&
-        (head.iova_pgsizes & 0x1fffu) == 0) {
+    const std::uint64_t smallest_page = head.iova_pgsizes & (~head.iova_pgsizes + 1);
+    if ((head.flags & VFIO_IOMMU_INFO_PGSIZES) != 0 && smallest_page > page) {
       throw error("Open VFIO", bdf_, "the IOMMU's smallest page is over 4 KiB (page sizes 0x" + to_hex(head.iova_pgsizes) + ")");
     }
     if ((head.flags & VFIO_IOMMU_INFO_CAPS) == 0 || head.argsz <= sizeof head) return {};
@@ -318,9 +318,9 @@ class vfio_backend final : public register_backend {
         const std::size_t count_at = at + sizeof cap, ranges_at = count_at + 8;  // nr_iovas, reserved, then the ranges
         if (count_at + sizeof count > buffer.size()) break;
         std::memcpy(&count, buffer.data() + count_at, sizeof count);
-        std::vector<vfio_iova_range> ranges;
+        std::vector<iova_range> ranges;
         for (std::uint32_t i = 0; i < count && ranges_at + (i + 1) * 16 <= buffer.size(); ++i) {
-          vfio_iova_range r;
+          iova_range r;
           std::memcpy(&r.first, buffer.data() + ranges_at + i * 16, 8);
           std::memcpy(&r.last, buffer.data() + ranges_at + i * 16 + 8, 8);
           ranges.push_back(r);
@@ -370,6 +370,7 @@ class vfio_backend final : public register_backend {
     return s;
   }
 
+  static constexpr std::uint64_t page = 4096;
   std::string bdf_;
   std::string group_number_;
   vfio_fd group_;
