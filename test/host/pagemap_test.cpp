@@ -1,71 +1,237 @@
-// pagemap DMA memory: physical page addresses of locked or huge pages (as root).
+// pagemap DMA memory: physical addresses of locked 4 KiB pages and of 2 MiB huge pages (as
+// root), and the errors where they cannot be had.
 #include <cunvme/host/pagemap_memory.cuh>
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <fstream>
 #include <set>
+#include <sstream>
+#include <string>
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace host = cunvme::host;
 
 namespace {
 
-bool can_read_physical_addresses() { return ::geteuid() == 0; }
+/// Whether this process sees real PFNs in /proc/self/pagemap (CAP_SYS_ADMIN).
+bool pagemap_shows_frames() {
+  static volatile std::uint64_t probe = 1;
+  probe = probe + 1;  // resident and private
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::uint64_t entry = 0;
+  const auto index = reinterpret_cast<std::uintptr_t>(&probe) / static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const bool read = ::pread(fd, &entry, 8, static_cast<off_t>(index * 8)) == 8;
+  ::close(fd);
+  return read && (entry >> 63) != 0 && (entry & ((std::uint64_t{1} << 55) - 1)) != 0;
+}
 
-}  // namespace
-
-TEST_CASE("allocated pages have distinct, page-aligned physical addresses and start zeroed") {
-  host::pagemap_allocator memory("test");
-  if (!can_read_physical_addresses()) {
-    CHECK_THROWS_WITH_AS((void)memory.allocate(4096), doctest::Contains("root"), host::error);
-    return;
+/// The page size the kernel maps `p` with, in KiB, from /proc/self/smaps (0 if not found).
+long kernel_page_kib(const void* p) {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    std::uintptr_t start = 0, end = 0;
+    char dash = 0;
+    std::istringstream header(line);
+    if (header >> std::hex >> start >> dash >> end && dash == '-') {
+      inside = start <= at && at < end;
+      continue;
+    }
+    if (inside && line.rfind("KernelPageSize:", 0) == 0) {
+      std::istringstream fields(line.substr(15));
+      long kib = 0;
+      fields >> kib;
+      return kib;
+    }
   }
-  auto buf = memory.allocate(3 << 20);
-  REQUIRE(buf.pages().size() == (3u << 20) / 4096);
+  return 0;
+}
+
+long read_number(const char* path) {
+  std::ifstream in(path);
+  long v = -1;
+  in >> v;
+  return v;
+}
+
+long free_huge_pages() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  long value = 0;
+  while (in >> key >> value) {
+    if (key == "HugePages_Free:") return value;
+    in.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+/// Sets /proc/sys/vm/nr_hugepages for one scope and restores it after.
+class huge_page_pool {
+ public:
+  explicit huge_page_pool(long extra) : before_(read_number("/proc/sys/vm/nr_hugepages")) {
+    std::ofstream out("/proc/sys/vm/nr_hugepages");
+    writable_ = before_ >= 0 && (out << before_ + extra).flush().good();
+  }
+  huge_page_pool(const huge_page_pool&) = delete;
+  huge_page_pool& operator=(const huge_page_pool&) = delete;
+  ~huge_page_pool() {
+    if (writable_) std::ofstream("/proc/sys/vm/nr_hugepages") << before_;
+  }
+  [[nodiscard]] bool writable() const { return writable_; }
+
+ private:
+  long before_;
+  bool writable_ = false;
+};
+
+/// The checks every buffer must pass: 4 KiB pages, each listed, non-zero, aligned, distinct;
+/// zeroed; writes read back; bus() adds the offset within the page.
+void check_buffer(const host::dma_buffer& buf, std::size_t bytes) {
+  REQUIRE(buf.size() == bytes);
+  REQUIRE(buf.page_size() == 4096);
+  REQUIRE(buf.pages().size() == (bytes + 4095) / 4096);
+  CHECK(buf.location() == host::memory_location::pinned_host);
+  CHECK(buf.device_data() == nullptr);
+  CHECK(reinterpret_cast<std::uintptr_t>(buf.data()) % 4096 == 0);
   std::set<std::uint64_t> seen;
+  bool all_nonzero = true, all_aligned = true;
   for (auto page : buf.pages()) {
-    CHECK(page != 0);
-    CHECK(page % 4096 == 0);
+    all_nonzero = all_nonzero && page != 0;
+    all_aligned = all_aligned && page % 4096 == 0;
     seen.insert(page);
   }
+  CHECK(all_nonzero);
+  CHECK(all_aligned);
   CHECK(seen.size() == buf.pages().size());
-  CHECK(buf.data()[0] == std::byte{0});
-  CHECK(buf.data()[buf.size() - 1] == std::byte{0});
-  buf.data()[12345] = std::byte{7};
-  CHECK(buf.data()[12345] == std::byte{7});
+  bool zeroed = true;
+  for (std::size_t i = 0; i < bytes; ++i) zeroed = zeroed && buf.data()[i] == std::byte{0};
+  CHECK(zeroed);
+  for (std::size_t i = 0; i < bytes; i += 4096) buf.data()[i + 7] = static_cast<std::byte>(i / 4096 + 1);
+  bool read_back = true;
+  for (std::size_t i = 0; i < bytes; i += 4096) read_back = read_back && buf.data()[i + 7] == static_cast<std::byte>(i / 4096 + 1);
+  CHECK(read_back);
   CHECK(buf.bus(4096 + 100) == buf.pages()[1] + 100);
 }
 
-TEST_CASE("with huge pages reserved, each 2 MiB of a buffer is physically contiguous") {
-  if (!can_read_physical_addresses()) return;
-  std::ifstream in("/proc/sys/vm/nr_hugepages");
-  long before = 0;
-  in >> before;
+}  // namespace
+
+TEST_CASE("locked 4 KiB pages: distinct, page-aligned physical addresses, zeroed, writable") {
+  host::pagemap_allocator memory("test", host::huge_pages::never);
+  if (!pagemap_shows_frames()) {
+    CHECK_THROWS_WITH_AS((void)memory.allocate(4096), doctest::Contains("root"), host::error);
+    return;
+  }
+  const std::size_t bytes = 3u << 20;
+  auto buf = memory.allocate(bytes);
+  check_buffer(buf, bytes);
+  CHECK(kernel_page_kib(buf.data()) == 4);
+
+  auto odd = memory.allocate(5000);  // rounded up to whole pages, listed per page
+  CHECK(odd.pages().size() == 2);
+  CHECK(odd.data()[4999] == std::byte{0});
+}
+
+TEST_CASE("with huge pages reserved, each 2 MiB of a buffer is one physically contiguous huge page") {
+  if (!pagemap_shows_frames()) return;
+  huge_page_pool pool(2);  // 3 MiB rounds up to two huge pages
+  if (!pool.writable() || free_huge_pages() < 2) {
+    MESSAGE("cannot reserve 2 huge pages here; only the fallback is tested");
+    return;
+  }
   {
-    std::ofstream out("/proc/sys/vm/nr_hugepages");
-    out << before + 4;
+    host::pagemap_allocator memory("test");
+    const std::size_t bytes = 3u << 20;
+    auto buf = memory.allocate(bytes);
+    check_buffer(buf, bytes);
+    REQUIRE(kernel_page_kib(buf.data()) == 2048);
+    CHECK(reinterpret_cast<std::uintptr_t>(buf.data()) % (2u << 20) == 0);
+    bool consecutive = true;
+    for (std::size_t i = 0; i < buf.pages().size(); ++i) {
+      const std::size_t head = i / 512 * 512;
+      consecutive = consecutive && buf.pages()[i] == buf.pages()[head] + 4096 * (i - head);
+    }
+    CHECK(consecutive);
+    CHECK(buf.pages()[0] % (2u << 20) == 0);
+    CHECK(buf.contiguous(0, 2u << 20));
+    CHECK(buf.contiguous(2u << 20, 1u << 20));
+  }
+  // The buffers are gone, so the pool is whole again for the next user.
+  CHECK(free_huge_pages() >= 2);
+}
+
+TEST_CASE("preferring huge pages with none free falls back to locked 4 KiB pages") {
+  if (!pagemap_shows_frames()) return;
+  if (free_huge_pages() != 0) {
+    MESSAGE("huge pages are free on this machine; the fallback is tested with huge_pages::never only");
+    return;
   }
   host::pagemap_allocator memory("test");
-  auto buf = memory.allocate(4 << 20);
-  std::ifstream check("/proc/sys/vm/nr_hugepages");
-  long now = 0;
-  check >> now;
-  if (now >= before + 2) {
-    for (std::size_t i = 1; i < 512; ++i) CHECK(buf.pages()[i] == buf.pages()[0] + 4096 * i);
-    CHECK(buf.contiguous(0, 2 << 20));
+  auto buf = memory.allocate(64 * 1024);
+  check_buffer(buf, 64 * 1024);
+  CHECK(kernel_page_kib(buf.data()) == 4);
+}
+
+namespace {
+
+/// Exit status of a child that drops root (to nobody) and allocates: 0 when allocation threw a
+/// host::error asking for root. `dumpable` makes /proc/self readable again after setuid, as for
+/// any program started by a normal user; the kernel then shows PFN 0 instead of refusing.
+int allocate_as_nobody(bool dumpable) {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::alarm(20);  // never outlive a wedged child
+    int code = 4;
+    if (::setgid(65534) == 0 && ::setuid(65534) == 0 && (!dumpable || ::prctl(PR_SET_DUMPABLE, 1) == 0)) {
+      try {
+        host::pagemap_allocator memory("test", host::huge_pages::never);
+        (void)memory.allocate(4096);
+        code = 1;
+      } catch (const host::error& e) {
+        code = std::string(e.what()).find("needs root (CAP_SYS_ADMIN)") != std::string::npos ? 0 : 2;
+      } catch (...) {
+        code = 3;
+      }
+    }
+    ::_exit(code);
   }
-  buf = host::dma_buffer{};
-  std::ofstream restore("/proc/sys/vm/nr_hugepages");
-  restore << before;
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+}  // namespace
+
+TEST_CASE("without CAP_SYS_ADMIN allocation says root is needed") {
+  if (::geteuid() != 0) return;  // the first case checks this for a non-root run
+  CHECK(allocate_as_nobody(true) == 0);   // pagemap shows PFN 0
+  CHECK(allocate_as_nobody(false) == 0);  // pagemap cannot even be opened
 }
 
 TEST_CASE("GPU memory cannot be mapped without the kernel module, and the error says so") {
   host::pagemap_allocator memory("0000:01:00.0");
   int x = 0;
   CHECK_THROWS_WITH_AS((void)memory.map_gpu(&x, 4), doctest::Contains("kmod"), host::error);
+  CHECK_THROWS_WITH_AS((void)memory.map_gpu(&x, 4), doctest::Contains("0000:01:00.0"), host::error);
 }
 
 TEST_CASE("an empty allocation is refused") {
   host::pagemap_allocator memory("test");
   CHECK_THROWS_AS((void)memory.allocate(0), host::error);
+}
+
+TEST_CASE("the compaction check reads /proc/sys/vm/compact_unevictable_allowed") {
+  const long value = read_number("/proc/sys/vm/compact_unevictable_allowed");
+  if (value < 0) return;
+  CHECK(host::pagemap_allocator::unevictable_compaction_disabled() == (value == 0));
 }

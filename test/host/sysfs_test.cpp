@@ -1,33 +1,59 @@
-// The sysfs backend against a fake sysfs tree (regular files stand in for config and BARs).
-#include <cunvme/host/sysfs_backend.cuh>
+// The sysfs, VFIO and kernel-module backends as far as they go without hardware: a fake sysfs
+// tree (regular files stand in for config space and BARs; mmap of a regular file works), and
+// the errors that say what is missing.
 #include <cunvme/host/kmod_backend.cuh>
+#include <cunvme/host/sysfs_backend.cuh>
 #include <cunvme/host/vfio_backend.cuh>
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
+#include <limits>
+#include <string>
 
 namespace host = cunvme::host;
 namespace fs = std::filesystem;
 
 namespace {
 
+constexpr const char* bdf = "0000:00:04.0";
+
+/// devices/0000:00:04.0/{class, config, resource0, resource2, resource} in a fresh temp dir.
 struct fake_sysfs {
-  explicit fake_sysfs(const std::string& pci_class = "0x010802") {
-    root = fs::temp_directory_path() / ("cunvme-sysfs-" + std::to_string(::getpid()));
-    dev = root / "0000:00:04.0";
+  explicit fake_sysfs(const std::string& pci_class = "0x010802", std::size_t bar0_bytes = 16384) {
+    std::string pattern = (fs::temp_directory_path() / "cunvme-sysfs-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    root = pattern;
+    dev = root / bdf;
     fs::create_directories(dev);
     std::ofstream(dev / "class") << pci_class << "\n";
-    { std::ofstream config(dev / "config", std::ios::binary); config << std::string(64, '\0'); }
-    { std::ofstream bar(dev / "resource0", std::ios::binary); bar << std::string(16384, '\0'); }
-    { std::ofstream bar(dev / "resource2", std::ios::binary); bar << std::string(65536, '\0'); }
+    {
+      // Command register (offset 4) starts with SERR# Enable (bit 8) set, which must survive.
+      std::string config(64, '\0');
+      config[5] = 0x01;
+      std::ofstream(dev / "config", std::ios::binary) << config;
+    }
+    {
+      std::string bar(bar0_bytes, '\0');
+      const std::uint32_t cap_low = 0x0f0307ffu;  // a plausible CAP.MQES/CQR/TO at offset 0
+      std::memcpy(bar.data(), &cap_low, 4);
+      std::ofstream(dev / "resource0", std::ios::binary) << bar;
+    }
+    std::ofstream(dev / "resource2", std::ios::binary) << std::string(65536, '\0');
     std::ofstream(dev / "resource") << "0x00000000febf0000 0x00000000febf3fff 0x0000000000140204\n"
                                        "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
                                        "0x00000000fc000000 0x00000000fc00ffff 0x000000000014220c\n";
   }
-  ~fake_sysfs() { fs::remove_all(root); }
+  fake_sysfs(const fake_sysfs&) = delete;
+  fake_sysfs& operator=(const fake_sysfs&) = delete;
+  ~fake_sysfs() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
   fs::path root, dev;
 };
 
@@ -39,61 +65,153 @@ std::uint16_t command_register(const fs::path& dev) {
   return v;
 }
 
+std::uint32_t file_word(const fs::path& file, std::size_t offset) {
+  std::ifstream in(file, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::uint32_t v = 0;
+  in.read(reinterpret_cast<char*>(&v), 4);
+  return v;
+}
+
 }  // namespace
 
 TEST_CASE("opening maps resource0 and turns on memory space, bus mastering and INTx disable") {
   fake_sysfs sys;
-  host::sysfs_backend backend("0000:00:04.0", sys.root.string());
-  CHECK(backend.name() == "0000:00:04.0");
+  host::sysfs_backend backend(bdf, sys.root.string());
+  CHECK(backend.name() == bdf);
   CHECK(backend.bar_size() == 16384);
+  CHECK(backend.read32(0) == 0x0f0307ffu);  // bar() shows the file's bytes
   backend.write32(0x14, 0x00460001);
-  std::ifstream bar(sys.dev / "resource0", std::ios::binary);
-  bar.seekg(0x14);
-  std::uint32_t cc = 0;
-  bar.read(reinterpret_cast<char*>(&cc), 4);
-  CHECK(cc == 0x00460001);
-  CHECK(command_register(sys.dev) == ((1u << 1) | (1u << 2) | (1u << 10)));
+  CHECK(file_word(sys.dev / "resource0", 0x14) == 0x00460001u);  // and stores reach the file
+  backend.write64(0x28, 0x1122334455667788ull);
+  CHECK(file_word(sys.dev / "resource0", 0x28) == 0x55667788u);
+  CHECK(file_word(sys.dev / "resource0", 0x2c) == 0x11223344u);
+  CHECK(command_register(sys.dev) == ((1u << 1) | (1u << 2) | (1u << 8) | (1u << 10)));
+  CHECK(backend.cmb() == nullptr);
+  CHECK(backend.cmb_size() == 0);
+  CHECK(dynamic_cast<host::pagemap_allocator*>(&backend.memory()) != nullptr);
 }
 
 TEST_CASE("a device of another class is refused, naming the class") {
   fake_sysfs sys("0x020000");
-  CHECK_THROWS_WITH_AS(host::sysfs_backend("0000:00:04.0", sys.root.string()), doctest::Contains("0x020000"), host::error);
+  CHECK_THROWS_WITH_AS(host::sysfs_backend(bdf, sys.root.string()), doctest::Contains("PCI class 0x020000"), host::error);
+  CHECK(command_register(sys.dev) == (1u << 8));  // refused before touching the device
 }
 
-TEST_CASE("a malformed address or a missing device is refused with the path") {
+TEST_CASE("a malformed address is refused") {
   fake_sysfs sys;
-  CHECK_THROWS_WITH_AS(host::sysfs_backend("00:04.0", sys.root.string()), doctest::Contains("PCI address"), host::error);
-  CHECK_THROWS_WITH_AS(host::sysfs_backend("0000:00:05.0", sys.root.string()), doctest::Contains("0000:00:05.0 is missing"), host::error);
+  for (const char* bad : {"00:04.0", "0000:00:04.8", "0000:0g:04.0", "0000-00:04.0", "", "0000:00:04.00"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(host::sysfs_backend(bad, sys.root.string()), doctest::Contains("PCI address"), host::error);
+  }
+  CHECK(host::valid_bdf("abcd:ef:1f.7"));
+}
+
+TEST_CASE("a missing device is refused, naming the path") {
+  fake_sysfs sys;
+  const std::string path = (sys.root / "0000:00:05.0").string();
+  CHECK_THROWS_WITH_AS(host::sysfs_backend("0000:00:05.0", sys.root.string()), doctest::Contains((path + " is missing").c_str()), host::error);
 }
 
 TEST_CASE("a device a kernel driver owns is refused with how to unbind it") {
   fake_sysfs sys;
-  fs::create_directories(sys.dev / "driver");
-  CHECK_THROWS_WITH_AS(host::sysfs_backend("0000:00:04.0", sys.root.string()), doctest::Contains("unbind"), host::error);
+  fs::create_directories(sys.root / "drivers" / "nvme");
+  fs::create_directory_symlink(sys.root / "drivers" / "nvme", sys.dev / "driver");
+  try {
+    host::sysfs_backend backend(bdf, sys.root.string());
+    FAIL("opened a device the nvme driver owns");
+  } catch (const host::error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("driver nvme") != std::string::npos);
+    CHECK(what.find("unbind it: echo 0000:00:04.0 > " + (sys.dev / "driver" / "unbind").string()) != std::string::npos);
+    CHECK(e.operation() == "Open");
+    CHECK(e.device() == bdf);
+  }
+  CHECK(command_register(sys.dev) == (1u << 8));
+}
+
+TEST_CASE("a BAR0 too small for the registers and doorbells is refused") {
+  fake_sysfs sys("0x010802", 4096);
+  CHECK_THROWS_WITH_AS(host::sysfs_backend(bdf, sys.root.string()), doctest::Contains("too small"), host::error);
 }
 
 TEST_CASE("the CMB's bus address is its BAR's start plus the CMBLOC offset") {
   fake_sysfs sys;
-  host::sysfs_backend backend("0000:00:04.0", sys.root.string());
+  host::sysfs_backend backend(bdf, sys.root.string());
   backend.map_cmb(2, 0x1000, 0x8000);
   CHECK(backend.cmb_bus_address() == 0xfc001000u);
   CHECK(backend.cmb_size() == 0x8000);
-  backend.cmb()[0] = std::byte{1};
-  CHECK_THROWS_AS(backend.map_cmb(2, 0x1000, 0x10000), host::error);
-  CHECK_THROWS_AS(backend.map_cmb(7, 0, 4096), host::error);
+  REQUIRE(backend.cmb() != nullptr);
+  const std::uint32_t word = 0xa5a5f00du;
+  std::memcpy(backend.cmb() + 8, &word, 4);
+  CHECK(file_word(sys.dev / "resource2", 0x1008) == word);  // cmb() is the BAR mapping + offset
+
+  CHECK_THROWS_WITH_AS(backend.map_cmb(2, 0x1000, 0x10000), doctest::Contains("beyond BAR 2"), host::error);
+  CHECK_THROWS_WITH_AS(backend.map_cmb(7, 0, 4096), doctest::Contains("names no BAR"), host::error);
+  CHECK_THROWS_WITH_AS(backend.map_cmb(1, 0, 4096), doctest::Contains("has no address"), host::error);
+  CHECK_THROWS_WITH_AS(backend.map_cmb(3, 0, 4096), doctest::Contains("no line for BAR 3"), host::error);
+  CHECK_THROWS_AS(backend.map_cmb(2, 0, 0), host::error);
+  // A failed remap leaves the earlier window in place.
+  CHECK(backend.cmb_bus_address() == 0xfc001000u);
+  CHECK(backend.cmb_size() == 0x8000);
+
+  std::ofstream(sys.dev / "resource", std::ios::app) << "0x00000000fd000000 0x00000000fd000fff 0x000000000014220c\n";
+  CHECK_THROWS_WITH_AS(backend.map_cmb(3, 0, 4096), doctest::Contains((sys.dev / "resource3").string().c_str()), host::error);
 }
 
-TEST_CASE("VFIO without an IOMMU group says what is missing") {
+TEST_CASE("VFIO refuses a malformed address, a missing device, and a device without an IOMMU group") {
   fake_sysfs sys;
-  CHECK_THROWS_WITH_AS(host::vfio_backend("0000:00:04.0", sys.root.string()), doctest::Contains("IOMMU group"), host::error);
   CHECK_THROWS_WITH_AS(host::vfio_backend("bogus", sys.root.string()), doctest::Contains("PCI address"), host::error);
+  CHECK_THROWS_WITH_AS(host::vfio_backend("0000:00:05.0", sys.root.string()), doctest::Contains("is missing"), host::error);
+  CHECK_THROWS_WITH_AS(host::vfio_backend(bdf, sys.root.string()), doctest::Contains("no IOMMU group"), host::error);
+  CHECK_THROWS_WITH_AS(host::vfio_backend(bdf, sys.root.string()), doctest::Contains("intel_iommu=on"), host::error);
+}
+
+TEST_CASE("VFIO refuses a device that vfio-pci does not own, saying how to bind it") {
+  fake_sysfs sys;
+  fs::create_directories(sys.root / "iommu_groups" / "424242");
+  fs::create_directory_symlink(sys.root / "iommu_groups" / "424242", sys.dev / "iommu_group");
+  CHECK_THROWS_WITH_AS(host::vfio_backend(bdf, sys.root.string()), doctest::Contains("not bound to vfio-pci (no driver)"), host::error);
+  fs::create_directories(sys.root / "drivers" / "nvme");
+  fs::create_directory_symlink(sys.root / "drivers" / "nvme", sys.dev / "driver");
+  CHECK_THROWS_WITH_AS(host::vfio_backend(bdf, sys.root.string()), doctest::Contains("(driver nvme)"), host::error);
+  CHECK_THROWS_WITH_AS(host::vfio_backend(bdf, sys.root.string()), doctest::Contains("driver_override"), host::error);
+
+  // Bound to vfio-pci, but group 424242 has no /dev/vfio node (nor, here, is there VFIO at all).
+  fs::remove(sys.dev / "driver");
+  fs::create_directories(sys.root / "drivers" / "vfio-pci");
+  fs::create_directory_symlink(sys.root / "drivers" / "vfio-pci", sys.dev / "driver");
+  CHECK_THROWS_WITH_AS(host::vfio_backend(bdf, sys.root.string()), doctest::Contains("/dev/vfio/"), host::error);
+}
+
+TEST_CASE("IOVAs go upwards from 1 MiB, one guard page apart, around the IOMMU's holes") {
+  host::iova_space everything;
+  CHECK(everything.take(8192) == std::optional<std::uint64_t>(1u << 20));
+  CHECK(everything.take(4096) == std::optional<std::uint64_t>((1u << 20) + 8192 + 4096));
+  CHECK(everything.take(0) == std::nullopt);
+  CHECK(everything.take(100) == std::nullopt);  // callers round to pages
+
+  // x86: the MSI window 0xfee00000..0xfeefffff is not translatable.
+  host::iova_space x86({{0xfef00000u, 0xffffffffffffull}, {0, 0xfedfffffu}}, 0xfed00000u);
+  CHECK(x86.take(0x80000) == std::optional<std::uint64_t>(0xfed00000u));
+  CHECK(x86.take(0x100000) == std::optional<std::uint64_t>(0xfef00000u));  // does not fit below the hole
+  CHECK(x86.take(0x1000) == std::optional<std::uint64_t>(0xff001000u));
+
+  host::iova_space small({{0, 0x3fffff}});
+  CHECK(small.take(0x200000) == std::optional<std::uint64_t>(0x100000u));
+  CHECK(small.take(0x200000) == std::nullopt);  // 0x301000 + 2 MiB is past the end
+  CHECK(small.take(0xfe000) == std::optional<std::uint64_t>(0x301000u));
+  CHECK(small.take(0x1000) == std::nullopt);
+
+  host::iova_space top({{0, std::numeric_limits<std::uint64_t>::max()}}, std::numeric_limits<std::uint64_t>::max() - 0x1fff);
+  CHECK(top.take(0x1000) == std::optional<std::uint64_t>(std::numeric_limits<std::uint64_t>::max() - 0x1fff));
+  CHECK(top.take(0x1000) == std::nullopt);  // no room for the guard page and another
 }
 
 TEST_CASE("the kernel-module backend without the module says to load it") {
   fake_sysfs sys;
-  CHECK_THROWS_WITH_AS(cunvme::host::kmod_backend("0000:00:04.0", (sys.root / "dev").string()), doctest::Contains("load the cunvme kernel module"),
-                       host::error);
-  CHECK_THROWS_WITH_AS(cunvme::host::kmod_backend("0000:0:04.0"), doctest::Contains("PCI address"), host::error);
+  CHECK_THROWS_WITH_AS(host::kmod_backend(bdf, (sys.root / "dev").string()), doctest::Contains("load the cunvme kernel module"), host::error);
+  CHECK_THROWS_WITH_AS(host::kmod_backend("0000:0:04.0"), doctest::Contains("PCI address"), host::error);
 }
 
 TEST_CASE("the kernel module's ioctl numbers follow Linux's _IOC encoding") {

@@ -34,9 +34,10 @@ class kmod_allocator final : public dma_allocator {
     void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) throw os_error("Allocate DMA memory", device_);
     try {
-      auto [handle, pages, shift] = pin(p, mapped, 0);
+      pinned pins = pin(p, mapped, 0);
       const int fd = fd_;
-      return dma_buffer(static_cast<std::byte*>(p), nullptr, bytes, std::size_t{1} << shift, std::move(pages), memory_location::pinned_host,
+      const std::uint64_t handle = pins.handle;
+      return dma_buffer(static_cast<std::byte*>(p), nullptr, bytes, std::size_t{1} << pins.shift, std::move(pins.pages), memory_location::pinned_host,
                         [fd, handle, p, mapped] {
                           kmod::unpin_request u{handle};
                           (void)::ioctl(fd, kmod::ioctl_unpin, &u);
@@ -53,9 +54,10 @@ class kmod_allocator final : public dma_allocator {
     if (reinterpret_cast<std::uintptr_t>(gpu) % 65536 != 0 || bytes == 0) {
       throw error("Map GPU memory", device_, "GPU memory must start on a 64 KiB GPU page (cudaMalloc of 2 MiB or more does)");
     }
-    auto [handle, pages, shift] = pin(gpu, (bytes + 65535) / 65536 * 65536, kmod::pin_gpu_memory);
+    pinned pins = pin(gpu, (bytes + 65535) / 65536 * 65536, kmod::pin_gpu_memory);
     const int fd = fd_;
-    return dma_buffer(nullptr, gpu, bytes, std::size_t{1} << shift, std::move(pages), memory_location::gpu, [fd, handle] {
+    const std::uint64_t handle = pins.handle;
+    return dma_buffer(nullptr, gpu, bytes, std::size_t{1} << pins.shift, std::move(pins.pages), memory_location::gpu, [fd, handle] {
       kmod::unpin_request u{handle};
       (void)::ioctl(fd, kmod::ioctl_unpin, &u);
     });

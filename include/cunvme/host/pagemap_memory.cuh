@@ -98,6 +98,7 @@ class pagemap_allocator final : public dma_allocator {
  private:
   static constexpr std::size_t page = 4096;
   static constexpr std::size_t huge_page = std::size_t{2} << 20;
+  static constexpr const char* root_hint = "needs root (CAP_SYS_ADMIN) to read physical addresses from /proc/self/pagemap";
 
   /// An mmap'ed range, unmapped when dropped unless released to a buffer.
   struct mapping {
@@ -162,7 +163,10 @@ class pagemap_allocator final : public dma_allocator {
     const std::size_t entry_count = (address + count * page - 1) / system_page - first + 1;
 
     const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw os_error("Open /proc/self/pagemap", device_, "needs a mounted /proc");
+    if (fd < 0) {
+      throw os_error("Open /proc/self/pagemap", device_,
+                     errno == EACCES || errno == EPERM ? std::string(root_hint) : "needs /proc mounted");
+    }
     std::vector<std::uint64_t> entries(entry_count);
     auto* out = reinterpret_cast<char*>(entries.data());
     std::size_t done = 0;
@@ -190,7 +194,7 @@ class pagemap_allocator final : public dma_allocator {
       if ((entry & present) == 0) throw error("Translate DMA memory", device_, "a locked page is not resident");
       // Since Linux 4.2 the kernel reports PFN 0 to readers without CAP_SYS_ADMIN.
       const std::uint64_t pfn = entry & pfn_mask;
-      if (pfn == 0) throw error("Translate DMA memory", device_, "needs root (CAP_SYS_ADMIN) to read physical addresses from /proc/self/pagemap");
+      if (pfn == 0) throw error("Translate DMA memory", device_, root_hint);
       pages[i] = pfn * system_page + at % system_page;
     }
     return pages;

@@ -206,13 +206,9 @@ class vfio_backend final : public register_backend {
 
   vfio_backend(const vfio_backend&) = delete;
   vfio_backend& operator=(const vfio_backend&) = delete;
-  ~vfio_backend() override {
-    // BAR first, then the device and group; the container closes when the last buffer that
-    // shares it is gone.
-    bar0_.assign(nullptr, 0, 0, 0, 0);
-    device_.reset();
-    group_.reset();
-  }
+  // Members go in reverse order: the allocator, the BAR mapping, the device, the group; the
+  // container closes when the last buffer sharing it is gone.
+  ~vfio_backend() override = default;
 
   [[nodiscard]] std::string name() const override { return bdf_; }
   [[nodiscard]] std::byte* bar() const override { return bar0_.data(); }
