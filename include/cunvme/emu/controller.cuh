@@ -439,10 +439,8 @@ class controller {
       pending_events_.clear();
       error_event_masked_ = false;
     }
-    {
-      std::scoped_lock lock(dbbuf_mutex_);
-      dbbuf_ = {};
-    }
+    shadow_doorbells_.store(0, std::memory_order_release);
+    event_indexes_.store(0, std::memory_order_release);
     allocated_sqs_ = allocated_cqs_ = config_.max_io_queues;
     volatile_write_cache_enabled_.store(config_.volatile_write_cache);
     for (std::uint32_t q = 1; q <= config_.max_io_queues; ++q) forget_doorbells(static_cast<std::uint16_t>(q));
@@ -578,8 +576,8 @@ class controller {
   static constexpr std::uint32_t arbitration_burst = 64;  // Identify RAB = 6
 
   /// Fetches and executes up to one burst of commands from SQ `qid`.
-  /// Lock order, everywhere: SQ mutex → DMA view → {pending list, CQ mutex} → doorbell
-  /// buffer mutex; pending lists and CQ mutexes are never held together.
+  /// Lock order, everywhere: SQ mutex → DMA view → {pending list, CQ mutex}; pending lists
+  /// and CQ mutexes are never held together.
   bool serve_sq(engine& e, std::uint16_t qid) {
     sq_state& sq = sqs_[qid];
     std::unique_lock lock(sq.mutex, std::try_to_lock);
@@ -765,12 +763,6 @@ class controller {
   }
 
   // ---- doorbells (MMIO and shadow) ----------------------------------------------------------
-  struct doorbell_buffers {
-    bool enabled = false;
-    std::uint64_t shadow = 0;       // bus addresses of the two pages
-    std::uint64_t event_index = 0;
-  };
-
   [[nodiscard]] std::uint32_t doorbell_slot(std::uint16_t qid, bool is_cq) const noexcept {
     return (2u * qid + (is_cq ? 1u : 0u)) * spec::doorbell_stride_bytes(config_.doorbell_stride);
   }
@@ -779,10 +771,9 @@ class controller {
   /// Config is in effect (5.8), the MMIO doorbell otherwise. The admin queue always uses MMIO.
   [[nodiscard]] std::uint32_t read_doorbell(const dma_space::view* mem, std::uint16_t qid, bool is_cq) {
     if (qid != 0 && mem != nullptr) {
-      std::scoped_lock lock(dbbuf_mutex_);
-      if (dbbuf_.enabled) {
-        // A shadow page the host has unmapped leaves only the MMIO doorbell to go by.
-        if (const auto v = mem->load32(dbbuf_.shadow + doorbell_slot(qid, is_cq))) return *v;
+      // A shadow page the host has unmapped leaves only the MMIO doorbell to go by.
+      if (const std::uint64_t shadow = shadow_doorbells_.load(std::memory_order_acquire); shadow != 0) {
+        if (const auto v = mem->load32(shadow + doorbell_slot(qid, is_cq))) return *v;
       }
     }
     return load32(is_cq ? cq_doorbell(qid) : sq_doorbell(qid));
@@ -791,8 +782,9 @@ class controller {
   /// EventIdx tells a shadow-doorbell host how far the controller has looked, so it rings the
   /// MMIO doorbell only when it moves past that point.
   void publish_event_index(const dma_space::view& mem, std::uint16_t qid, bool is_cq, std::uint32_t value) {
-    std::scoped_lock lock(dbbuf_mutex_);
-    if (dbbuf_.enabled) (void)mem.store32(dbbuf_.event_index + doorbell_slot(qid, is_cq), value);
+    if (const std::uint64_t events = event_indexes_.load(std::memory_order_acquire); events != 0) {
+      (void)mem.store32(events + doorbell_slot(qid, is_cq), value);
+    }
   }
 
   [[nodiscard]] std::uint32_t read_sq_tail(const dma_space::view* mem, std::uint16_t qid, sq_state& sq) {
@@ -1277,15 +1269,15 @@ class controller {
       return fail(spec::status::invalid_field_in_command);
     }
     const dma_space::view mem = dma_.pin();
-    std::scoped_lock lock(dbbuf_mutex_);
-    dbbuf_ = doorbell_buffers{true, sqe.prp1, sqe.prp2};
     // Existing queues get EventIdx equal to the state the controller already has, so a host
     // applying the EventIdx rule rings MMIO on its next update (QEMU 7.2 leaves them at 0).
     for (std::uint32_t q = 1; q <= config_.max_io_queues; ++q) {
       const auto qid = static_cast<std::uint16_t>(q);
-      (void)mem.store32(dbbuf_.event_index + doorbell_slot(qid, false), load32(sq_doorbell(qid)));
-      (void)mem.store32(dbbuf_.event_index + doorbell_slot(qid, true), load32(cq_doorbell(qid)));
+      (void)mem.store32(sqe.prp2 + doorbell_slot(qid, false), load32(sq_doorbell(qid)));
+      (void)mem.store32(sqe.prp2 + doorbell_slot(qid, true), load32(cq_doorbell(qid)));
     }
+    event_indexes_.store(sqe.prp2, std::memory_order_release);
+    shadow_doorbells_.store(sqe.prp1, std::memory_order_release);
     return outcome{};
   }
 
@@ -1511,8 +1503,11 @@ class controller {
   std::atomic<bool> volatile_write_cache_enabled_{true};
   std::uint32_t plain_features_[256] = {};
 
-  std::mutex dbbuf_mutex_;
-  doorbell_buffers dbbuf_;
+  // Bus addresses of the Doorbell Buffer Config pages, 0 while none is configured. Plain
+  // atomics on the polling path: every access through them goes through a DMA view, which
+  // checks the region, so a stale address can only fail, never touch unregistered memory.
+  std::atomic<std::uint64_t> shadow_doorbells_{0};
+  std::atomic<std::uint64_t> event_indexes_{0};
 
   std::mutex event_mutex_;
   std::deque<std::uint16_t> outstanding_aers_;
