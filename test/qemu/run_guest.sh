@@ -3,18 +3,29 @@
 # static test programs in it against that controller, through sysfs (see shared/QEMU.md).
 #
 #   run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096] \
+#                [--kernel VMLINUZ] [--module cunvme.ko [--module-args 'ARGS']] [--iommu] \
 #                -- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]...
 #
 # --qemu-device-args  appended to the '-device nvme,...' option, e.g. 'cmb_size_mb=16'
 #                     (--nvme-args is the same option under its old name)
 # --disk-mb N         size of the namespace's disk image in MiB (default 64)
 # --lba 512|4096      logical block size (4096 puts the namespace on an nvme-ns device)
+# --kernel VMLINUZ    the guest kernel (default: the newest /boot/vmlinuz-*)
+# --module KO         the cunvme kernel module (kmod/), built for that kernel: before the
+#                     programs the guest insmods it (with --module-args), binds the controller
+#                     to it through driver_override (or, when --module-args has bdf=@BDF@,
+#                     checks that loading bound it) and waits for /dev/cunvme/<BDF>; @URI@ is
+#                     then "kmod:<BDF>". After the programs it checks that the module's
+#                     pinned-page counter is 0, rmmods it and fails on kernel warnings in
+#                     dmesg. Both steps report as programs named "insmod" and "rmmod".
+# --iommu             an Intel IOMMU in the guest (intel_iommu=on): DMA addresses are IOVAs,
+#                     so only the kmod: path works (sysfs: needs physical addresses)
 #
 # What the programs see in the guest (Linux, busybox, root, no NVMe driver bound):
 # - the controller is unbound; its BAR0 is /sys/bus/pci/devices/<BDF>/resource0. Bus mastering
 #   and interrupt masking are left to the programs.
 # - an argument containing @BDF@ gets the controller's PCI address (e.g. 0000:00:04.0) there,
-#   @URI@ gets "sysfs:<BDF>".
+#   @URI@ gets "sysfs:<BDF>" ("kmod:<BDF>" with --module).
 # - 64 huge pages of 2 MiB are reserved (MAP_HUGETLB), compact_unevictable_allowed is 0, and
 #   /proc/self/pagemap gives physical (= bus) addresses: the guest has no IOMMU.
 # - the disk holds a known pattern: the 8-byte little-endian word at byte offset o is
@@ -33,17 +44,22 @@ set -euo pipefail
 
 usage() {
   echo "usage: run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096]" \
+       "[--kernel VMLINUZ] [--module KO [--module-args 'ARGS']] [--iommu]" \
        "-- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]..." >&2
   exit 2
 }
 
-name=guest device_args="" disk_mb=64 lba=512
+name=guest device_args="" disk_mb=64 lba=512 kernel="" module="" module_args="" iommu=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) [ $# -ge 2 ] || usage; name=$2; shift 2 ;;
     --qemu-device-args|--nvme-args) [ $# -ge 2 ] || usage; device_args=$2; shift 2 ;;
     --disk-mb) [ $# -ge 2 ] || usage; disk_mb=$2; shift 2 ;;
     --lba) [ $# -ge 2 ] || usage; lba=$2; shift 2 ;;
+    --kernel) [ $# -ge 2 ] || usage; kernel=$2; shift 2 ;;
+    --module) [ $# -ge 2 ] || usage; module=$2; shift 2 ;;
+    --module-args) [ $# -ge 2 ] || usage; module_args=$2; shift 2 ;;
+    --iommu) iommu=1; shift ;;
     --) shift; break ;;
     *) echo "run_guest.sh: unknown option '$1'" >&2; usage ;;
   esac
@@ -52,11 +68,15 @@ done
 [[ $disk_mb =~ ^[1-9][0-9]*$ ]] || { echo "run_guest.sh: --disk-mb needs a positive number" >&2; exit 2; }
 [ "$lba" = 512 ] || [ "$lba" = 4096 ] || { echo "run_guest.sh: --lba is 512 or 4096" >&2; exit 2; }
 timeout_s=${CUNVME_QEMU_TIMEOUT:-100}
+if [ -n "$module" ]; then
+  [ -f "$module" ] || { echo "run_guest.sh: module '$module' not found" >&2; exit 2; }
+  [[ $module_args =~ ^[A-Za-z0-9_=,.:@\ -]*$ ]] || { echo "run_guest.sh: --module-args has odd characters" >&2; exit 2; }
+fi
 
 # --- What this needs on the host; missing pieces skip the test (77) -----------------------
 missing=()
 command -v qemu-system-x86_64 >/dev/null 2>&1 || missing+=(qemu-system-x86_64)
-kernel=$(printf '%s\n' /boot/vmlinuz-* | sort -V | tail -n1)   # the newest
+[ -n "$kernel" ] || kernel=$(printf '%s\n' /boot/vmlinuz-* | sort -V | tail -n1)   # the newest
 if [ ! -e "$kernel" ]; then
   missing+=("a guest kernel /boot/vmlinuz-*")
 elif [ ! -r "$kernel" ]; then
@@ -69,6 +89,15 @@ for b in /bin/busybox /usr/bin/busybox "$(command -v busybox 2>/dev/null || true
 done
 [ -n "$busybox" ] || missing+=("a static busybox")
 command -v cpio >/dev/null 2>&1 || missing+=(cpio)
+if [ -n "$module" ] && [ -e "$kernel" ] && command -v modinfo >/dev/null 2>&1; then
+  # A module loads only into the kernel it was built for.
+  kv=$(basename "$kernel"); kv=${kv#vmlinuz-}
+  magic=$(modinfo -F vermagic "$module" 2>/dev/null | cut -d' ' -f1)
+  if [ "$magic" != "$kv" ]; then
+    echo "FAIL: $module was built for kernel '${magic:-?}', the guest runs $kv (pass --kernel)"
+    exit 1
+  fi
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   what=$(printf '%s, ' "${missing[@]}")
   echo "skipped: missing ${what%, } (install qemu-system-x86 linux-image-amd64 busybox-static cpio)"
@@ -86,10 +115,12 @@ mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp}
 
 # --- initramfs: busybox, /init, the programs -------------------------------------------------
 # Quotes a word for sh; @BDF@ and @URI@ then become references to the guest's $BDF.
+scheme=sysfs
+[ -n "$module" ] && scheme=kmod
 sh_word() {
   local q=${1//\'/\'\\\'\'}
   q=${q//@BDF@/\'\"\$BDF\"\'}
-  q=${q//@URI@/\'\"sysfs:\$BDF\"\'}
+  q=${q//@URI@/\'\"$scheme:\$BDF\"\'}
   printf "'%s'" "$q"
 }
 
@@ -116,6 +147,13 @@ for arg in "$@"; do
 done
 add_program
 [ ${#programs[@]} -gt 0 ] || { echo "run_guest.sh: no program given" >&2; usage; }
+if [ -n "$module" ]; then
+  mkdir -p "$root/lib"
+  cp "$module" "$root/lib/cunvme.ko"
+  # Load and bind before the programs, unload after them: two more entries in the verdict.
+  programs=(insmod "${programs[@]}" rmmod)
+  commands=("cunvme_load $module_args" "${commands[@]}" cunvme_unload)
+fi
 
 cp "$busybox" "$root/bin/busybox"
 for applet in sh $("$busybox" --list); do
@@ -139,6 +177,31 @@ echo "CUNVME-BDF ${BDF:-none}"
 echo 0 > /proc/sys/vm/compact_unevictable_allowed
 echo 64 > /proc/sys/vm/nr_hugepages
 echo "CUNVME-HUGEPAGES $(cat /proc/sys/vm/nr_hugepages)"
+# The cunvme module (--module): load, bind the controller through driver_override, wait for
+# its node; unload after the programs, with nothing left pinned.
+cunvme_load() {
+  args=$(echo "$*" | sed "s/@BDF@/$BDF/g")
+  # shellcheck disable=SC2086 # one word per module parameter
+  insmod /lib/cunvme.ko $args || return 1
+  case " $args" in
+    *" bdf="*) [ -e "/sys/bus/pci/drivers/cunvme/$BDF" ] || { echo "bdf= did not bind $BDF at load"; return 2; } ;;
+    *) echo cunvme > "/sys/bus/pci/devices/$BDF/driver_override" || return 2
+       echo "$BDF" > /sys/bus/pci/drivers/cunvme/bind || return 3 ;;
+  esac
+  for i in 1 2 3 4 5 6 7 8 9 10; do [ -c "/dev/cunvme/$BDF" ] && return 0; sleep 0.2; done
+  echo "no /dev/cunvme/$BDF after binding"; return 4
+}
+cunvme_unload() {
+  pinned=$(cat /sys/bus/pci/drivers/cunvme/pinned_pages)
+  echo "cunvme pinned_pages after the programs: $pinned"
+  [ "$pinned" = 0 ] || return 1
+  rmmod cunvme || return 2
+  [ ! -e "/dev/cunvme/$BDF" ] || { echo "/dev/cunvme/$BDF still there after rmmod"; return 3; }
+  [ ! -e "/sys/bus/pci/devices/$BDF/driver" ] || return 4
+  # The console shows errors only (loglevel=3): look for kernel warnings in the log itself.
+  dmesg | grep -i cunvme
+  if dmesg | grep -E "WARNING:|BUG:|Call Trace|general protection"; then return 5; fi
+}
 if [ -n "$BDF" ]; then
 EOF
   for i in "${!programs[@]}"; do
@@ -170,22 +233,29 @@ PY
 
 # --- Run ------------------------------------------------------------------------------------
 # shellcheck disable=SC2054 # the commas belong to QEMU's option strings
+nvme=()
+append="console=ttyS0 panic=-1 quiet loglevel=3"
+if [ -n "$iommu" ]; then
+  # Before the other PCI devices, as QEMU wants; no interrupt remapping (no split irqchip).
+  nvme=(-device intel-iommu,intremap=off)
+  append="$append intel_iommu=on iommu.strict=1"
+fi
 if [ "$lba" = 4096 ]; then
-  nvme=(-device "nvme,id=nvme0,serial=deadbeef${device_args:+,$device_args}"
+  nvme+=(-device "nvme,id=nvme0,serial=deadbeef${device_args:+,$device_args}"
         -device nvme-ns,drive=nvm,bus=nvme0,nsid=1,logical_block_size=4096,physical_block_size=4096)
 else
-  nvme=(-device "nvme,serial=deadbeef,drive=nvm${device_args:+,$device_args}")
+  nvme+=(-device "nvme,serial=deadbeef,drive=nvm${device_args:+,$device_args}")
 fi
 
 echo "== $name: $(basename "$kernel"), QEMU NVMe (${device_args:-default options}, $lba-byte blocks," \
-     "$disk_mb MiB), running: ${programs[*]}"
+     "$disk_mb MiB${iommu:+, Intel IOMMU}), running: ${programs[*]}"
 start_ms=$(( $(date +%s%N) / 1000000 ))
 # QEMU runs in the background (timeout makes it its own process group, out of reach of a
 # signal to ours), so a TERM/INT to this script is passed on and the temp dir still goes.
 timeout -k 5 "$timeout_s" qemu-system-x86_64 -machine q35,accel=tcg -cpu max -smp 1 -m 512M \
   -nodefaults -display none -serial stdio -no-reboot \
   -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
-  -append "console=ttyS0 panic=-1 quiet loglevel=3" \
+  -append "$append" \
   -drive file="$work/disk.img",if=none,id=nvm,format=raw "${nvme[@]}" \
   </dev/null >"$work/serial.raw" 2>&1 &
 qpid=$!

@@ -20,7 +20,8 @@ struct device_info {
   std::uint32_t flags;                 ///< bit 0: GPU memory can be pinned (nvidia_p2p present)
   std::uint64_t bar_size[6];           ///< bytes of each BAR; 0 where absent
   std::uint64_t bar_bus_address[6];    ///< each BAR's address as the controller's peers see it
-  std::uint64_t max_pinned_bytes;      ///< per process
+  std::uint64_t max_pinned_bytes;      ///< what this open device may have pinned at once (the module's
+                                       ///< max_pinned_mb; also RLIMIT_MEMLOCK without CAP_IPC_LOCK)
 };
 static_assert(sizeof(device_info) == 112);
 static_assert(offsetof(device_info, bar_size) == 8);

@@ -24,16 +24,32 @@ CUNVME_NAMESPACE_BEGIN
 namespace host {
 
 /// Memory pinned by the kernel module for one controller.
+///
+/// Buffers larger than 4 KiB come from 2 MiB huge pages while the pool
+/// (/proc/sys/vm/nr_hugepages) has free ones: without an IOMMU the module hands out physical
+/// addresses, and only huge pages make a queue larger than 4 KiB contiguous in bus address
+/// space (with an IOMMU the module maps any pages contiguously). Otherwise 4 KiB pages.
 class kmod_allocator final : public dma_allocator {
  public:
   kmod_allocator(int fd, std::string device, bool gpu) : fd_(fd), device_(std::move(device)), gpu_(gpu) {}
 
   [[nodiscard]] dma_buffer allocate(std::size_t bytes) override {
     if (bytes == 0) throw error("Allocate DMA memory", device_, "0 bytes asked for");
-    const std::size_t mapped = (bytes + 4095) / 4096 * 4096;
-    void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (bytes > std::size_t{1} << 46) throw error("Allocate DMA memory", device_, std::to_string(bytes) + " bytes asked for");
+    constexpr std::size_t huge_page = std::size_t{2} << 20;
+    constexpr int two_mib = 21 << MAP_HUGE_SHIFT;  // not the default size, which may be 1 GiB
+    std::size_t mapped = (bytes + huge_page - 1) / huge_page * huge_page;
+    void* p = bytes <= 4096 ? MAP_FAILED
+                            : ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | two_mib | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) {
+      mapped = (bytes + 4095) / 4096 * 4096;
+      p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    }
     if (p == MAP_FAILED) throw os_error("Allocate DMA memory", device_);
     try {
+      // A child sharing the pages copy-on-write must not make the parent's next write move
+      // them (kernels before 5.11 do not copy pinned pages at fork).
+      if (::madvise(p, mapped, MADV_DONTFORK) != 0) throw os_error("Exclude DMA memory from fork", device_);
       pinned pins = pin(p, mapped, 0);
       const int fd = fd_;
       const std::uint64_t handle = pins.handle;
@@ -79,7 +95,7 @@ class kmod_allocator final : public dma_allocator {
     r.flags = flags;
     if (::ioctl(fd_, kmod::ioctl_pin, &r) != 0) {
       throw os_error(flags & kmod::pin_gpu_memory ? "Pin GPU memory" : "Pin host memory", device_,
-                     "the module limits pinned bytes per process (see its query)");
+                     errno == ENOMEM ? "over the module's max_pinned_mb or RLIMIT_MEMLOCK (ulimit -l; CAP_IPC_LOCK lifts it)" : "");
     }
     pages.resize(r.count);
     return pinned{r.handle, std::move(pages), r.page_shift};
@@ -104,8 +120,9 @@ class kmod_backend final : public register_backend {
     fd_ = ::open(node.c_str(), O_RDWR | O_CLOEXEC);
     if (fd_ < 0) {
       throw os_error("Open " + node, bdf_,
-                     errno == ENOENT ? "load the cunvme kernel module (kmod/) and bind the controller to it"
-                                     : "the device node's permissions decide who may use the controller");
+                     errno == ENOENT  ? "load the cunvme kernel module (kmod/) and bind the controller to it"
+                     : errno == EBUSY ? "another process has the controller open (one at a time)"
+                                      : "the device node's permissions decide who may use the controller");
     }
     if (::ioctl(fd_, kmod::ioctl_info, &info_) != 0) {
       const int e = errno;

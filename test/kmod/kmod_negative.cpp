@@ -1,0 +1,466 @@
+// The cunvme kernel module's interface, case by case, inside the QEMU guest (run_guest.sh
+// --module): what it accepts, what it rejects with which errno, and that the pinned-page
+// counter returns to 0 however a process lets go (unpin, close, SIGKILL).
+//
+//   kmod_negative BDF
+//
+// Needs root, the module loaded and the controller bound to it, nobody else holding
+// /dev/cunvme/BDF open. Prints "PASS name" / "FAIL name: why" per check and a summary; exits 0
+// when all passed.
+#include <cunvme/host/kmod_abi.cuh>
+
+#include "cunvme_ioctl.h"
+
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace kmod = cunvme::host::kmod;
+
+// The module's C header and the library's C++ header describe one ABI: same sizes, offsets
+// and request numbers, byte for byte.
+static_assert(sizeof(cunvme_device_info) == sizeof(kmod::device_info));
+static_assert(offsetof(cunvme_device_info, abi_version) == offsetof(kmod::device_info, abi_version));
+static_assert(offsetof(cunvme_device_info, flags) == offsetof(kmod::device_info, flags));
+static_assert(offsetof(cunvme_device_info, bar_size) == offsetof(kmod::device_info, bar_size));
+static_assert(offsetof(cunvme_device_info, bar_bus_address) == offsetof(kmod::device_info, bar_bus_address));
+static_assert(offsetof(cunvme_device_info, max_pinned_bytes) == offsetof(kmod::device_info, max_pinned_bytes));
+static_assert(sizeof(cunvme_pin_request) == sizeof(kmod::pin_request));
+static_assert(offsetof(cunvme_pin_request, address) == offsetof(kmod::pin_request, address));
+static_assert(offsetof(cunvme_pin_request, bytes) == offsetof(kmod::pin_request, bytes));
+static_assert(offsetof(cunvme_pin_request, addresses) == offsetof(kmod::pin_request, addresses));
+static_assert(offsetof(cunvme_pin_request, max_addresses) == offsetof(kmod::pin_request, max_addresses));
+static_assert(offsetof(cunvme_pin_request, flags) == offsetof(kmod::pin_request, flags));
+static_assert(offsetof(cunvme_pin_request, handle) == offsetof(kmod::pin_request, handle));
+static_assert(offsetof(cunvme_pin_request, count) == offsetof(kmod::pin_request, count));
+static_assert(offsetof(cunvme_pin_request, page_shift) == offsetof(kmod::pin_request, page_shift));
+static_assert(sizeof(cunvme_unpin_request) == sizeof(kmod::unpin_request));
+static_assert(CUNVME_IOCTL_INFO == kmod::ioctl_info);
+static_assert(CUNVME_IOCTL_PIN == kmod::ioctl_pin);
+static_assert(CUNVME_IOCTL_UNPIN == kmod::ioctl_unpin);
+static_assert(CUNVME_ABI_VERSION == kmod::abi_version);
+static_assert(CUNVME_INFO_GPU_PINNING == kmod::info_gpu_pinning);
+static_assert(CUNVME_PIN_GPU_MEMORY == kmod::pin_gpu_memory);
+static_assert((std::uint64_t{3} << CUNVME_BAR_MMAP_SHIFT) == kmod::bar_mmap_offset(3));
+
+namespace {
+
+constexpr std::size_t page = 4096;
+std::string bdf, node;
+int passed = 0, failed = 0;
+
+void check(bool ok, const std::string& name, const std::string& why = "") {
+  if (ok) {
+    std::printf("PASS %s\n", name.c_str());
+    ++passed;
+  } else {
+    std::printf("FAIL %s%s%s\n", name.c_str(), why.empty() ? "" : ": ", why.c_str());
+    ++failed;
+  }
+  std::fflush(stdout);
+}
+
+std::string errno_name(int e) {
+  switch (e) {
+    case 0: return "success";
+    case EACCES: return "EACCES";
+    case EBUSY: return "EBUSY";
+    case EFAULT: return "EFAULT";
+    case EINVAL: return "EINVAL";
+    case ENOENT: return "ENOENT";
+    case ENOMEM: return "ENOMEM";
+    case ENOTTY: return "ENOTTY";
+    case EOVERFLOW: return "EOVERFLOW";
+    case E2BIG: return "E2BIG";
+    case EOPNOTSUPP: return "EOPNOTSUPP";
+    default: return "errno " + std::to_string(e);
+  }
+}
+
+/// `rc` of a call that sets errno, against the errno wanted (0: success).
+void expect_errno(long rc, int want, const std::string& name) {
+  const int got = rc >= 0 ? 0 : errno;
+  check(got == want, name + " -> " + errno_name(want), "got " + errno_name(got));
+}
+
+long read_number(const std::string& path) {
+  std::ifstream in(path);
+  long v = -1;
+  in >> v;
+  return in ? v : -1;
+}
+long pinned_total() { return read_number("/sys/bus/pci/drivers/cunvme/pinned_pages"); }
+long pinned_device() { return read_number("/sys/class/cunvme/" + bdf + "/pinned_pages"); }
+
+bool write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+int open_device(int flags = O_RDWR) { return ::open(node.c_str(), flags | O_CLOEXEC); }
+
+void* map_anonymous(std::size_t bytes, int prot = PROT_READ | PROT_WRITE) {
+  void* p = ::mmap(nullptr, bytes, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+struct pin_result {
+  long rc;
+  int error;
+  cunvme_pin_request req;
+  std::vector<std::uint64_t> addresses;
+};
+
+pin_result pin(int fd, std::uint64_t address, std::uint64_t bytes, std::uint32_t flags = 0, std::uint32_t max_addresses = 1u << 20,
+               std::uint64_t* out = nullptr) {
+  pin_result r{};
+  r.addresses.resize(out == nullptr ? std::min<std::uint64_t>(max_addresses, bytes / page + 1) : 0);
+  r.req.address = address;
+  r.req.bytes = bytes;
+  r.req.addresses = reinterpret_cast<std::uintptr_t>(out != nullptr ? out : r.addresses.data());
+  r.req.max_addresses = max_addresses;
+  r.req.flags = flags;
+  errno = 0;
+  r.rc = ::ioctl(fd, CUNVME_IOCTL_PIN, &r.req);
+  r.error = r.rc == 0 ? 0 : errno;
+  return r;
+}
+
+long unpin(int fd, std::uint64_t handle) {
+  cunvme_unpin_request u{handle};
+  return ::ioctl(fd, CUNVME_IOCTL_UNPIN, &u);
+}
+
+/// The physical address of the page at `p` (root: /proc/self/pagemap), 0 if unknown.
+std::uint64_t physical(const void* p) {
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::uint64_t entry = 0;
+  const auto index = reinterpret_cast<std::uintptr_t>(p) / page;
+  const bool ok = ::pread(fd, &entry, 8, static_cast<off_t>(index * 8)) == 8;
+  ::close(fd);
+  if (!ok || !(entry >> 63)) return 0;
+  return (entry & ((std::uint64_t{1} << 55) - 1)) * page;
+}
+
+bool iommu_present() {
+  // /sys/class/iommu/ has an entry per IOMMU (dmar0 for Intel's).
+  const int fd = ::open("/sys/class/iommu/dmar0", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+/// Runs `body` in a child process; true when it exited 0.
+bool in_child(const std::function<int()>& body) {
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(body());
+  int status = 0;
+  return pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+void test_open() {
+  int fd = open_device(O_RDONLY);
+  expect_errno(fd >= 0 ? 0 : -1, EACCES, "open read-only");
+  if (fd >= 0) ::close(fd);
+  fd = open_device();
+  expect_errno(fd >= 0 ? 0 : -1, 0, "open read-write");
+  const int second = open_device();
+  expect_errno(second >= 0 ? 0 : -1, EBUSY, "a second open while the first is held");
+  if (second >= 0) ::close(second);
+  if (fd >= 0) ::close(fd);
+  fd = open_device();
+  expect_errno(fd >= 0 ? 0 : -1, 0, "open again after close");
+  if (fd >= 0) ::close(fd);
+}
+
+void test_info(int fd, cunvme_device_info& info) {
+  expect_errno(::ioctl(fd, CUNVME_IOCTL_INFO, &info), 0, "INFO");
+  check(info.abi_version == CUNVME_ABI_VERSION, "INFO abi_version is " + std::to_string(CUNVME_ABI_VERSION),
+        "got " + std::to_string(info.abi_version));
+  check((info.flags & ~CUNVME_INFO_GPU_PINNING) == 0, "INFO flags has no unknown bits");
+  check(info.bar_size[0] >= 0x1000 && (info.bar_size[0] & (info.bar_size[0] - 1)) == 0, "INFO BAR0 size is a power of two >= 4 KiB",
+        "got " + std::to_string(info.bar_size[0]));
+  // The guest has no address translation between CPU and PCI: resource's start is the bus address.
+  std::ifstream resource("/sys/bus/pci/devices/" + bdf + "/resource");
+  unsigned long long start = 0, end = 0;
+  resource >> std::hex >> start >> end;
+  check(resource && info.bar_bus_address[0] == start, "INFO BAR0 bus address matches sysfs resource",
+        "got " + std::to_string(info.bar_bus_address[0]) + ", sysfs " + std::to_string(start));
+  const long limit_mb = read_number("/sys/module/cunvme/parameters/max_pinned_mb");
+  check(info.max_pinned_bytes == static_cast<std::uint64_t>(limit_mb) << 20, "INFO max_pinned_bytes is max_pinned_mb (root)");
+
+  errno = 0;
+  expect_errno(::ioctl(fd, CUNVME_IOCTL_INFO, nullptr), EFAULT, "INFO into a null pointer");
+  expect_errno(::ioctl(fd, CUNVME_IOCTL_INFO, reinterpret_cast<void*>(0xffff888000000000ull)), EFAULT, "INFO into a kernel address");
+  expect_errno(::ioctl(fd, _IO('C', 9), nullptr), ENOTTY, "unknown request number");
+  expect_errno(::ioctl(fd, _IOR('C', 1, std::uint64_t), &info), ENOTTY, "INFO number with the wrong size");
+}
+
+void test_mmap(int fd, const cunvme_device_info& info) {
+  const std::size_t bar = info.bar_size[0];
+  void* p = ::mmap(nullptr, bar, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  check(p != MAP_FAILED, "mmap BAR0", std::strerror(errno));
+  if (p != MAP_FAILED) {
+    const auto vs = static_cast<volatile std::uint32_t*>(p)[2];  // VS, offset 08h
+    check((vs >> 16) == 1, "BAR0 mapping reads VS 1.x", "VS " + std::to_string(vs));
+    ::munmap(p, bar);
+  }
+  auto map_errno = [&](std::size_t len, int flags, std::uint64_t offset) {
+    void* q = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, fd, static_cast<off_t>(offset));
+    if (q != MAP_FAILED) {
+      ::munmap(q, len);
+      return 0;
+    }
+    return errno;
+  };
+  check(map_errno(page, MAP_SHARED, page) == 0, "mmap the second page of BAR0");
+  check(map_errno(bar, MAP_PRIVATE, 0) == EINVAL, "mmap BAR0 private -> EINVAL");
+  check(map_errno(bar + page, MAP_SHARED, 0) == EINVAL, "mmap beyond BAR0 -> EINVAL");
+  check(map_errno(page, MAP_SHARED, bar) == EINVAL, "mmap at an offset past BAR0 -> EINVAL");
+  if (info.bar_size[1] == 0) check(map_errno(page, MAP_SHARED, 1ull << CUNVME_BAR_MMAP_SHIFT) == EINVAL, "mmap an absent BAR -> EINVAL");
+  check(map_errno(page, MAP_SHARED, 6ull << 40) == EINVAL, "mmap BAR 6 -> EINVAL");
+  check(map_errno(page, MAP_SHARED, 0xfffull << 40) == EINVAL, "mmap a huge offset -> EINVAL");
+}
+
+void test_pin_rejects(int fd, const cunvme_device_info& info) {
+  const long before = pinned_total();
+  auto* buf = static_cast<std::byte*>(map_anonymous(16 * page));
+  const auto a = reinterpret_cast<std::uintptr_t>(buf);
+
+  expect_errno(pin(fd, a, 4 * page, 2).rc, EINVAL, "PIN with an unknown flag");
+  if (!(info.flags & CUNVME_INFO_GPU_PINNING)) {
+    expect_errno(pin(fd, a, 16 * page, CUNVME_PIN_GPU_MEMORY).rc, EOPNOTSUPP, "PIN GPU memory without nvidia_p2p");
+  }
+  expect_errno(pin(fd, a, 0).rc, EINVAL, "PIN 0 bytes");
+  expect_errno(pin(fd, a + 8, page).rc, EINVAL, "PIN at an unaligned address");
+  expect_errno(pin(fd, a, page + 512).rc, EINVAL, "PIN a size that is not whole pages");
+  expect_errno(pin(fd, 0xfffffffffffff000ull, 2 * page).rc, EOVERFLOW, "PIN a range that wraps around");
+  expect_errno(pin(fd, 0xffff888000000000ull, page).rc, EFAULT, "PIN kernel memory");
+  expect_errno(pin(fd, a, 4 * page, 0, 3).rc, E2BIG, "PIN more pages than max_addresses");
+  expect_errno(pin(fd, a, 4 * page, 0, 4, reinterpret_cast<std::uint64_t*>(0xffff888000000000ull)).rc, EFAULT,
+               "PIN with the address array in kernel memory");
+  // Pinned and mapped before the array write fails: the failure path must undo all of it.
+  expect_errno(pin(fd, a, 4 * page, 0, 4, reinterpret_cast<std::uint64_t*>(8)).rc, EFAULT,
+               "PIN with an unmapped address array");
+  auto* readonly = static_cast<std::uint64_t*>(map_anonymous(page, PROT_READ));
+  expect_errno(pin(fd, a, 4 * page, 0, 4, readonly).rc, EFAULT, "PIN with a read-only address array");
+  expect_errno(pin(fd, reinterpret_cast<std::uintptr_t>(readonly), page).rc, EFAULT, "PIN read-only memory (the device writes)");
+  void* hole = map_anonymous(4 * page);
+  ::munmap(hole, 4 * page);
+  expect_errno(pin(fd, reinterpret_cast<std::uintptr_t>(hole), 4 * page).rc, EFAULT, "PIN unmapped memory");
+  auto* end = static_cast<std::byte*>(map_anonymous(8 * page));
+  ::munmap(end + 4 * page, 4 * page);
+  expect_errno(pin(fd, reinterpret_cast<std::uintptr_t>(end), 8 * page).rc, EFAULT, "PIN a range running past its mapping");
+  ::munmap(end, 4 * page);
+  expect_errno(::ioctl(fd, CUNVME_IOCTL_PIN, nullptr), EFAULT, "PIN with a null request");
+  check(pinned_total() == before, "rejected PINs leave the pinned-page counter alone",
+        std::to_string(before) + " before, " + std::to_string(pinned_total()) + " after");
+  ::munmap(readonly, page);
+  ::munmap(buf, 16 * page);
+}
+
+void test_pin_unpin(int fd) {
+  const std::size_t pages = 16;
+  auto* buf = static_cast<std::byte*>(map_anonymous(pages * page));
+  auto r = pin(fd, reinterpret_cast<std::uintptr_t>(buf), pages * page);
+  expect_errno(r.rc, 0, "PIN 64 KiB");
+  if (r.rc != 0) return;
+  check(r.req.count == pages && r.req.page_shift == 12 && r.req.handle != 0, "PIN reports 16 pages of 4 KiB and a handle");
+  check(pinned_total() == static_cast<long>(pages) && pinned_device() == static_cast<long>(pages),
+        "the pinned-page counters count them", std::to_string(pinned_total()) + " / " + std::to_string(pinned_device()));
+  bool aligned = true, physical_match = true;
+  for (std::size_t i = 0; i < pages; ++i) {
+    aligned = aligned && r.addresses[i] != 0 && r.addresses[i] % page == 0;
+    physical_match = physical_match && r.addresses[i] == physical(buf + i * page);
+  }
+  check(aligned, "DMA addresses are non-zero and page aligned");
+  if (iommu_present()) {
+    std::printf("(IOMMU present: DMA addresses are IOVAs, e.g. %#llx for physical %#llx)\n", static_cast<unsigned long long>(r.addresses[0]),
+                static_cast<unsigned long long>(physical(buf)));
+  } else {
+    check(physical_match, "without an IOMMU the DMA addresses are the pages' physical addresses");
+  }
+
+  // The pin holds the pages, not the mapping: unmapping the range leaves them pinned.
+  auto* other = static_cast<std::byte*>(map_anonymous(pages * page));
+  auto r2 = pin(fd, reinterpret_cast<std::uintptr_t>(other), pages * page);
+  expect_errno(r2.rc, 0, "PIN a second range");
+  check(r2.req.handle != r.req.handle, "each PIN gets its own handle");
+  ::munmap(other, pages * page);
+  check(pinned_total() == static_cast<long>(2 * pages), "munmap of a pinned range keeps it pinned");
+
+  expect_errno(unpin(fd, r.req.handle), 0, "UNPIN");
+  expect_errno(unpin(fd, r.req.handle), ENOENT, "UNPIN the same handle twice");
+  expect_errno(unpin(fd, 0), ENOENT, "UNPIN handle 0");
+  expect_errno(unpin(fd, r2.req.handle + 1000), ENOENT, "UNPIN a handle never given out");
+  expect_errno(::ioctl(fd, CUNVME_IOCTL_UNPIN, nullptr), EFAULT, "UNPIN with a null request");
+  expect_errno(unpin(fd, r2.req.handle), 0, "UNPIN the munmapped range");
+  check(pinned_total() == 0, "counter back to 0 after UNPIN", std::to_string(pinned_total()));
+  ::munmap(buf, pages * page);
+}
+
+void test_limits(int fd) {
+  const std::string param = "/sys/module/cunvme/parameters/max_pinned_mb";
+  const long saved = read_number(param);
+  check(write_text(param, "1"), "max_pinned_mb can be lowered at run time");
+  auto* buf = static_cast<std::byte*>(map_anonymous(2 << 20));
+  const auto a = reinterpret_cast<std::uintptr_t>(buf);
+  expect_errno(pin(fd, a, 2 << 20).rc, ENOMEM, "PIN 2 MiB over a 1 MiB max_pinned_mb");
+  auto r = pin(fd, a, 1 << 20);
+  expect_errno(r.rc, 0, "PIN 1 MiB at a 1 MiB max_pinned_mb");
+  expect_errno(pin(fd, a + (1 << 20), page).rc, ENOMEM, "PIN one page more");
+  if (r.rc == 0) unpin(fd, r.req.handle);
+  auto room = pin(fd, a + (1 << 20), page);
+  expect_errno(room.rc, 0, "PIN after UNPIN made room");
+  if (room.rc == 0) unpin(fd, room.req.handle);
+  write_text(param, std::to_string(saved));
+
+  // Without CAP_IPC_LOCK, RLIMIT_MEMLOCK holds too (pins count as locked memory).
+  const bool limited = in_child([&] {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct caps[2]{};
+    if (::syscall(SYS_capget, &header, caps) != 0) return 10;
+    caps[0].effective &= ~(1u << CAP_IPC_LOCK);
+    caps[0].permitted &= ~(1u << CAP_IPC_LOCK);
+    if (::syscall(SYS_capset, &header, caps) != 0) return 11;
+    const rlimit lim{64 * 1024, 64 * 1024};
+    if (::setrlimit(RLIMIT_MEMLOCK, &lim) != 0) return 12;
+    cunvme_device_info info{};
+    if (::ioctl(fd, CUNVME_IOCTL_INFO, &info) != 0 || info.max_pinned_bytes != 64 * 1024) return 13;
+    auto* mem = static_cast<std::byte*>(map_anonymous(32 * page));
+    if (pin(fd, reinterpret_cast<std::uintptr_t>(mem), 32 * page).error != ENOMEM) return 14;
+    auto ok = pin(fd, reinterpret_cast<std::uintptr_t>(mem), 16 * page);
+    if (ok.rc != 0) return 15;
+    if (pin(fd, reinterpret_cast<std::uintptr_t>(mem + 16 * page), page).error != ENOMEM) return 16;
+    return unpin(fd, ok.req.handle) == 0 ? 0 : 17;
+  });
+  check(limited, "without CAP_IPC_LOCK: INFO reports RLIMIT_MEMLOCK and PIN beyond it -> ENOMEM");
+  check(pinned_total() == 0, "counter back to 0 after the limit cases", std::to_string(pinned_total()));
+  ::munmap(buf, 2 << 20);
+}
+
+void test_close_releases() {
+  int fd = open_device();
+  auto* buf = static_cast<std::byte*>(map_anonymous(64 * page));
+  auto r = pin(fd, reinterpret_cast<std::uintptr_t>(buf), 64 * page);
+  expect_errno(r.rc, 0, "PIN 256 KiB, then close without UNPIN");
+  ::close(fd);
+  check(pinned_total() == 0, "close releases every pin", std::to_string(pinned_total()));
+  ::munmap(buf, 64 * page);
+}
+
+void test_killed_process_releases() {
+  int ready[2];
+  if (::pipe(ready) != 0) return check(false, "pipe");
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(ready[0]);
+    const int fd = open_device();
+    auto* buf = static_cast<std::byte*>(map_anonymous(1 << 20));
+    char ok = fd >= 0 && pin(fd, reinterpret_cast<std::uintptr_t>(buf), 1 << 20).rc == 0 &&
+                      ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) != MAP_FAILED
+                  ? 'y'
+                  : 'n';
+    (void)!::write(ready[1], &ok, 1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char ok = 'n';
+  (void)!::read(ready[0], &ok, 1);
+  ::close(ready[0]);
+  check(ok == 'y', "a child process pins 1 MiB and maps BAR0");
+  check(pinned_total() == 256, "the counter shows its 256 pages", std::to_string(pinned_total()));
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  check(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the child is killed with SIGKILL");
+  check(pinned_total() == 0, "a killed process's pins are released (counter 0)", std::to_string(pinned_total()));
+  const int fd = open_device();
+  expect_errno(fd >= 0 ? 0 : -1, 0, "the device opens again after the killed process");
+  if (fd >= 0) ::close(fd);
+}
+
+bool bound() { return ::access(("/sys/bus/pci/drivers/cunvme/" + bdf).c_str(), F_OK) == 0; }
+
+/// Unbinding waits while a process holds the device (its BAR mapping and pins stay valid),
+/// completes when it closes, and the controller binds again.
+void test_unbind_waits_for_close() {
+  const int fd = open_device();
+  auto* buf = static_cast<std::byte*>(map_anonymous(8 * page));
+  expect_errno(pin(fd, reinterpret_cast<std::uintptr_t>(buf), 8 * page).rc, 0, "PIN before unbinding");
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fd);  // else this child's copy keeps the device open and the unbind waits forever
+    ::_exit(write_text("/sys/bus/pci/drivers/cunvme/unbind", bdf) ? 0 : 1);
+  }
+  ::usleep(500 * 1000);
+  int status = 0;
+  // (The driver's sysfs link goes before remove() runs, so "bound" says nothing here.)
+  check(::waitpid(child, &status, WNOHANG) == 0, "unbind waits while the device is open");
+  const int again = open_device();
+  expect_errno(again >= 0 ? 0 : -1, ENOENT, "no new open while unbinding (node gone)");
+  if (again >= 0) ::close(again);
+  ::close(fd);
+  check(::waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0 && !bound(),
+        "unbind completes once the device is closed");
+  check(pinned_total() == 0, "counter 0 after unbinding", std::to_string(pinned_total()));
+  ::munmap(buf, 8 * page);
+  check(write_text("/sys/bus/pci/drivers/cunvme/bind", bdf) && bound(), "the controller binds again");
+  bool node_back = false;
+  for (int i = 0; i < 20 && !node_back; ++i, ::usleep(100 * 1000)) node_back = ::access(node.c_str(), F_OK) == 0;
+  check(node_back, "its node comes back");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s BDF\n", argv[0]);
+    return 2;
+  }
+  bdf = argv[1];
+  node = "/dev/cunvme/" + bdf;
+  std::printf("kmod_negative on %s%s\n", node.c_str(), iommu_present() ? " (IOMMU on)" : "");
+
+  test_open();
+  const int fd = open_device();
+  if (fd < 0) {
+    std::printf("FAIL open %s: %s\nkmod_negative: %d passed, %d failed\n", node.c_str(), std::strerror(errno), passed, failed + 1);
+    return 1;
+  }
+  cunvme_device_info info{};
+  test_info(fd, info);
+  test_mmap(fd, info);
+  test_pin_rejects(fd, info);
+  test_pin_unpin(fd);
+  test_limits(fd);
+  ::close(fd);
+  test_close_releases();
+  test_killed_process_releases();
+  test_unbind_waits_for_close();
+
+  std::printf("kmod_negative: %d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}

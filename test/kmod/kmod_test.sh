@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The kmod suite's steps (test/kmod/meson.build):
+#
+#   kmod_test.sh build        KMOD_SRC OUT   build cunvme.ko with -Werror against the headers of
+#                                            a guest kernel in /boot; check its vermagic
+#   kmod_test.sh build-nvidia KMOD_SRC OUT   the same with nvidia_p2p (GPU pinning), against
+#                                            NVIDIA's open kernel module sources: compile check
+#                                            only (no nvidia.ko to link or load here)
+#   kmod_test.sh guest KMOD_SRC OUT RUN_GUEST [run_guest.sh args...]
+#                                            build, then boot that kernel under QEMU with the
+#                                            module loaded and the controller bound to it
+#
+# The kernel: the newest /boot/vmlinuz-KV that has headers in /lib/modules/KV/build (Debian's
+# linux-image-amd64 + linux-headers-amd64 of one release; .ci/setup installs them).
+# NVIDIA sources: $CUNVME_NVIDIA_SRC (a checkout of open-gpu-kernel-modules or an unpacked
+# nvidia-open-kernel-source), else Debian's /usr/src/nvidia-open-kernel.tar.xz
+# (nvidia-open-kernel-source, in contrib).
+# Exit 77 (skipped) when kernel headers, make or a C compiler (or, for build-nvidia, NVIDIA's
+# sources) are missing.
+set -euo pipefail
+
+usage() { echo "usage: kmod_test.sh build|build-nvidia|guest KMOD_SRC OUT [RUN_GUEST ARGS...]" >&2; exit 2; }
+[ $# -ge 3 ] || usage
+mode=$1 src=$2 out=$3
+shift 3
+
+kernel="" kdir=""
+for k in $(printf '%s\n' /boot/vmlinuz-* | sort -rV); do
+  kv=${k#/boot/vmlinuz-}
+  if [ -e "$k" ] && [ -f "/lib/modules/$kv/build/Makefile" ]; then kernel=$k kdir=/lib/modules/$kv/build; break; fi
+done
+missing=()
+[ -n "$kernel" ] || missing+=("a /boot/vmlinuz-KV with headers in /lib/modules/KV/build")
+command -v make >/dev/null 2>&1 || missing+=(make)
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+if [ ${#missing[@]} -gt 0 ]; then
+  what=$(printf '%s, ' "${missing[@]}")
+  echo "skipped: missing ${what%, } (install linux-image-amd64 linux-headers-amd64 build-essential)"
+  exit 77
+fi
+
+# Builds in $1 (a copy of kmod/, so the source tree stays clean; make rebuilds what changed).
+build() {
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  for f in Kbuild Makefile cunvme.c cunvme_ioctl.h; do
+    cmp -s "$src/$f" "$dir/$f" || cp "$src/$f" "$dir/$f"
+  done
+  local log=$dir/build.log
+  if ! make -C "$dir" KDIR="$kdir" CUNVME_WERROR=1 "$@" >"$log" 2>&1; then
+    cat "$log"
+    echo "FAIL: cunvme.ko did not build against $kdir"
+    return 1
+  fi
+  # -Werror makes compiler warnings errors; modpost's are checked here (the undefined
+  # nvidia_p2p_* symbols of a compile check without NVIDIA_SYMVERS are the expected ones).
+  if grep -v 'nvidia_p2p_[a-z_]*" \[.*\] undefined!' "$log" | grep -qi 'warning'; then
+    cat "$log"
+    echo "FAIL: warnings while building cunvme.ko"
+    return 1
+  fi
+  local magic
+  magic=$(modinfo -F vermagic "$dir/cunvme.ko" 2>/dev/null | cut -d' ' -f1 || true)
+  if command -v modinfo >/dev/null 2>&1 && [ "$magic" != "${kernel#/boot/vmlinuz-}" ]; then
+    echo "FAIL: cunvme.ko has vermagic '$magic', the kernel is ${kernel#/boot/vmlinuz-}"
+    return 1
+  fi
+}
+
+case "$mode" in
+  build)
+    build "$out" || exit 1
+    cat "$out/build.log"
+    echo "== cunvme.ko built with -Werror for $(basename "$kernel") ($(stat -c %s "$out/cunvme.ko") bytes)"
+    ;;
+  build-nvidia)
+    nvsrc=${CUNVME_NVIDIA_SRC:-}
+    if [ -z "$nvsrc" ] && [ -f /usr/src/nvidia-open-kernel.tar.xz ]; then
+      # Debian's nvidia-open-kernel-source: only its nv-p2p.h is needed.
+      nvsrc=$out/nvidia-src
+      if [ ! -f "$nvsrc/nvidia/nv-p2p.h" ] || [ /usr/src/nvidia-open-kernel.tar.xz -nt "$nvsrc/nvidia/nv-p2p.h" ]; then
+        mkdir -p "$nvsrc"
+        tar -xJf /usr/src/nvidia-open-kernel.tar.xz -C "$nvsrc" --strip-components=2 \
+          modules/nvidia-open-kernel/nvidia/nv-p2p.h
+      fi
+    fi
+    if [ -z "$nvsrc" ]; then
+      echo "skipped: no NVIDIA open kernel module sources (set CUNVME_NVIDIA_SRC, or install Debian contrib's nvidia-open-kernel-source)"
+      exit 77
+    fi
+    build "$out/module" NVIDIA_SRC="$(cd "$nvsrc" && pwd)" || exit 1
+    cat "$out/module/build.log"
+    if ! modinfo -F depends "$out/module/cunvme.ko" >/dev/null 2>&1 ||
+       ! grep -q nvidia_p2p_get_pages "$out/module/cunvme.ko"; then
+      echo "FAIL: the nvidia_p2p build does not reference nvidia_p2p_get_pages"
+      exit 1
+    fi
+    echo "== cunvme.ko with nvidia_p2p compiles with -Werror against $nvsrc for $(basename "$kernel") (not loaded: no GPU driver here)"
+    ;;
+  guest)
+    [ $# -ge 1 ] || usage
+    run_guest=$1
+    shift
+    build "$out" || exit 1
+    exec "$run_guest" --kernel "$kernel" --module "$out/cunvme.ko" "$@"
+    ;;
+  *) usage ;;
+esac
