@@ -76,6 +76,10 @@ case "$mode" in
     ;;
   build-nvidia)
     nvsrc=${CUNVME_NVIDIA_SRC:-}
+    if [ -n "$nvsrc" ] && [ ! -d "$nvsrc" ]; then
+      echo "FAIL: CUNVME_NVIDIA_SRC=$nvsrc is not a directory"
+      exit 1
+    fi
     if [ -z "$nvsrc" ] && [ -f /usr/src/nvidia-open-kernel.tar.xz ]; then
       # Debian's nvidia-open-kernel-source: only its nv-p2p.h is needed.
       nvsrc=$out/nvidia-src
