@@ -5,10 +5,19 @@
 
 #include <cunvme/config.cuh>
 
+#include <cuda/std/concepts>
 #include <cuda/std/cstdint>
 
 CUNVME_NAMESPACE_BEGIN
 namespace prp {
+
+/// A buffer description a PRP builder (and so a reader) can take: the bus address of any byte
+/// and the size of the pieces it is contiguous in.
+template <class B>
+concept buffer = requires(const B& b, cuda::std::uint64_t offset) {
+  { b.bus(offset) } -> cuda::std::same_as<cuda::std::uint64_t>;
+  { b.page_shift } -> cuda::std::convertible_to<unsigned>;
+};
 
 /// A buffer contiguous in bus address space (one registered region, a huge page, an IOVA range).
 struct contiguous {
@@ -25,6 +34,9 @@ struct page_list {
     return pages[offset >> page_shift] + (offset & ((cuda::std::uint64_t{1} << page_shift) - 1));
   }
 };
+
+static_assert(buffer<contiguous>);
+static_assert(buffer<page_list>);
 
 /// Memory reserved for one command's PRP list: page aligned and contiguous, `capacity`
 /// entries. Its last entry on each controller page chains to the next page when needed.

@@ -1,0 +1,178 @@
+// Completion policies: who drains the CQ, and how a waiter learns its command finished.
+//
+//   completion::cooperative       waiters drain the CQ themselves, one at a time
+//   completion::dedicated_poller  one poller (a warp, a thread, a CPU thread) drains for all
+//
+// Both consume CQEs by phase tag (NVMe 2.0 section 4.6), in CQ order, into per-CID completion
+// records: a waiter polls its own record, never the CQ, so completions may come back in any
+// order and nobody scans the queue for its CID. Per drained batch the SQ head is taken from
+// CQE.SQHD and the CQ head doorbell is written once (after the batch was read, rule 3).
+#pragma once
+
+#include <cunvme/cid_pool.cuh>
+#include <cunvme/config.cuh>
+#include <cunvme/detail/access.cuh>
+#include <cunvme/doorbell.cuh>
+#include <cunvme/queue_view.cuh>
+#include <cunvme/spec/queue_entry.cuh>
+
+#include <cuda/atomic>
+#include <cuda/std/concepts>
+#include <cuda/std/cstdint>
+
+CUNVME_NAMESPACE_BEGIN
+namespace completion {
+
+/// CQEs taken per drain: bounds the time the drain lock is held and the registers used.
+inline constexpr cuda::std::uint32_t max_batch = 16;
+
+namespace detail {
+using u64_ref = cuda::atomic_ref<cuda::std::uint64_t, cuda::thread_scope_system>;
+using u32_ref = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>;
+
+struct drained_entry {
+  cuda::std::uint32_t dw0, dw1;
+  cuda::std::uint16_t cid, status;
+};
+
+/// Hands a consumed CQE to its record. A CQE naming a CID with no command is counted and
+/// dropped; one for an abandoned command (its waiter timed out) frees the CID, which was
+/// held back exactly so that this late completion cannot be taken for a newer command.
+CUNVME_HOST_DEVICE inline void deliver(const queue_view& q, const drained_entry& e) noexcept {
+  if (e.cid >= q.cids()) {
+    u32_ref(q.counters->unexpected_completions).fetch_add(1, cuda::std::memory_order_relaxed);
+    return;
+  }
+  completion_record& r = q.records[e.cid];
+  u32_ref state(r.state);
+  auto current = state.load(cuda::std::memory_order_acquire);
+  if (current == static_cast<cuda::std::uint32_t>(record_state::pending)) {
+    r.status = e.status;
+    r.dw0 = e.dw0;
+    r.dw1 = e.dw1;
+    // release: the waiter that sees `done` sees the fields (and the data the controller moved
+    // before posting the CQE). Fails only when the waiter abandoned the record meanwhile.
+    if (state.compare_exchange_strong(current, static_cast<cuda::std::uint32_t>(record_state::done), cuda::std::memory_order_acq_rel,
+                                      cuda::std::memory_order_acquire)) {
+      return;
+    }
+  }
+  if (current == static_cast<cuda::std::uint32_t>(record_state::abandoned)) {
+    cid_pool::give_back(q, e.cid);
+    return;
+  }
+  u32_ref(q.counters->unexpected_completions).fetch_add(1, cuda::std::memory_order_relaxed);
+}
+}  // namespace detail
+
+/// Drains up to `max_batch` new CQEs if no one else is draining. Returns how many it took.
+/// Not inlined: every wait loop calls it, and one out-of-line copy keeps kernels small (the
+/// call costs nothing next to the CQ reads across PCIe).
+template <class Doorbell>
+[[gnu::noinline]] CUNVME_HOST_DEVICE cuda::std::uint32_t drain(const queue_view& q) noexcept {
+  queue_counters& c = *q.counters;
+  detail::u32_ref lock(c.drain_lock);
+  if (lock.load(cuda::std::memory_order_relaxed) != 0 || lock.exchange(1, cuda::std::memory_order_acquire) != 0) return 0;
+  const cuda::std::uint64_t first = detail::u64_ref(c.cq_head).load(cuda::std::memory_order_relaxed);
+  cuda::std::uint64_t head = first;
+  cuda::std::uint64_t sq_head = detail::u64_ref(c.sq_head).load(cuda::std::memory_order_relaxed);
+  detail::drained_entry taken[max_batch];
+  cuda::std::uint32_t n = 0;
+  // Rolled loops: an unrolled batch only multiplies code; the loads wait on memory anyway.
+#if defined(CUNVME_DEVICE_COMPILATION)
+#  pragma unroll 1
+#endif
+  for (; n < max_batch; ++n) {
+    const cuda::std::uint32_t slot = q.slot(head);
+    // The controller writes phase 1 on the first pass through the queue (memory zeroed at
+    // creation), 0 on the second, and so on.
+    const cuda::std::uint32_t expected_phase = q.lap(head) % 2 == 0 ? 1u : 0u;
+    auto* words = reinterpret_cast<cuda::std::uint32_t*>(q.cq + slot);
+    // Rule 2 ("phase_before_payload"): the acquire load of DW3, which carries the phase tag,
+    // orders every later read of the entry (and of the data) after the controller's writes.
+    const cuda::std::uint32_t dw3 = detail::u32_ref(words[3]).load(cuda::std::memory_order_acquire);
+    if (((dw3 >> 16) & 1u) != expected_phase) break;
+    const cuda::std::uint32_t dw2 = detail::u32_ref(words[2]).load(cuda::std::memory_order_relaxed);
+    taken[n] = {detail::u32_ref(words[0]).load(cuda::std::memory_order_relaxed), detail::u32_ref(words[1]).load(cuda::std::memory_order_relaxed),
+                static_cast<cuda::std::uint16_t>(dw3 & 0xffffu), static_cast<cuda::std::uint16_t>(spec::cqe_status::status_of(static_cast<cuda::std::uint16_t>(dw3 >> 16)))};
+    // SQHD is an index; the fetched count moves forward by its distance from our count's slot.
+    const cuda::std::uint32_t sqhd = dw2 & 0xffffu;
+    if (sqhd < q.entries) sq_head += q.slot(sqhd + q.entries - q.slot(sq_head));
+    ++head;
+  }
+  if (n != 0) {
+    // The SQ head goes first: a CID freed below must find its command's slot already free
+    // (the room argument in slots.cuh depends on it).
+    detail::u64_ref(c.sq_head).store(sq_head, cuda::std::memory_order_release);
+    detail::u64_ref(c.cq_head).store(head, cuda::std::memory_order_relaxed);
+    // Rule 3: the CQ head doorbell once per batch, after the entries were read (the doorbell
+    // store orders the reads before it), before waiters are told: a waiter that submits again
+    // at once must not find the controller still seeing a full CQ.
+    Doorbell::ring(q, doorbell::which::cq_head, q.slot(head),
+                   q.slot(first));
+#if defined(CUNVME_DEVICE_COMPILATION)
+#  pragma unroll 1
+#endif
+    for (cuda::std::uint32_t i = 0; i < n; ++i) detail::deliver(q, taken[i]);
+  }
+  lock.store(0, cuda::std::memory_order_release);
+  return n;
+}
+
+/// What a completion policy provides: `progress` is what a waiting thread does between
+/// looks at its record (drain, or leave it to the poller).
+template <class C>
+concept policy = requires(const queue_view& q) {
+  { C::template progress<doorbell::mmio>(q) } -> cuda::std::same_as<void>;
+};
+
+/// Waiters drain: a thread waiting for its command tries the drain lock and, if it gets it,
+/// drains a batch for everybody; the others look at their records in the meantime.
+///
+/// When to choose it: the default; no thread to dedicate, and latency is lowest at low
+/// queue depth (the waiter itself sees its CQE first).
+struct cooperative {
+  template <class Doorbell>
+  CUNVME_HOST_DEVICE static void progress(const queue_view& q) noexcept {
+    (void)drain<Doorbell>(q);
+  }
+};
+
+/// A dedicated poller drains the CQ for everybody; waiters only watch their records. Run
+/// `poller<Doorbell>::run` in one thread (or a warp's lane 0, or a CPU thread) per queue for
+/// as long as commands are outstanding.
+///
+/// When to choose it: very many waiters per queue, where cooperative waiters would contend
+/// for the drain lock, or when the submitting threads should not spend time on completions
+/// (they submit and go on; `test` is then a single load).
+struct dedicated_poller {
+  template <class Doorbell>
+  CUNVME_HOST_DEVICE static void progress(const queue_view&) noexcept {}
+};
+
+/// The dedicated poller's loop.
+/// ```
+/// std::atomic<std::uint32_t> stop{0};
+/// std::thread poller([&] { cunvme::completion::poller<cunvme::doorbell::mmio>::run(view, stop); });
+/// ```
+template <class Doorbell>
+struct poller {
+  /// Drains until `*stop` becomes non-zero. Returns the CQEs it consumed.
+  CUNVME_HOST_DEVICE static cuda::std::uint64_t run(const queue_view& q, cuda::std::uint32_t& stop) noexcept {
+    cuda::std::uint64_t consumed = 0;
+    cuda::std::uint32_t idle = 0;
+    while (cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(stop).load(cuda::std::memory_order_acquire) == 0) {
+      const cuda::std::uint32_t n = drain<Doorbell>(q);
+      consumed += n;
+      idle = n == 0 ? idle + 1 : 0;
+      if (idle != 0) access::back_off(idle);
+    }
+    return consumed;
+  }
+};
+
+static_assert(policy<cooperative>);
+static_assert(policy<dedicated_poller>);
+
+}  // namespace completion
+CUNVME_NAMESPACE_END

@@ -1,0 +1,80 @@
+// The access layer: the only header with inline PTX or volatile accesses. Everything that
+// touches a controller register, or orders memory against one, goes through these functions,
+// each named for what it orders (ordering rules 1–3 of DESIGN.md).
+//
+// - GPU (sm_70+): doorbells are stored with `st.mmio.relaxed.sys` — performed exactly once,
+//   never merged or split, as a register needs — after a system-scope fence that makes the
+//   SQE (or the consumed CQ slots) visible to the controller's DMA first.
+// - Host (CPU threads, also under TSan): a release store through a volatile pointer with the
+//   compiler's atomic builtins, so the store is neither elided nor torn and the sanitizer
+//   sees the synchronisation (a standalone fence is invisible to TSan).
+// Memory shared with the controller and other submitters (CQ phase words, counters, records)
+// is accessed with `cuda::atomic_ref` at system scope elsewhere; no fence is needed there.
+#pragma once
+
+#include <cunvme/config.cuh>
+
+#include <cuda/std/cstdint>
+
+#if defined(CUNVME_DEVICE_COMPILATION)
+#  include <cuda/ptx>
+#else
+#  include <chrono>
+#  include <thread>
+#endif
+
+CUNVME_NAMESPACE_BEGIN
+namespace access {
+
+#if defined(CUNVME_DEVICE_COMPILATION) && __CUDA_ARCH__ < 700
+static_assert(__CUDA_ARCH__ >= 700, "cunvme's device code needs sm_70 or newer (st.mmio, independent thread scheduling)");
+#endif
+
+/// Writes a doorbell register after everything this thread wrote before it (the SQE, or the
+/// CQ slots it consumed) is visible system-wide: rule 1, "sqe_before_doorbell".
+CUNVME_HOST_DEVICE inline void mmio_store_after_writes(cuda::std::uint32_t* reg, cuda::std::uint32_t value) noexcept {
+#if defined(CUNVME_DEVICE_COMPILATION)
+  // fence.sc.sys: the controller reads the SQ over PCIe (or from GPU memory through the BAR
+  // of the GPU), so ordering must hold at system scope, not only within the GPU.
+  asm volatile("fence.sc.sys;" ::: "memory");
+  asm volatile("st.mmio.relaxed.sys.global.b32 [%0], %1;" ::"l"(reg), "r"(value) : "memory");
+#else
+  __atomic_store_n(static_cast<volatile cuda::std::uint32_t*>(reg), value, __ATOMIC_RELEASE);
+#endif
+}
+
+/// Reads a controller register exactly once (not cached, not merged with another load).
+[[nodiscard]] CUNVME_HOST_DEVICE inline cuda::std::uint32_t mmio_load(const cuda::std::uint32_t* reg) noexcept {
+#if defined(CUNVME_DEVICE_COMPILATION)
+  cuda::std::uint32_t value;
+  asm volatile("ld.mmio.relaxed.sys.global.b32 %0, [%1];" : "=r"(value) : "l"(reg) : "memory");
+  return value;
+#else
+  return __atomic_load_n(static_cast<const volatile cuda::std::uint32_t*>(reg), __ATOMIC_ACQUIRE);
+#endif
+}
+
+/// Nanoseconds of a monotonic clock, for bounding waits: the GPU's `%globaltimer` on the
+/// device, `steady_clock` on the host. Only differences are meaningful.
+[[nodiscard]] CUNVME_HOST_DEVICE inline cuda::std::uint64_t now_ns() noexcept {
+#if defined(CUNVME_DEVICE_COMPILATION)
+  return cuda::ptx::get_sreg_globaltimer();
+#else
+  return static_cast<cuda::std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+#endif
+}
+
+/// Backs off between polls. `round` counts the polls so far: the pause grows with it (up to
+/// about 1 µs on the GPU) so spinning threads leave memory bandwidth to the ones doing work;
+/// on the host it yields, since submitters may outnumber cores.
+CUNVME_HOST_DEVICE inline void back_off(cuda::std::uint32_t round) noexcept {
+#if defined(CUNVME_DEVICE_COMPILATION)
+  __nanosleep(round < 6 ? 32u << round : 1024u);
+#else
+  if (round > 2) std::this_thread::yield();
+#endif
+}
+
+}  // namespace access
+CUNVME_NAMESPACE_END

@@ -1,0 +1,135 @@
+// A queue pair ready for the device-side readers: the NVMe queues (host::queue_pair) plus the
+// bookkeeping every submitter shares — counters, per-slot turns, the CID bitmap, completion
+// records and one PRP list per CID — laid out in DMA memory the controller (PRP lists) and
+// the submitting threads (everything) can reach. `view()` is what kernels and CPU threads get.
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/host/controller.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/prp.cuh>
+#include <cunvme/queue_view.cuh>
+#include <cunvme/reader.cuh>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+
+CUNVME_NAMESPACE_BEGIN
+namespace host {
+
+/// How a reader addresses namespace `nsid` of `ctrl`: LBA size, capacity, and the blocks one
+/// command may carry (MDTS, and NLB's 65536).
+[[nodiscard]] inline namespace_view make_namespace_view(const controller& ctrl, std::uint32_t nsid) {
+  const namespace_info& ns = ctrl.namespace_by_id(nsid);
+  const std::uint64_t per_command = std::min<std::uint64_t>(ctrl.max_transfer_bytes() / ns.lba_size, spec::rw_fields::max_blocks);
+  if (per_command == 0) {
+    throw error("Prepare namespace " + std::to_string(nsid), ctrl.name(),
+                "MDTS (" + std::to_string(ctrl.max_transfer_bytes()) + " bytes) is smaller than one " + std::to_string(ns.lba_size) + "-byte block");
+  }
+  namespace_view v;
+  v.nsid = nsid;
+  v.lba_shift = static_cast<std::uint32_t>(std::countr_zero(ns.lba_size));
+  v.max_blocks = static_cast<std::uint32_t>(per_command);
+  v.lba_count = ns.lba_count;
+  return v;
+}
+
+/// A queue pair and its shared bookkeeping.
+///
+/// ```
+/// auto ctrl = cunvme::host::open("emu");
+/// cunvme::host::io_queue q(*ctrl, 256);
+/// using queue  = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+/// cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
+/// ```
+class io_queue {
+ public:
+  /// Creates an I/O queue pair of `entries` (2..MQES+1) on `ctrl`; every wait of a reader on
+  /// it is bounded by `timeout`.
+  io_queue(controller& ctrl, std::uint32_t entries, queue_placement placement = queue_placement::host,
+           std::chrono::nanoseconds timeout = std::chrono::seconds(10))
+      : ctrl_(ctrl), pair_(ctrl.create_queue_pair(entries, placement)), timeout_(timeout) {
+    layout();
+  }
+
+  /// The same over queues in memory the caller provides (GPU memory, say; see
+  /// `controller::create_queue_pair`).
+  io_queue(controller& ctrl, std::uint32_t entries, dma_buffer sq, dma_buffer cq, std::chrono::nanoseconds timeout = std::chrono::seconds(10))
+      : ctrl_(ctrl), pair_(ctrl.create_queue_pair(entries, std::move(sq), std::move(cq))), timeout_(timeout) {
+    layout();
+  }
+
+  [[nodiscard]] const queue_view& view() const noexcept { return view_; }
+  [[nodiscard]] cunvme::namespace_view namespace_view(std::uint32_t nsid) const { return make_namespace_view(ctrl_, nsid); }
+  [[nodiscard]] queue_pair& pair() noexcept { return *pair_; }
+  [[nodiscard]] const controller& owner() const noexcept { return ctrl_; }
+  /// A snapshot of the shared counters (doorbell writes, unexpected completions, …); read it
+  /// while no submitter runs.
+  [[nodiscard]] queue_counters counters() const noexcept {
+    queue_counters c;
+    std::memcpy(&c, view_.counters, sizeof c);
+    return c;
+  }
+
+ private:
+  void layout() {
+    const std::uint32_t entries = pair_->entries();
+    const std::uint32_t cids = entries - 1;
+    const unsigned shift = ctrl_.page_shift();
+    const std::uint64_t page = std::uint64_t{1} << shift;
+    // The worst case: PRP1 four bytes before a page boundary, then MDTS more bytes.
+    const std::uint32_t needed = prp::list_entries_needed(page - 4, ctrl_.max_transfer_bytes(), shift);
+    const std::uint64_t list_bytes = std::max<std::uint64_t>(page, (std::uint64_t{needed} * 8 + page - 1) / page * page);
+
+    const std::size_t counters_at = 0;
+    const std::size_t turns_at = sizeof(queue_counters);
+    const std::size_t bits_at = turns_at + std::size_t{entries} * 8;
+    const std::size_t records_at = (bits_at + std::size_t{(cids + 31) / 32} * 4 + 15) / 16 * 16;
+    const std::size_t state_bytes = records_at + std::size_t{cids} * sizeof(completion_record);
+    state_ = ctrl_.memory().allocate(state_bytes);
+    lists_ = ctrl_.memory().allocate(cids * list_bytes);
+    // Each CID's list is found by offset from one bus address: the lists must be one range.
+    if (!lists_.contiguous(0, lists_.size())) {
+      throw error("Create PRP lists for I/O queue " + std::to_string(pair_->id()), ctrl_.name(),
+                  std::to_string(lists_.size()) + " bytes are not contiguous in bus address space: use a smaller queue or reserve huge pages");
+    }
+    std::byte* base = state_.device_data() != nullptr ? static_cast<std::byte*>(state_.device_data()) : state_.data();
+    std::byte* lists = lists_.device_data() != nullptr ? static_cast<std::byte*>(lists_.device_data()) : lists_.data();
+
+    const queue_pair_view q = pair_->view();
+    view_.sq = q.sq;
+    view_.cq = q.cq;
+    view_.sq_doorbell = q.sq_doorbell;
+    view_.cq_doorbell = q.cq_doorbell;
+    view_.sq_shadow = q.sq_shadow;
+    view_.cq_shadow = q.cq_shadow;
+    view_.sq_event_index = q.sq_event_index;
+    view_.cq_event_index = q.cq_event_index;
+    view_.entries = entries;
+    view_.qid = pair_->id();
+    view_.counters = reinterpret_cast<queue_counters*>(base + counters_at);
+    view_.turns = reinterpret_cast<std::uint64_t*>(base + turns_at);
+    view_.cid_bits = reinterpret_cast<std::uint32_t*>(base + bits_at);
+    view_.records = reinterpret_cast<completion_record*>(base + records_at);
+    view_.prp_lists = reinterpret_cast<std::uint64_t*>(lists);
+    view_.prp_lists_bus = lists_.bus();
+    view_.list_entries = static_cast<std::uint32_t>(list_bytes / 8);
+    view_.page_shift = shift;
+    view_.timeout_ns = static_cast<std::uint64_t>(timeout_.count());
+  }
+
+  controller& ctrl_;
+  std::unique_ptr<queue_pair> pair_;
+  std::chrono::nanoseconds timeout_;
+  dma_buffer state_;  // zeroed by the allocator: counters 0, turns 0, CIDs free
+  dma_buffer lists_;
+  queue_view view_{};
+};
+
+}  // namespace host
+CUNVME_NAMESPACE_END

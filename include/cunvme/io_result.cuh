@@ -1,0 +1,64 @@
+// What a device-side read, write or flush returns: success, the NVMe status of the command
+// that failed and the LBA range it covered, or why no command could be completed.
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/spec/status.cuh>
+
+#include <cuda/std/cstdint>
+
+CUNVME_NAMESPACE_BEGIN
+
+enum class io_error : cuda::std::uint8_t {
+  none = 0,                 ///< every command completed successfully
+  nvme_status,              ///< a command completed with an error status: see `status`
+  timeout,                  ///< no completion within the queue's timeout; the command is abandoned (its CID stays
+                            ///< reserved until a completion arrives) and its buffer may still be written
+  no_submission_slot,       ///< the SQ had no room within the timeout: the controller stopped fetching
+  no_command_id,            ///< every CID stayed in use for the whole timeout (asynchronous submit: was in use)
+  invalid_request,          ///< zero blocks, a byte count that overflows, or (async) more than one command's worth
+  unaligned_buffer,         ///< the buffer offset is not dword aligned (PRP1)
+  buffer_pages_misaligned,  ///< the buffer's pages are smaller than, or not aligned to, the controller's pages
+  prp_list_too_small,       ///< the queue's per-command PRP lists cannot describe this much data
+  doorbell_unusable,        ///< the doorbell policy needs what the queue lacks (shadow doorbell slots)
+};
+
+/// Names for `io_error`, for messages.
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr const char* to_string(io_error e) noexcept {
+  switch (e) {
+    case io_error::none: return "success";
+    case io_error::nvme_status: return "NVMe error status";
+    case io_error::timeout: return "completion timeout";
+    case io_error::no_submission_slot: return "no submission queue slot within the timeout";
+    case io_error::no_command_id: return "no free command identifier within the timeout";
+    case io_error::invalid_request: return "invalid request";
+    case io_error::unaligned_buffer: return "buffer offset not dword aligned";
+    case io_error::buffer_pages_misaligned: return "buffer pages do not line up with the controller's pages";
+    case io_error::prp_list_too_small: return "PRP list memory too small";
+    case io_error::doorbell_unusable: return "doorbell policy unusable on this queue";
+  }
+  return "unknown io_error";
+}
+
+/// The outcome of one request. For a request split into several commands, the first failing
+/// command by LBA: its status and the LBA range it covered.
+/// ```
+/// cunvme::io_result r = reader.read(lba, 64, dst, 0);
+/// if (!r) { /* r.error, r.status, r.lba, r.blocks say what and where */ }
+/// ```
+struct io_result {
+  io_error error = io_error::none;
+  spec::status status = spec::status::successful_completion;
+  cuda::std::uint32_t blocks = 0;  ///< of the failing command (0 on success)
+  cuda::std::uint64_t lba = 0;     ///< first LBA of the failing command
+
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr bool ok() const noexcept { return error == io_error::none; }
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr explicit operator bool() const noexcept { return ok(); }
+
+  [[nodiscard]] CUNVME_HOST_DEVICE static constexpr io_result failure(io_error e, cuda::std::uint64_t lba, cuda::std::uint32_t blocks,
+                                                                      spec::status s = spec::status::successful_completion) noexcept {
+    return io_result{e, s, blocks, lba};
+  }
+};
+
+CUNVME_NAMESPACE_END

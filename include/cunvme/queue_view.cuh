@@ -1,0 +1,105 @@
+// The device-side view of one I/O queue pair: where its SQ, CQ, doorbells and shadow slots
+// are, and the shared bookkeeping every submitter and completer of the pair works on (tickets,
+// per-slot turns, command-identifier pool, per-command completion records, per-command PRP
+// lists). A `queue_view` is trivially copyable and passed to kernels (or CPU threads) by
+// value; the memory it points to is set up once by the host (`host::io_queue`).
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/spec/queue_entry.cuh>
+
+#include <cuda/std/bit>
+#include <cuda/std/cstddef>
+#include <cuda/std/cstdint>
+#include <cuda/std/type_traits>
+
+CUNVME_NAMESPACE_BEGIN
+
+/// The life of one command identifier's record.
+enum class record_state : cuda::std::uint32_t {
+  free = 0,       ///< the CID is not in use
+  pending = 1,    ///< submitted, no completion yet
+  done = 2,       ///< a completion arrived; `status`/`dw0` are valid until the waiter frees the CID
+  abandoned = 3,  ///< its waiter timed out: the CID stays reserved until a completion arrives, so a late
+                  ///< completion can never be taken for a newer command's
+};
+
+/// Where a completion for one CID lands (drained from the CQ by whoever drains).
+struct completion_record {
+  cuda::std::uint32_t state;   ///< a record_state, written with release by the drainer
+  cuda::std::uint16_t status;  ///< spec::status of the CQE
+  cuda::std::uint16_t reserved;
+  cuda::std::uint32_t dw0;
+  cuda::std::uint32_t dw1;
+};
+static_assert(sizeof(completion_record) == 16);
+static_assert(offsetof(completion_record, state) == 0);
+static_assert(offsetof(completion_record, status) == 4);
+static_assert(offsetof(completion_record, dw0) == 8);
+static_assert(offsetof(completion_record, dw1) == 12);
+
+/// Counters shared by every user of a queue pair. Tickets and heads are 64-bit counts that
+/// never wrap in practice, so `count % entries` is the slot for any queue size and two counts
+/// subtract without modular care. Each group written by different parties sits on its own
+/// 128-byte line (no false sharing between submitters and the drainer).
+struct queue_counters {
+  alignas(128) cuda::std::uint64_t sq_reserved;  ///< SQ tickets handed out
+  alignas(128) cuda::std::uint64_t sq_published; ///< SQEs written and published (coalescing doorbells)
+  alignas(128) cuda::std::uint64_t sq_rung;      ///< the SQ tail doorbell was written up to here
+  cuda::std::uint32_t ring_lock;                 ///< held while writing the SQ tail doorbell (its values must not go backwards)
+  alignas(128) cuda::std::uint64_t sq_head;      ///< SQ entries the controller has fetched, from CQE.SQHD
+  alignas(128) cuda::std::uint64_t cq_head;      ///< CQ entries consumed
+  cuda::std::uint32_t drain_lock;                ///< held while draining the CQ
+  cuda::std::uint32_t unexpected_completions;    ///< CQEs naming a CID with no command (counted, dropped)
+  cuda::std::uint64_t doorbell_mmio_writes;      ///< SQ/CQ doorbell stores that went to MMIO
+  cuda::std::uint64_t doorbell_skipped;          ///< shadow-doorbell updates EventIdx let skip
+};
+static_assert(sizeof(queue_counters) == 5 * 128);
+static_assert(offsetof(queue_counters, sq_published) == 128);
+static_assert(offsetof(queue_counters, sq_rung) == 256);
+static_assert(offsetof(queue_counters, sq_head) == 384);
+static_assert(offsetof(queue_counters, cq_head) == 512);
+
+/// Everything the device side needs to drive one queue pair.
+struct queue_view {
+  // The NVMe queues and their doorbells (GPU-usable addresses where the memory has them).
+  spec::submission_entry* sq = nullptr;
+  spec::completion_entry* cq = nullptr;
+  cuda::std::uint32_t* sq_doorbell = nullptr;   ///< in BAR0
+  cuda::std::uint32_t* cq_doorbell = nullptr;
+  cuda::std::uint32_t* sq_shadow = nullptr;     ///< Doorbell Buffer Config slots; nullptr without them
+  cuda::std::uint32_t* cq_shadow = nullptr;
+  cuda::std::uint32_t* sq_event_index = nullptr;
+  cuda::std::uint32_t* cq_event_index = nullptr;
+  cuda::std::uint32_t entries = 0;              ///< of the SQ and of the CQ (the same)
+  cuda::std::uint16_t qid = 0;
+
+  // Bookkeeping (host::io_queue lays it out).
+  queue_counters* counters = nullptr;
+  cuda::std::uint64_t* turns = nullptr;         ///< [entries]: ticket + 1 once that ticket's SQE is written
+  cuda::std::uint32_t* cid_bits = nullptr;      ///< [cid_words()]: bit set = CID in use
+  completion_record* records = nullptr;         ///< [cids()]
+  cuda::std::uint64_t* prp_lists = nullptr;     ///< [cids() × list_entries], one page-aligned list per CID
+  cuda::std::uint64_t prp_lists_bus = 0;        ///< bus address of prp_lists[0]
+  cuda::std::uint32_t list_entries = 0;         ///< entries per CID's list (a whole number of controller pages)
+  cuda::std::uint32_t page_shift = 12;          ///< controller memory page size (CC.MPS + 12)
+  cuda::std::uint64_t timeout_ns = 10'000'000'000ull;  ///< bound of every wait on this queue
+
+  /// Commands that may be outstanding at once: one less than the queue size, so the CQ (as
+  /// large as the SQ) can never be asked to hold more completions than it has room for, and
+  /// the SQ never looks full to a submitter that holds a CID (see slots.cuh).
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint32_t cids() const noexcept { return entries - 1; }
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint32_t cid_words() const noexcept { return (cids() + 31) / 32; }
+  /// The queue slot of a ticket or head count. A 64-bit division costs dozens of GPU
+  /// instructions; the usual power-of-two queue takes a mask instead.
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint32_t slot(cuda::std::uint64_t count) const noexcept {
+    return static_cast<cuda::std::uint32_t>((entries & (entries - 1)) == 0 ? count & (entries - 1) : count % entries);
+  }
+  /// Which pass through the queue a count is on (the CQ's phase tag flips with each).
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint64_t lap(cuda::std::uint64_t count) const noexcept {
+    return (entries & (entries - 1)) == 0 ? count >> cuda::std::countr_zero(entries) : count / entries;
+  }
+};
+static_assert(cuda::std::is_trivially_copyable_v<queue_view>);
+
+CUNVME_NAMESPACE_END

@@ -1,0 +1,142 @@
+// Completion draining without a controller: CQEs posted by hand, drained into per-CID records.
+#include "fake_queue.hpp"
+
+#include <cunvme/cid_pool.cuh>
+#include <cunvme/completion.cuh>
+#include <cunvme/doorbell.cuh>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <thread>
+
+using test::fake_queue;
+namespace completion = cunvme::completion;
+namespace doorbell = cunvme::doorbell;
+namespace spec = cunvme::spec;
+using cunvme::record_state;
+
+namespace {
+std::uint16_t take(fake_queue& f) {
+  std::uint16_t cid = 0;
+  REQUIRE(cunvme::cid_pool::try_take(f.view, 0, cid));
+  return cid;
+}
+std::uint32_t state_of(const fake_queue& f, std::uint16_t cid) { return f.records[cid].state; }
+constexpr auto done = static_cast<std::uint32_t>(record_state::done);
+}  // namespace
+
+TEST_CASE("an empty CQ drains nothing and rings nothing") {
+  fake_queue f(8);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 0);
+  CHECK(f.counters->doorbell_mmio_writes == 0);
+}
+
+TEST_CASE("completions in any CID order land in their own records with status and DW0") {
+  fake_queue f(8);
+  const std::uint16_t a = take(f), b = take(f), c = take(f);
+  f.post(0, c, spec::status::successful_completion, 3, 0xc);
+  f.post(1, a, spec::status::lba_out_of_range, 3, 0xa);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 2);
+  CHECK(state_of(f, c) == done);
+  CHECK(state_of(f, a) == done);
+  CHECK(state_of(f, b) == static_cast<std::uint32_t>(record_state::pending));
+  CHECK(f.records[a].status == static_cast<std::uint16_t>(spec::status::lba_out_of_range));
+  CHECK(f.records[a].dw0 == 0xa);
+  CHECK(f.records[c].dw0 == 0xc);
+}
+
+TEST_CASE("one drained batch rings the CQ head doorbell once, with the new head") {
+  fake_queue f(8);
+  for (std::uint64_t i = 0; i < 5; ++i) f.post(i, take(f), spec::status::successful_completion, static_cast<std::uint16_t>(i + 1));
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 5);
+  CHECK(f.cq_head_doorbell() == 5);
+  CHECK(f.counters->doorbell_mmio_writes == 1);
+  CHECK(f.counters->sq_head == 5);  // from the last CQE's SQHD
+}
+
+TEST_CASE("a batch is capped so the drain lock is held briefly; the rest comes with the next drain") {
+  fake_queue f(64);
+  for (std::uint64_t i = 0; i < 40; ++i) f.post(i, take(f), spec::status::successful_completion, 0);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == completion::max_batch);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == completion::max_batch);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 40 - 2 * completion::max_batch);
+}
+
+TEST_CASE("the phase tag flips with every pass through the CQ: stale entries are never taken") {
+  fake_queue f(4);
+  std::uint64_t posted = 0;
+  for (int lap = 0; lap < 5; ++lap) {
+    for (int i = 0; i < 3; ++i) {
+      const std::uint16_t cid = take(f);
+      f.post(posted, cid, spec::status::successful_completion, static_cast<std::uint16_t>((posted + 1) % 4));
+      ++posted;
+      CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+      CHECK(state_of(f, cid) == done);
+      cunvme::cid_pool::give_back(f.view, cid);
+      CHECK(completion::drain<doorbell::mmio>(f.view) == 0);  // the next slot still holds last lap's phase
+    }
+  }
+  CHECK(f.counters->cq_head == 15);
+  CHECK(f.cq_head_doorbell() == 15 % 4);
+}
+
+TEST_CASE("SQHD moves the SQ head count forward across the queue's wrap") {
+  fake_queue f(4);
+  f.counters->sq_head = 6;  // slot 2
+  f.post(0, take(f), spec::status::successful_completion, 1);  // slot 1: three more fetched
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+  CHECK(f.counters->sq_head == 9);
+  f.post(1, take(f), spec::status::successful_completion, 1);  // unchanged head
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+  CHECK(f.counters->sq_head == 9);
+}
+
+TEST_CASE("a completion for a CID that has no command is counted and dropped") {
+  fake_queue f(8);
+  f.post(0, 3, spec::status::successful_completion, 0);    // free CID
+  f.post(1, 200, spec::status::successful_completion, 0);  // beyond the pool
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 2);
+  CHECK(f.counters->unexpected_completions == 2);
+  CHECK(state_of(f, 3) == static_cast<std::uint32_t>(record_state::free));
+  CHECK(cunvme::cid_pool::in_use(f.view) == 0);
+}
+
+TEST_CASE("a late completion for an abandoned command frees its CID instead of completing anything") {
+  fake_queue f(8);
+  const std::uint16_t cid = take(f);
+  f.records[cid].state = static_cast<std::uint32_t>(record_state::abandoned);
+  f.post(0, cid, spec::status::successful_completion, 1);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+  CHECK(state_of(f, cid) == static_cast<std::uint32_t>(record_state::free));
+  CHECK(cunvme::cid_pool::in_use(f.view) == 0);
+  CHECK(f.counters->unexpected_completions == 0);
+}
+
+TEST_CASE("only one thread drains at a time; the others return at once") {
+  fake_queue f(8);
+  f.counters->drain_lock = 1;  // someone is draining
+  f.post(0, take(f), spec::status::successful_completion, 1);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 0);
+  f.counters->drain_lock = 0;
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+}
+
+TEST_CASE("a dedicated poller drains until told to stop and reports what it consumed") {
+  fake_queue f(64);
+  std::uint32_t stop = 0;
+  std::uint64_t consumed = 0;
+  std::thread poller([&] { consumed = completion::poller<doorbell::mmio>::run(f.view, stop); });
+  std::uint16_t cids[20];
+  for (std::uint64_t i = 0; i < 20; ++i) {
+    cids[i] = take(f);
+    f.post(i, cids[i], spec::status::successful_completion, static_cast<std::uint16_t>(i + 1));
+  }
+  for (auto cid : cids) {
+    while (std::atomic_ref<std::uint32_t>(f.records[cid].state).load(std::memory_order_acquire) != done) std::this_thread::yield();
+  }
+  std::atomic_ref<std::uint32_t>(stop).store(1, std::memory_order_release);
+  poller.join();
+  CHECK(consumed == 20);
+  CHECK(f.counters->cq_head == 20);
+}

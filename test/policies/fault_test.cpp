@@ -1,0 +1,193 @@
+// Errors surface as statuses: injected NVMe errors with the failing LBA range, lost
+// completions as bounded timeouts, and the queue keeps working afterwards.
+#include "policy_fixture.hpp"
+
+#include <cunvme/emu/fault_injection.cuh>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+using namespace test;
+using namespace std::chrono_literals;
+
+namespace {
+
+emu::controller_config with_rule(emu::fault_rule rule) {
+  auto config = small_config();
+  config.faults = {rule};
+  return config;
+}
+
+emu::fault_rule read_error_at(std::uint64_t first, std::uint64_t last) {
+  emu::fault_rule rule;
+  rule.status = spec::status::unrecovered_read_error;
+  rule.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
+  rule.lba_first = first;
+  rule.lba_last = last;
+  rule.fraction = 1;
+  return rule;
+}
+
+using mp_reader = reader_of<slots::multi_producer, completion::cooperative, doorbell::mmio>;
+
+}  // namespace
+
+TEST_CASE("an injected read error comes back as the NVMe status with the failing command's LBA range") {
+  rig r(with_rule(read_error_at(5000, 5000)));
+  host::io_queue q(*r.ctrl, 16);
+  mp_reader reader(q.view(), q.namespace_view(1));
+  auto buf = r.ctrl->memory().allocate(4 << 20);
+  // Blocks 2000..6095 in commands of 1024: the third (4048..5071) holds LBA 5000.
+  const io_result res = reader.read(2000, 4096, contiguous_of(buf), 0);
+  CHECK(res.error == io_error::nvme_status);
+  CHECK(res.status == spec::status::unrecovered_read_error);
+  CHECK(res.lba == 4048);
+  CHECK(res.blocks == 1024);
+  CHECK(reader.read(0, 8, contiguous_of(buf), 0).ok());  // the queue goes on
+}
+
+TEST_CASE("in a group the failing command with the lowest LBA is reported to every member") {
+  auto config = small_config();
+  config.faults = {read_error_at(300, 300), read_error_at(100, 100)};
+  rig r(config);
+  host::io_queue q(*r.ctrl, 16);
+  auto ns = q.namespace_view(1);
+  ns.max_blocks = 64;
+  auto buf = r.ctrl->memory().allocate(1 << 20);
+  std::vector<io_result> results(4);
+  cunvme::host_group group(4);
+  std::vector<std::thread> threads;
+  for (std::uint32_t m = 0; m < 4; ++m) threads.emplace_back([&, m] {
+    auto member = group.member_at(m);
+    results[m] = mp_reader(q.view(), ns).read(member, 0, 1024, contiguous_of(buf), 0);
+  });
+  for (auto& t : threads) t.join();
+  for (const auto& res : results) {
+    CHECK(res.error == io_error::nvme_status);
+    CHECK(res.status == spec::status::unrecovered_read_error);
+    CHECK(res.lba == 64);
+    CHECK(res.blocks == 64);
+  }
+}
+
+TEST_CASE("a read past the namespace's end is refused by the controller with LBA Out of Range") {
+  rig r;
+  host::io_queue q(*r.ctrl, 8);
+  mp_reader reader(q.view(), q.namespace_view(1));
+  auto buf = r.ctrl->memory().allocate(64 * 1024);
+  const std::uint64_t last = q.namespace_view(1).lba_count;
+  const io_result res = reader.read(last - 4, 8, contiguous_of(buf), 0);
+  CHECK(res.error == io_error::nvme_status);
+  CHECK(res.status == spec::status::lba_out_of_range);
+  CHECK(res.lba == last - 4);
+  CHECK(res.blocks == 8);
+}
+
+TEST_CASE_TEMPLATE("a lost completion becomes a timeout within the queue's bound, and the CID stays reserved", Completion,
+                   completion::cooperative, completion::dedicated_poller) {
+  emu::fault_rule lose;
+  lose.action = emu::fault_action::lose_completion;
+  lose.nth = 2;
+  rig r(with_rule(lose));
+  host::io_queue q(*r.ctrl, 4, host::queue_placement::host, 200ms);
+  poller_thread<Completion, doorbell::mmio> poller(q.view());
+  reader_of<slots::multi_producer, Completion, doorbell::mmio> reader(q.view(), q.namespace_view(1));
+  auto buf = r.ctrl->memory().allocate(64 * 1024);
+  CHECK(reader.read(0, 8, contiguous_of(buf), 0).ok());
+  const auto start = std::chrono::steady_clock::now();
+  const io_result lost = reader.read(8, 8, contiguous_of(buf), 0);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  CHECK(lost.error == io_error::timeout);
+  CHECK(lost.lba == 8);
+  CHECK(lost.blocks == 8);
+  CHECK(waited >= 200ms);
+  CHECK(waited < 5s);
+  // The abandoned command keeps its CID (a late completion must not meet a new command).
+  CHECK(cunvme::cid_pool::in_use(q.view()) == 1);
+  for (int i = 0; i < 20; ++i) CHECK(reader.read(16 + 8 * i, 8, contiguous_of(buf), 0).ok());
+}
+
+TEST_CASE("a late completion of an abandoned command frees its CID and is not taken for another command") {
+  emu::fault_rule slow;
+  slow.action = emu::fault_action::add_delay;
+  slow.delay_ns = 400'000'000;  // 400 ms, past the 100 ms timeout
+  slow.nth = 1;
+  rig r(with_rule(slow));
+  host::io_queue q(*r.ctrl, 4, host::queue_placement::host, 100ms);
+  mp_reader reader(q.view(), q.namespace_view(1));
+  auto buf = r.ctrl->memory().allocate(64 * 1024);
+  CHECK(reader.read(0, 8, contiguous_of(buf), 0).error == io_error::timeout);
+  CHECK(cunvme::cid_pool::in_use(q.view()) == 1);
+  // Keep reading until the late completion has been drained (and its CID freed).
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  std::uint64_t reads = 0;
+  while (cunvme::cid_pool::in_use(q.view()) != 0 && std::chrono::steady_clock::now() < until) {
+    CHECK(reader.read(8, 8, contiguous_of(buf), 0).ok());
+    ++reads;
+  }
+  CHECK(cunvme::cid_pool::in_use(q.view()) == 0);
+  CHECK(reads > 0);
+  CHECK(q.counters().unexpected_completions == 0);
+}
+
+TEST_CASE("injected write and flush errors surface from the writer") {
+  emu::fault_rule write_fault;
+  write_fault.status = spec::status::write_fault;
+  write_fault.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::write);
+  write_fault.nth = 1;
+  emu::fault_rule flush_fault;
+  flush_fault.status = spec::status::internal_error;
+  flush_fault.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::flush);
+  flush_fault.nth = 1;
+  auto config = small_config();
+  config.faults = {write_fault, flush_fault};
+  rig r(config);
+  host::io_queue q(*r.ctrl, 8);
+  writer_of<slots::exclusive, completion::cooperative, doorbell::mmio> writer(q.view(), q.namespace_view(1));
+  auto buf = r.ctrl->memory().allocate(64 * 1024);
+  const io_result w = writer.write(40, 16, contiguous_of(buf), 0);
+  CHECK(w.error == io_error::nvme_status);
+  CHECK(w.status == spec::status::write_fault);
+  CHECK(w.lba == 40);
+  const io_result f = writer.flush();
+  CHECK(f.error == io_error::nvme_status);
+  CHECK(f.status == spec::status::internal_error);
+  CHECK(writer.write(40, 16, contiguous_of(buf), 0).ok());
+  CHECK(writer.flush().ok());
+}
+
+TEST_CASE("random injected errors under four threads: every failure is reported, every success verified") {
+  emu::fault_rule errors = read_error_at(0, ~0ull);
+  errors.fraction = 0.05;
+  errors.max_fires = ~0ull;
+  rig r(with_rule(errors));
+  r.fill();
+  host::io_queue q(*r.ctrl, 32);
+  const auto ns = q.namespace_view(1);
+  std::vector<host::dma_buffer> buffers;
+  for (int t = 0; t < 4; ++t) buffers.push_back(r.ctrl->memory().allocate(64 * 1024));
+  std::vector<std::uint64_t> failed(4), mismatches(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back([&, t] {
+    reader_of<slots::warp_aggregated, completion::cooperative, doorbell::coalescing<doorbell::mmio>> reader(q.view(), ns);
+    auto* words = reinterpret_cast<std::uint64_t*>(buffers[t].data());
+    for (std::uint64_t i = 0; i < 500; ++i) {
+      const std::uint64_t lba = (i * 7919 + t * 104729) % (ns.lba_count - 16);
+      const io_result res = reader.read(lba, 16, contiguous_of(buffers[t]), 0);
+      if (!res.ok()) {
+        failed[t] += res.error == io_error::nvme_status && res.status == spec::status::unrecovered_read_error && res.lba == lba;
+        continue;
+      }
+      for (std::size_t w = 0; w < 16 * 512 / 8; ++w) mismatches[t] += words[w] != word_at(lba * 512 + w * 8);
+    }
+  });
+  for (auto& t : threads) t.join();
+  std::uint64_t total_failed = 0;
+  for (int t = 0; t < 4; ++t) {
+    total_failed += failed[t];
+    CHECK(mismatches[t] == 0);
+  }
+  CHECK(total_failed == r.emulator->injected_faults().statuses);
+  CHECK(total_failed > 0);
+}

@@ -1,0 +1,98 @@
+// Shared setup of the policies suite: an emulated controller brought up through the host
+// path, a verified data pattern, and the composition of every policy combination.
+#pragma once
+
+#include <cunvme/emu/controller_config.cuh>
+#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/io_queue.cuh>
+#include <cunvme/reader.cuh>
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace test {
+
+namespace host = cunvme::host;
+namespace spec = cunvme::spec;
+namespace emu = cunvme::emu;
+namespace slots = cunvme::slots;
+namespace completion = cunvme::completion;
+namespace doorbell = cunvme::doorbell;
+namespace prp = cunvme::prp;
+using cunvme::io_error;
+using cunvme::io_result;
+
+/// The 8-byte word a test writes at byte `o` of the namespace in round `round`.
+[[nodiscard]] constexpr std::uint64_t word_at(std::uint64_t o, std::uint64_t round = 0) noexcept {
+  return (o / 8) * 0x9e3779b97f4a7c15ull ^ (round + 1) * 0xd1b54a32d192ed03ull;
+}
+
+/// 8 MiB of 512-byte blocks (or `bytes` of `lba_size` blocks), two workers.
+[[nodiscard]] inline emu::controller_config small_config(std::uint32_t lba_size = 512, std::uint64_t bytes = 8 << 20) {
+  emu::controller_config c;
+  c.namespaces = {emu::namespace_config::in_memory(lba_size, bytes / lba_size)};
+  return c;
+}
+
+/// An emulated controller up through host::controller, with its emulator reachable.
+struct rig {
+  explicit rig(emu::controller_config config = small_config(), host::controller_options options = {}) {
+    auto backend = std::make_unique<host::emu_backend>(std::move(config));
+    emulator = &backend->controller();
+    ctrl = std::make_unique<host::controller>(std::move(backend), options);
+  }
+  /// Fills the namespace with `word_at(o, round)` directly in the emulator's store.
+  void fill(std::uint64_t round = 0) const {
+    auto& store = emulator->store(1);
+    const std::uint64_t bytes = ctrl->namespace_by_id(1).bytes();
+    std::vector<std::uint64_t> words(1 << 16);
+    for (std::uint64_t at = 0; at < bytes; at += words.size() * 8) {
+      for (std::size_t i = 0; i < words.size(); ++i) words[i] = word_at(at + i * 8, round);
+      store.write(at, words.data(), std::min<std::uint64_t>(words.size() * 8, bytes - at));
+    }
+  }
+  emu::controller* emulator = nullptr;
+  std::unique_ptr<host::controller> ctrl;
+};
+
+/// A DMA buffer as a reader takes it: contiguous (the emulator's IOMMU maps one range).
+[[nodiscard]] inline prp::contiguous contiguous_of(const host::dma_buffer& b) { return prp::contiguous{b.bus()}; }
+/// The same buffer described page by page.
+[[nodiscard]] inline prp::page_list pages_of(const host::dma_buffer& b) { return prp::page_list{b.pages().data(), 12}; }
+
+template <class Slots, class Completion, class Doorbell, class Prp = prp::contiguous>
+using reader_of = cunvme::block_reader<cunvme::queue<Slots, Completion>, Prp, Doorbell>;
+template <class Slots, class Completion, class Doorbell, class Prp = prp::contiguous>
+using writer_of = cunvme::block_writer<cunvme::queue<Slots, Completion>, Prp, Doorbell>;
+
+/// Runs a dedicated poller thread for the lifetime of the object when `Completion` asks for one.
+template <class Completion, class Doorbell>
+class poller_thread {
+ public:
+  explicit poller_thread(const cunvme::queue_view& q) {
+    if constexpr (std::is_same_v<Completion, completion::dedicated_poller>) {
+      thread_ = std::thread([this, q] { consumed_ = completion::poller<Doorbell>::run(q, stop_); });
+    }
+  }
+  ~poller_thread() { stop(); }
+  std::uint64_t stop() {
+    if (thread_.joinable()) {
+      std::atomic_ref<std::uint32_t>(stop_).store(1, std::memory_order_release);
+      thread_.join();
+    }
+    return consumed_;
+  }
+
+ private:
+  std::uint32_t stop_ = 0;
+  std::uint64_t consumed_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace test
