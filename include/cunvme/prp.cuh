@@ -20,6 +20,10 @@ concept buffer = requires(const B& b, cuda::std::uint64_t offset) {
 };
 
 /// A buffer contiguous in bus address space (one registered region, a huge page, an IOVA range).
+///
+/// When to choose it: whenever the buffer is one bus range — the emulator's IOMMU maps every
+/// buffer so, VFIO maps IOVA ranges so, a 2 MiB huge page is one. It costs one add per PRP
+/// entry and no memory reads.
 struct contiguous {
   cuda::std::uint64_t base = 0;
   static constexpr unsigned page_shift = 63;  // no page boundary ever splits it
@@ -27,6 +31,10 @@ struct contiguous {
 };
 
 /// A buffer described page by page: 4 KiB host pages, 64 KiB GPU pages, any power of two.
+///
+/// When to choose it: buffers pinned page by page without an IOMMU (pagemap, the kernel
+/// module's host pins, nvidia_p2p's 64 KiB GPU pages). Each PRP entry reads one page address;
+/// the pages must be at least as large as the controller's page and aligned to it.
 struct page_list {
   const cuda::std::uint64_t* pages = nullptr;  ///< bus address of each buffer page
   unsigned page_shift = 12;                    ///< log2 of the buffer's page size
