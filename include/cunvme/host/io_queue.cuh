@@ -16,8 +16,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 CUNVME_NAMESPACE_BEGIN
 namespace host {
@@ -39,6 +41,18 @@ namespace host {
   return v;
 }
 
+/// Where an io_queue keeps its bookkeeping and its PRP lists. The defaults suit CPU threads:
+/// both in the controller's DMA memory. Kernels want the bookkeeping in GPU memory (its
+/// atomics stay on the GPU): see `host/gpu_queue.cuh`.
+struct io_queue_memory {
+  /// Zeroed memory every submitter can address; nullptr: the controller's DMA memory.
+  std::function<dma_buffer(std::size_t bytes)> bookkeeping;
+  /// Memory the controller reads PRP lists from, one bus range; nullptr: its DMA memory.
+  std::function<dma_buffer(std::size_t bytes)> prp_lists;
+  /// Copies bookkeeping bytes to the host (for `counters()`); nullptr: memcpy.
+  std::function<void(void* to, const void* from, std::size_t bytes)> copy_out;
+};
+
 /// A queue pair and its shared bookkeeping.
 ///
 /// ```
@@ -52,15 +66,16 @@ class io_queue {
   /// Creates an I/O queue pair of `entries` (2..MQES+1) on `ctrl`; every wait of a reader on
   /// it is bounded by `timeout`.
   io_queue(controller& ctrl, std::uint32_t entries, queue_placement placement = queue_placement::host,
-           std::chrono::nanoseconds timeout = std::chrono::seconds(10))
-      : ctrl_(ctrl), pair_(ctrl.create_queue_pair(entries, placement)), timeout_(timeout) {
+           std::chrono::nanoseconds timeout = std::chrono::seconds(10), io_queue_memory memory = {})
+      : ctrl_(ctrl), pair_(ctrl.create_queue_pair(entries, placement)), timeout_(timeout), memory_(std::move(memory)) {
     layout();
   }
 
   /// The same over queues in memory the caller provides (GPU memory, say; see
   /// `controller::create_queue_pair`).
-  io_queue(controller& ctrl, std::uint32_t entries, dma_buffer sq, dma_buffer cq, std::chrono::nanoseconds timeout = std::chrono::seconds(10))
-      : ctrl_(ctrl), pair_(ctrl.create_queue_pair(entries, std::move(sq), std::move(cq))), timeout_(timeout) {
+  io_queue(controller& ctrl, std::uint32_t entries, dma_buffer sq, dma_buffer cq, std::chrono::nanoseconds timeout = std::chrono::seconds(10),
+           io_queue_memory memory = {})
+      : ctrl_(ctrl), pair_(ctrl.create_queue_pair(entries, std::move(sq), std::move(cq))), timeout_(timeout), memory_(std::move(memory)) {
     layout();
   }
 
@@ -70,10 +85,27 @@ class io_queue {
   [[nodiscard]] const controller& owner() const noexcept { return ctrl_; }
   /// A snapshot of the shared counters (doorbell writes, unexpected completions, …); read it
   /// while no submitter runs.
-  [[nodiscard]] queue_counters counters() const noexcept {
+  [[nodiscard]] queue_counters counters() const {
     queue_counters c;
-    std::memcpy(&c, view_.counters, sizeof c);
+    if (memory_.copy_out) {
+      memory_.copy_out(&c, view_.counters, sizeof c);
+    } else {
+      std::memcpy(&c, view_.counters, sizeof c);
+    }
     return c;
+  }
+  /// CIDs in use now (read it while no submitter runs): 0 once every command was waited for;
+  /// an abandoned command (timed out) holds its CID until its completion arrives.
+  [[nodiscard]] std::uint32_t cids_in_use() const {
+    std::vector<std::uint32_t> bits(view_.cid_words());
+    if (memory_.copy_out) {
+      memory_.copy_out(bits.data(), view_.cid_bits, bits.size() * 4);
+    } else {
+      std::memcpy(bits.data(), view_.cid_bits, bits.size() * 4);
+    }
+    std::uint32_t n = 0;
+    for (const auto w : bits) n += static_cast<std::uint32_t>(std::popcount(w));
+    return n;
   }
 
  private:
@@ -91,8 +123,8 @@ class io_queue {
     const std::size_t bits_at = turns_at + std::size_t{entries} * 8;
     const std::size_t records_at = (bits_at + std::size_t{(cids + 31) / 32} * 4 + 15) / 16 * 16;
     const std::size_t state_bytes = records_at + std::size_t{cids} * sizeof(completion_record);
-    state_ = ctrl_.memory().allocate(state_bytes);
-    lists_ = ctrl_.memory().allocate(cids * list_bytes);
+    state_ = memory_.bookkeeping ? memory_.bookkeeping(state_bytes) : ctrl_.memory().allocate(state_bytes);
+    lists_ = memory_.prp_lists ? memory_.prp_lists(cids * list_bytes) : ctrl_.memory().allocate(cids * list_bytes);
     // Each CID's list is found by offset from one bus address: the lists must be one range.
     if (!lists_.contiguous(0, lists_.size())) {
       throw error("Create PRP lists for I/O queue " + std::to_string(pair_->id()), ctrl_.name(),
@@ -126,6 +158,7 @@ class io_queue {
   controller& ctrl_;
   std::unique_ptr<queue_pair> pair_;
   std::chrono::nanoseconds timeout_;
+  io_queue_memory memory_;
   dma_buffer state_;  // zeroed by the allocator: counters 0, turns 0, CIDs free
   dma_buffer lists_;
   queue_view view_{};

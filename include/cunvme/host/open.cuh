@@ -90,13 +90,17 @@ namespace detail {
 /// auto ctrl = cunvme::host::open("emu:lba=4096,blocks=262144");
 /// auto real = cunvme::host::open("sysfs:0000:01:00.0");
 /// ```
-[[nodiscard]] inline std::unique_ptr<controller> open(std::string_view uri, controller_options options = {}) {
+/// `emu_memory` replaces an emulated controller's memory hooks (`emu::cuda_memory()` makes its
+/// BAR writable by GPU threads and its DMA reach GPU memory); other schemes ignore it.
+[[nodiscard]] inline std::unique_ptr<controller> open(std::string_view uri, controller_options options = {}, emu::memory_hooks emu_memory = {}) {
   const auto colon = uri.find(':');
   const std::string_view scheme = uri.substr(0, colon);
   const std::string_view rest = colon == std::string_view::npos ? std::string_view{} : uri.substr(colon + 1);
   if (scheme == "emu") {
     bool fill_pattern = false;
-    auto backend = std::make_unique<emu_backend>(detail::parse_emu(rest, uri, fill_pattern));
+    emu::controller_config config = detail::parse_emu(rest, uri, fill_pattern);
+    if (emu_memory.allocate || emu_memory.device_copy.copy) config.memory = std::move(emu_memory);
+    auto backend = std::make_unique<emu_backend>(std::move(config));
     if (fill_pattern) {
       for (std::uint32_t nsid = 1; nsid <= backend->controller().config().namespaces.size(); ++nsid) {
         auto& store = backend->controller().store(nsid);

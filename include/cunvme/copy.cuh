@@ -1,0 +1,184 @@
+// Thrust-style entry points for users who just want bytes in GPU memory: open a device, then
+// `cunvme::copy_n(dev, lba, blocks, dst)` reads into GPU memory and `copy_n(src, blocks, dev,
+// lba)` writes from it. Each call launches a suitably sized kernel on the given stream (warps
+// split the request into commands of at most MDTS, 32 in flight per warp), waits for it, and
+// returns the status of the first failing command by LBA. CUDA host code: include from .cu.
+//
+// ```
+// cunvme::device dev("emu");                          // or "kmod:0000:01:00.0" …
+// thrust::device_vector<float> v(1 << 20);
+// cunvme::io_result r = cunvme::copy_n(dev, /*lba*/ 0, /*blocks*/ 8192, v);
+// ```
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/device_group.cuh>
+#include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/host/gpu_queue.cuh>
+#include <cunvme/host/open.cuh>
+#include <cunvme/reader.cuh>
+
+#include <thrust/memory.h>
+
+#include <cuda_runtime.h>
+
+#include <cuda/std/span>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+
+CUNVME_NAMESPACE_BEGIN
+
+struct device_options {
+  std::uint32_t nsid = 1;
+  std::uint32_t queue_entries = 1024;
+  std::chrono::nanoseconds timeout = std::chrono::seconds(10);
+  host::controller_options controller{};
+};
+
+/// A controller, one GPU queue pair (queues in pinned host memory, data straight into GPU
+/// memory: tier 2) and a namespace, ready for `copy_n`. The emulator (`"emu…"`) is opened with
+/// CUDA memory, so its BAR takes GPU doorbell stores and its DMA reaches GPU memory.
+class device {
+ public:
+  using queue_policy = queue<slots::warp_aggregated, completion::cooperative>;
+  using reader = block_reader<queue_policy, prp::page_list, doorbell::coalescing<doorbell::mmio>>;
+  using writer = block_writer<queue_policy, prp::page_list, doorbell::coalescing<doorbell::mmio>>;
+
+  explicit device(std::string_view uri = "emu", device_options options = {})
+      : ctrl_(host::open(uri, options.controller, emu::cuda_memory())),
+        queue_(host::make_gpu_queue(*ctrl_, std::min<std::uint32_t>(options.queue_entries, ctrl_->cap().max_queue_entries()),
+                                    host::tier::host_queues_gpu_data, options.timeout)),
+        ns_(queue_->namespace_view(options.nsid)) {}
+
+  [[nodiscard]] host::controller& controller() noexcept { return *ctrl_; }
+  [[nodiscard]] host::io_queue& queue() noexcept { return *queue_; }
+  [[nodiscard]] const namespace_view& ns() const noexcept { return ns_; }
+  [[nodiscard]] std::uint64_t block_bytes() const noexcept { return ns_.lba_size(); }
+  [[nodiscard]] reader make_reader() const { return reader(queue_->view(), ns_); }
+  [[nodiscard]] writer make_writer() const { return writer(queue_->view(), ns_); }
+
+ private:
+  std::unique_ptr<host::controller> ctrl_;
+  std::unique_ptr<host::io_queue> queue_;
+  namespace_view ns_;
+};
+
+namespace detail {
+
+inline constexpr int copy_warps_per_block = 4;
+
+/// Each warp moves `per_warp` blocks (the last warp fewer) with the per-warp form.
+template <class Io, bool Write>
+__global__ void __launch_bounds__(copy_warps_per_block * 32)
+    copy_kernel(Io io, cuda::std::uint64_t lba, cuda::std::uint64_t blocks, prp::page_list buffer, cuda::std::uint64_t offset,
+                cuda::std::uint64_t per_warp, io_result* results) {
+  __shared__ warp_group::temp_storage storage[copy_warps_per_block];
+  warp_group g(storage[threadIdx.x / 32]);
+  const cuda::std::uint64_t warp = (cuda::std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  const cuda::std::uint64_t first = warp * per_warp;
+  if (first >= blocks) return;  // whole warps only: `first` is the same for every lane
+  const cuda::std::uint64_t n = blocks - first < per_warp ? blocks - first : per_warp;
+  const cuda::std::uint64_t at = offset + (first << io.ns().lba_shift);
+  io_result r;
+  if constexpr (Write) {
+    r = io.write(g, lba + first, n, buffer, at);
+  } else {
+    r = io.read(g, lba + first, n, buffer, at);
+  }
+  if (g.rank() == 0) results[warp] = r;
+}
+
+/// A raw pointer from a pointer, a thrust::device_ptr, or a container's data().
+template <class P>
+[[nodiscard]] auto raw(P p) {
+  return thrust::raw_pointer_cast(p);
+}
+
+template <bool Write>
+[[nodiscard]] io_result transfer(device& dev, cuda::std::uint64_t lba, cuda::std::uint64_t blocks, void* gpu, std::size_t capacity,
+                                 cudaStream_t stream) {
+  const namespace_view& ns = dev.ns();
+  if (blocks == 0 || gpu == nullptr) return io_result::failure(io_error::invalid_request, lba, 0);
+  const std::uint64_t bytes = blocks << ns.lba_shift;
+  if ((blocks >> (64 - ns.lba_shift)) != 0 || bytes > capacity) return io_result::failure(io_error::invalid_request, lba, 0);
+  // The buffer's pages, mapped for the controller for the duration of the call.
+  constexpr std::uintptr_t page = 64 * 1024;
+  const auto address = reinterpret_cast<std::uintptr_t>(gpu);
+  const std::uintptr_t base = address / page * page;
+  host::dma_buffer mapped = dev.controller().memory().map_gpu(reinterpret_cast<void*>(base), address - base + bytes);
+  unsigned page_shift = 0;
+  while ((std::size_t{1} << page_shift) < mapped.page_size()) ++page_shift;
+  // The page table and the per-warp results in pinned, mapped memory the kernel reads.
+  const std::uint64_t per_warp = std::uint64_t{32} * ns.max_blocks;
+  const std::uint64_t warps = (blocks + per_warp - 1) / per_warp;
+  std::uint64_t* pages = nullptr;
+  io_result* results = nullptr;
+  host::detail::check_cuda(cudaHostAlloc(&pages, mapped.pages().size() * 8, cudaHostAllocMapped), "Allocate a page table", dev.controller().name());
+  std::unique_ptr<std::uint64_t, decltype(&cudaFreeHost)> pages_owner(pages, &cudaFreeHost);
+  host::detail::check_cuda(cudaHostAlloc(&results, warps * sizeof(io_result), cudaHostAllocMapped), "Allocate results", dev.controller().name());
+  std::unique_ptr<io_result, decltype(&cudaFreeHost)> results_owner(results, &cudaFreeHost);
+  std::copy(mapped.pages().begin(), mapped.pages().end(), pages);
+  const prp::page_list buffer{pages, page_shift};
+  const auto grid = static_cast<unsigned>((warps + copy_warps_per_block - 1) / copy_warps_per_block);
+  if constexpr (Write) {
+    copy_kernel<device::writer, true><<<grid, copy_warps_per_block * 32, 0, stream>>>(dev.make_writer(), lba, blocks, buffer, address - base,
+                                                                                     per_warp, results);
+  } else {
+    copy_kernel<device::reader, false><<<grid, copy_warps_per_block * 32, 0, stream>>>(dev.make_reader(), lba, blocks, buffer, address - base,
+                                                                                      per_warp, results);
+  }
+  host::detail::check_cuda(cudaGetLastError(), Write ? "Launch the write kernel" : "Launch the read kernel", dev.controller().name());
+  host::detail::check_cuda(cudaStreamSynchronize(stream), Write ? "Run the write kernel" : "Run the read kernel", dev.controller().name());
+  io_result first{};
+  for (std::uint64_t w = 0; w < warps; ++w) {
+    if (!results[w].ok() && (first.ok() || results[w].lba < first.lba)) first = results[w];
+  }
+  return first;
+}
+
+template <class C>
+concept contiguous_device_range = requires(C& c) {
+  c.data();
+  { c.size() } -> std::convertible_to<std::size_t>;
+};
+
+}  // namespace detail
+
+/// Reads `blocks` logical blocks at `lba` into GPU memory at `dst` (a raw pointer or a
+/// thrust::device_ptr; the caller vouches for its size).
+template <class Pointer>
+  requires(!detail::contiguous_device_range<Pointer>)
+[[nodiscard]] io_result copy_n(device& dev, std::uint64_t lba, std::uint64_t blocks, Pointer dst, cudaStream_t stream = nullptr) {
+  return detail::transfer<false>(dev, lba, blocks, static_cast<void*>(detail::raw(dst)), ~std::size_t{0}, stream);
+}
+
+/// Reads into a GPU container (thrust::device_vector, cuda::std::span over GPU memory); a
+/// request larger than the container is refused (invalid_request).
+template <detail::contiguous_device_range Range>
+[[nodiscard]] io_result copy_n(device& dev, std::uint64_t lba, std::uint64_t blocks, Range&& dst, cudaStream_t stream = nullptr) {
+  using value = std::remove_reference_t<decltype(*detail::raw(dst.data()))>;
+  return detail::transfer<false>(dev, lba, blocks, static_cast<void*>(detail::raw(dst.data())), dst.size() * sizeof(value), stream);
+}
+
+/// Writes `blocks` logical blocks from GPU memory at `src` to `lba`.
+template <class Pointer>
+  requires(!detail::contiguous_device_range<Pointer>)
+[[nodiscard]] io_result copy_n(Pointer src, std::uint64_t blocks, device& dev, std::uint64_t lba, cudaStream_t stream = nullptr) {
+  return detail::transfer<true>(dev, lba, blocks, const_cast<void*>(static_cast<const void*>(detail::raw(src))), ~std::size_t{0}, stream);
+}
+
+/// Writes from a GPU container; more blocks than it holds is refused.
+template <detail::contiguous_device_range Range>
+[[nodiscard]] io_result copy_n(const Range& src, std::uint64_t blocks, device& dev, std::uint64_t lba, cudaStream_t stream = nullptr) {
+  using value = std::remove_reference_t<decltype(*detail::raw(src.data()))>;
+  return detail::transfer<true>(dev, lba, blocks, const_cast<void*>(static_cast<const void*>(detail::raw(src.data()))), src.size() * sizeof(value),
+                                stream);
+}
+
+CUNVME_NAMESPACE_END

@@ -1,0 +1,95 @@
+// Queue pairs for kernels: GPU memory the controller can reach, and io_queues placed in one of
+// the three memory tiers, with their bookkeeping (counters, turns, CIDs, records) in GPU
+// memory so the submitters' atomics never cross PCIe. CUDA host code: include from .cu files.
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/host/controller.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/host/io_queue.cuh>
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+CUNVME_NAMESPACE_BEGIN
+namespace host {
+
+/// Where queues and data live (DESIGN.md "Where memory lives").
+enum class tier : std::uint8_t {
+  host_queues_host_data = 1,  ///< any CUDA GPU: queues and data in pinned host memory
+  host_queues_gpu_data = 2,   ///< queues in pinned host memory, data DMA'd straight into GPU memory
+  gpu_queues_gpu_data = 3,    ///< queues and data in GPU memory: the controller reads SQEs from the GPU
+};
+
+namespace detail {
+inline void check_cuda(cudaError_t e, const std::string& operation, const std::string& device) {
+  if (e != cudaSuccess) throw error(operation, device, std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e));
+}
+}  // namespace detail
+
+/// `bytes` of zeroed GPU memory made reachable by the controller (`dma_allocator::map_gpu`:
+/// peer-to-peer on real controllers, the emulator's IOMMU otherwise). Starts on a 64 KiB
+/// boundary, as GPU pages do. Released (unmapped and freed) with the buffer.
+[[nodiscard]] inline dma_buffer allocate_gpu(controller& ctrl, std::size_t bytes) {
+  if (bytes == 0) throw error("Allocate GPU memory", ctrl.name(), "0 bytes asked for");
+  constexpr std::size_t gpu_page = 64 * 1024;
+  void* raw = nullptr;
+  detail::check_cuda(cudaMalloc(&raw, bytes + gpu_page), "Allocate " + std::to_string(bytes) + " bytes of GPU memory", ctrl.name());
+  auto* aligned = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(raw) + gpu_page - 1) / gpu_page * gpu_page);
+  try {
+    detail::check_cuda(cudaMemset(aligned, 0, bytes), "Zero GPU memory", ctrl.name());
+    auto mapped = std::make_shared<dma_buffer>(ctrl.memory().map_gpu(aligned, bytes));
+    std::vector<std::uint64_t> pages = mapped->pages();
+    const std::size_t page_size = mapped->page_size();
+    return dma_buffer(nullptr, aligned, bytes, page_size, std::move(pages), memory_location::gpu, [mapped, raw]() mutable {
+      mapped.reset();  // unmap before the memory goes
+      (void)cudaFree(raw);
+    });
+  } catch (...) {
+    (void)cudaFree(raw);
+    throw;
+  }
+}
+
+/// Bookkeeping in GPU memory, PRP lists where the tier puts data (GPU memory for tier 3).
+[[nodiscard]] inline io_queue_memory gpu_bookkeeping(controller& ctrl, tier t) {
+  io_queue_memory m;
+  const std::string name = ctrl.name();
+  m.bookkeeping = [name](std::size_t bytes) {
+    void* p = nullptr;
+    detail::check_cuda(cudaMalloc(&p, bytes), "Allocate queue bookkeeping in GPU memory", name);
+    detail::check_cuda(cudaMemset(p, 0, bytes), "Zero queue bookkeeping", name);
+    return dma_buffer(nullptr, p, bytes, 4096, {}, memory_location::gpu, [p] { (void)cudaFree(p); });
+  };
+  if (t == tier::gpu_queues_gpu_data) {
+    controller* c = &ctrl;
+    m.prp_lists = [c](std::size_t bytes) { return allocate_gpu(*c, bytes); };
+  }
+  m.copy_out = [name](void* to, const void* from, std::size_t bytes) {
+    detail::check_cuda(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToHost), "Read queue bookkeeping", name);
+  };
+  return m;
+}
+
+/// An io_queue of `entries` for kernels, its queues placed as tier `t` asks.
+///
+/// ```
+/// auto q = cunvme::host::make_gpu_queue(*ctrl, 1024, cunvme::host::tier::host_queues_gpu_data);
+/// my_kernel<<<grid, block>>>(reader(q->view(), q->namespace_view(1)), …);
+/// ```
+[[nodiscard]] inline std::unique_ptr<io_queue> make_gpu_queue(controller& ctrl, std::uint32_t entries, tier t,
+                                                              std::chrono::nanoseconds timeout = std::chrono::seconds(10)) {
+  if (t == tier::gpu_queues_gpu_data) {
+    dma_buffer sq = allocate_gpu(ctrl, std::size_t{entries} * sizeof(spec::submission_entry));
+    dma_buffer cq = allocate_gpu(ctrl, std::size_t{entries} * sizeof(spec::completion_entry));
+    return std::make_unique<io_queue>(ctrl, entries, std::move(sq), std::move(cq), timeout, gpu_bookkeeping(ctrl, t));
+  }
+  return std::make_unique<io_queue>(ctrl, entries, queue_placement::host, timeout, gpu_bookkeeping(ctrl, t));
+}
+
+}  // namespace host
+CUNVME_NAMESPACE_END

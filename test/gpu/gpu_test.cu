@@ -1,0 +1,445 @@
+// The GPU path end to end: kernels build SQEs, ring doorbells with st.mmio, poll CQs and
+// check data, against the emulator on host threads, with queues and data in each memory tier.
+// Skipped (exit 77) without a GPU.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <cunvme/device_group.cuh>
+#include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/emu/fault_injection.cuh>
+#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/gpu_queue.cuh>
+#include <cunvme/reader.cuh>
+
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace cunvme;
+using host::tier;
+
+#define REQUIRE_CUDA(call) REQUIRE((call) == cudaSuccess)
+
+/// The 8-byte word at byte `o` of the namespace after round `round` of writes (0: as filled).
+__host__ __device__ constexpr std::uint64_t word_at(std::uint64_t o, std::uint64_t round = 0) {
+  return (o / 8) * 0x9e3779b97f4a7c15ull ^ (round + 1) * 0xd1b54a32d192ed03ull;
+}
+__host__ __device__ constexpr std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return x;
+}
+
+/// Counters the kernels add to, in mapped memory the host reads after the kernel.
+struct tally {
+  unsigned long long ok, failed, mismatched, timeouts, nvme_errors, unexpected;
+};
+
+/// An emulated controller with CUDA memory, a 64 MiB namespace of `word_at`, and queues in `t`.
+struct gpu_rig {
+  explicit gpu_rig(tier where, std::vector<emu::fault_rule> faults = {}, std::uint64_t blocks = 1 << 17) : t(where) {
+    emu::controller_config config;
+    config.memory = emu::cuda_memory();
+    config.workers = 4;
+    config.namespaces = {emu::namespace_config::in_memory(512, blocks)};
+    config.faults = std::move(faults);
+    auto backend = std::make_unique<host::emu_backend>(std::move(config));
+    emulator = &backend->controller();
+    ctrl = std::make_unique<host::controller>(std::move(backend));
+    auto& store = emulator->store(1);
+    std::vector<std::uint64_t> words(blocks * 64);
+    for (std::size_t i = 0; i < words.size(); ++i) words[i] = word_at(i * 8);
+    store.write(0, words.data(), words.size() * 8);
+    REQUIRE_CUDA(cudaHostAlloc(&counts, sizeof(tally), cudaHostAllocMapped));
+    *counts = {};
+  }
+  ~gpu_rig() { cudaFreeHost(counts); }
+
+  [[nodiscard]] std::unique_ptr<host::io_queue> queue(std::uint32_t entries, std::chrono::nanoseconds timeout = std::chrono::seconds(10)) {
+    return host::make_gpu_queue(*ctrl, entries, t, timeout);
+  }
+  /// A data buffer where the tier puts data: pinned host memory (tier 1) or GPU memory.
+  [[nodiscard]] host::dma_buffer data(std::size_t bytes) {
+    return t == tier::host_queues_host_data ? ctrl->memory().allocate(bytes) : host::allocate_gpu(*ctrl, bytes);
+  }
+
+  tier t;
+  emu::controller* emulator = nullptr;
+  std::unique_ptr<host::controller> ctrl;
+  tally* counts = nullptr;
+};
+
+__device__ void count(unsigned long long& c) { atomicAdd(&c, 1ull); }
+
+/// Checks `words` words at `data` against the namespace bytes from `byte` on.
+__device__ void verify(const std::uint64_t* data, std::uint64_t byte, std::uint64_t words, std::uint64_t round, tally* t) {
+  std::uint64_t bad = 0;
+  for (std::uint64_t i = 0; i < words; ++i) bad += data[i] != word_at(byte + i * 8, round);
+  if (bad != 0) atomicAdd(&t->mismatched, bad);
+}
+
+__device__ void account(const io_result& r, tally* t) {
+  if (r.ok()) return count(t->ok);
+  count(t->failed);
+  if (r.error == io_error::timeout) count(t->timeouts);
+  if (r.error == io_error::nvme_status) count(t->nvme_errors);
+}
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+/// Each thread's slice of the data buffer: 8 blocks and room for a 60-byte offset.
+constexpr std::uint64_t slice_bytes = 4096 + 64;
+
+/// Each thread reads `reads` random ranges of 1–8 blocks into its own slice and checks them.
+template <class Reader>
+__global__ void thread_reads(Reader r, prp::contiguous buf, std::uint64_t* data, unsigned reads, std::uint64_t seed, tally* t) {
+  const std::uint64_t id = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  for (unsigned i = 0; i < reads; ++i) {
+    const std::uint64_t h = mix(seed ^ (id << 20) ^ i);
+    const std::uint32_t blocks = 1 + h % 8;
+    const std::uint64_t lba = (h >> 8) % (r.ns().lba_count - blocks);
+    const std::uint64_t at = id * slice_bytes + 4 * (h >> 60);  // dword-aligned offsets, mostly not page-aligned
+    const io_result res = r.read(lba, blocks, buf, at);
+    account(res, t);
+    if (res.ok()) {
+      const auto* words = reinterpret_cast<const std::uint32_t*>(reinterpret_cast<const char*>(data) + at);
+      std::uint64_t bad = 0;
+      for (std::uint32_t w = 0; w < blocks * 128; ++w) {
+        const std::uint64_t byte = lba * 512 + w * 4;
+        bad += words[w] != static_cast<std::uint32_t>(word_at(byte & ~7ull) >> (byte & 4 ? 32 : 0));
+      }
+      if (bad) atomicAdd(&t->mismatched, bad);
+    }
+  }
+}
+
+/// Each warp reads `blocks` blocks at a random LBA into its slice, split between its lanes.
+template <class Reader>
+__global__ void warp_reads(Reader r, prp::contiguous buf, std::uint64_t* data, std::uint32_t blocks, unsigned reads, std::uint64_t seed, tally* t) {
+  __shared__ warp_group::temp_storage storage[8];
+  warp_group g(storage[threadIdx.x / 32]);
+  const std::uint64_t warp = (std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  for (unsigned i = 0; i < reads; ++i) {
+    const std::uint64_t lba = mix(seed ^ (warp << 20) ^ i) % (r.ns().lba_count - blocks);
+    const io_result res = r.read(g, lba, blocks, buf, warp * blocks * 512);
+    if (g.rank() == 0) account(res, t);
+    if (res.ok()) {
+      const std::uint64_t words = blocks * 64;
+      const std::uint64_t per_lane = (words + 31) / 32, first = g.rank() * per_lane;
+      if (first < words) verify(data + warp * words + first, lba * 512 + first * 8, first + per_lane > words ? words - first : per_lane, 0, t);
+    }
+    g.sync();
+  }
+}
+
+/// Each block reads `blocks` blocks (more than MDTS) with the per-block form.
+template <class Reader, int Threads>
+__global__ void block_reads(Reader r, prp::contiguous buf, std::uint64_t* data, std::uint32_t blocks, std::uint64_t seed, tally* t) {
+  using group = block_group<Threads>;
+  __shared__ typename group::temp_storage storage;
+  group g(storage);
+  const std::uint64_t lba = mix(seed ^ blockIdx.x) % (r.ns().lba_count - blocks);
+  const io_result res = r.read(g, lba, blocks, buf, std::uint64_t{blockIdx.x} * blocks * 512);
+  if (threadIdx.x == 0) account(res, t);
+  if (res.ok()) {
+    for (std::uint64_t w = threadIdx.x; w < blocks * 64ull; w += Threads) {
+      if (data[std::uint64_t{blockIdx.x} * blocks * 64 + w] != word_at(lba * 512 + w * 8)) count(t->mismatched);
+    }
+  }
+}
+
+/// Each thread keeps `depth` reads of 8 blocks in flight and checks each as it completes.
+template <class Reader, int Depth>
+__global__ void async_reads(Reader r, prp::contiguous buf, std::uint64_t* data, unsigned rounds, std::uint64_t seed, tally* t) {
+  const std::uint64_t id = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  io_handle h[Depth];
+  std::uint64_t lba[Depth];
+  for (unsigned round = 0; round < rounds; ++round) {
+    for (int k = 0; k < Depth; ++k) {
+      lba[k] = mix(seed ^ (id << 24) ^ (round << 8) ^ k) % (r.ns().lba_count - 8);
+      h[k] = r.submit_read(lba[k], 8, buf, (id * Depth + k) * 4096);
+    }
+    for (int k = 0; k < Depth; ++k) {
+      const io_result res = r.wait(h[k]);
+      account(res, t);
+      if (res.ok()) verify(data + (id * Depth + k) * 512, lba[k] * 512, 512, 0, t);
+    }
+  }
+}
+
+/// Each warp writes its own region with round `round`'s words, flushes, reads it back over a
+/// cleared slice and checks it.
+template <class Reader, class Writer>
+__global__ void warp_write_read(Reader r, Writer w, prp::contiguous buf, std::uint64_t* data, std::uint32_t blocks, std::uint64_t round, tally* t) {
+  __shared__ warp_group::temp_storage storage[8];
+  warp_group g(storage[threadIdx.x / 32]);
+  const std::uint64_t warp = (std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  std::uint64_t* mine = data + warp * blocks * 64;
+  const std::uint64_t lba = warp * blocks;
+  for (std::uint64_t i = g.rank(); i < blocks * 64ull; i += 32) mine[i] = word_at(lba * 512 + i * 8, round);
+  __syncwarp();
+  __threadfence_system();  // the controller reads what the lanes wrote
+  const io_result wr = w.write(g, lba, blocks, buf, warp * blocks * 512);
+  const io_result fl = w.flush(g);
+  for (std::uint64_t i = g.rank(); i < blocks * 64ull; i += 32) mine[i] = 0;
+  __syncwarp();
+  __threadfence_system();
+  const io_result rd = r.read(g, lba, blocks, buf, warp * blocks * 512);
+  if (g.rank() == 0) {
+    account(wr, t);
+    account(fl, t);
+    account(rd, t);
+  }
+  if (rd.ok()) {
+    for (std::uint64_t i = g.rank(); i < blocks * 64ull; i += 32) {
+      if (mine[i] != word_at(lba * 512 + i * 8, round)) count(t->mismatched);
+    }
+  }
+}
+
+/// Per-thread reads of 8 blocks at consecutive positions; a thread whose range holds `bad_lba`
+/// must see Unrecovered Read Error with its own range, every other thread success.
+template <class Reader>
+__global__ void reads_around(Reader r, prp::contiguous buf, std::uint64_t bad_lba, tally* t) {
+  const std::uint64_t id = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const io_result res = r.read(id * 8, 8, buf, id * 4096);
+  const bool holds = bad_lba >= id * 8 && bad_lba < id * 8 + 8;
+  account(res, t);
+  const bool right = holds ? res.error == io_error::nvme_status && res.status == spec::status::unrecovered_read_error && res.lba == id * 8 &&
+                                 res.blocks == 8
+                           : res.ok();
+  if (!right) count(t->unexpected);
+}
+
+/// Drains for everybody until `*stop` (dedicated_poller runs).
+__global__ void poller_kernel(queue_view q, std::uint32_t* stop) { (void)completion::poller<doorbell::mmio>::run(q, *stop); }
+
+// ---- running kernels with or without a poller ---------------------------------------------------
+
+/// Runs `launch(stream)` on its own stream; with a dedicated-poller policy, a one-thread poller
+/// kernel runs beside it until it is done.
+template <class Completion, class Launch>
+void run_kernel(const queue_view& q, Launch launch) {
+  cudaStream_t work = nullptr, side = nullptr;
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&work, cudaStreamNonBlocking));
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  std::uint32_t* stop = nullptr;
+  REQUIRE_CUDA(cudaHostAlloc(&stop, sizeof *stop, cudaHostAllocMapped));
+  *stop = 0;
+  constexpr bool poller = std::is_same_v<Completion, completion::dedicated_poller>;
+  if constexpr (poller) poller_kernel<<<1, 1, 0, side>>>(q, stop);
+  launch(work);
+  REQUIRE_CUDA(cudaGetLastError());
+  REQUIRE_CUDA(cudaStreamSynchronize(work));
+  __atomic_store_n(stop, 1u, __ATOMIC_RELEASE);
+  REQUIRE_CUDA(cudaStreamSynchronize(side));
+  cudaFreeHost(stop);
+  cudaStreamDestroy(work);
+  cudaStreamDestroy(side);
+}
+
+const char* tier_name(tier t) {
+  return t == tier::host_queues_host_data ? "tier 1" : t == tier::host_queues_gpu_data ? "tier 2" : "tier 3";
+}
+
+constexpr tier all_tiers[] = {tier::host_queues_host_data, tier::host_queues_gpu_data, tier::gpu_queues_gpu_data};
+
+template <class S, class C, class D>
+struct combo {
+  using slots_t = S;
+  using completion_t = C;
+  using doorbell_t = D;
+  using reader = block_reader<queue<S, C>, prp::contiguous, D>;
+  using writer = block_writer<queue<S, C>, prp::contiguous, D>;
+};
+
+using shared_combos = std::tuple<combo<slots::warp_aggregated, completion::cooperative, doorbell::coalescing<doorbell::mmio>>,
+                                 combo<slots::multi_producer, completion::cooperative, doorbell::mmio>,
+                                 combo<slots::multi_producer, completion::dedicated_poller, doorbell::coalescing<doorbell::mmio>>,
+                                 combo<slots::warp_aggregated, completion::dedicated_poller, doorbell::mmio>>;
+
+void require_clean(const tally& t, unsigned long long expected_ok) {
+  CHECK(t.mismatched == 0);
+  CHECK(t.failed == 0);
+  CHECK(t.ok == expected_ok);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("per-thread random reads land verified in every tier", T, combo<slots::warp_aggregated, completion::cooperative, doorbell::coalescing<doorbell::mmio>>,
+                   combo<slots::multi_producer, completion::cooperative, doorbell::mmio>,
+                   combo<slots::multi_producer, completion::dedicated_poller, doorbell::coalescing<doorbell::mmio>>,
+                   combo<slots::warp_aggregated, completion::dedicated_poller, doorbell::mmio>) {
+  for (const tier where : all_tiers) {
+    CAPTURE(tier_name(where));
+    gpu_rig rig(where);
+    auto q = rig.queue(256);
+    auto buf = rig.data(64 * 256 * slice_bytes);
+    typename T::reader reader(q->view(), q->namespace_view(1));
+    run_kernel<typename T::completion_t>(q->view(), [&](cudaStream_t s) {
+      thread_reads<<<64, 256, 0, s>>>(reader, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 4, 11, rig.counts);
+    });
+    require_clean(*rig.counts, 64 * 256 * 4);
+    CHECK(q->cids_in_use() == 0);
+  }
+}
+
+TEST_CASE_TEMPLATE("per-warp reads larger than MDTS are split and verified in every tier", T,
+                   combo<slots::warp_aggregated, completion::cooperative, doorbell::coalescing<doorbell::mmio>>,
+                   combo<slots::multi_producer, completion::dedicated_poller, doorbell::mmio>) {
+  for (const tier where : all_tiers) {
+    CAPTURE(tier_name(where));
+    gpu_rig rig(where);
+    auto q = rig.queue(128);
+    constexpr std::uint32_t blocks = 3000;  // 3 commands of ≤ 1024 blocks
+    auto buf = rig.data(std::size_t{64} * blocks * 512);
+    typename T::reader reader(q->view(), q->namespace_view(1));
+    run_kernel<typename T::completion_t>(q->view(), [&](cudaStream_t s) {
+      warp_reads<<<16, 128, 0, s>>>(reader, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), blocks, 3, 5, rig.counts);
+    });
+    require_clean(*rig.counts, 64 * 3);
+  }
+}
+
+TEST_CASE("per-block reads of 8 MiB use every thread of the block, in every tier") {
+  using reader = block_reader<queue<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
+  for (const tier where : all_tiers) {
+    CAPTURE(tier_name(where));
+    gpu_rig rig(where);
+    auto q = rig.queue(512);
+    constexpr std::uint32_t blocks = 16384;
+    auto buf = rig.data(std::size_t{8} * blocks * 512);
+    reader r(q->view(), q->namespace_view(1));
+    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s) {
+      block_reads<reader, 128><<<8, 128, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), blocks, 3, rig.counts);
+    });
+    require_clean(*rig.counts, 8);
+  }
+}
+
+TEST_CASE("asynchronous reads keep four commands per thread in flight, in every tier") {
+  using reader = block_reader<queue<slots::multi_producer, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
+  for (const tier where : all_tiers) {
+    CAPTURE(tier_name(where));
+    gpu_rig rig(where);
+    auto q = rig.queue(1024);
+    auto buf = rig.data(std::size_t{32} * 128 * 4 * 4096);
+    reader r(q->view(), q->namespace_view(1));
+    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s) {
+      async_reads<reader, 4><<<32, 128, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 3, 9, rig.counts);
+    });
+    require_clean(*rig.counts, 32 * 128 * 4 * 3);
+  }
+}
+
+TEST_CASE("exclusive queues: one warp owns its queue, one queue per warp, in every tier") {
+  using reader = block_reader<queue<slots::exclusive, completion::cooperative>, prp::contiguous, doorbell::mmio>;
+  for (const tier where : all_tiers) {
+    CAPTURE(tier_name(where));
+    gpu_rig rig(where);
+    auto q = rig.queue(64);
+    auto buf = rig.data(std::size_t{1} * 200 * 512);
+    reader r(q->view(), q->namespace_view(1));
+    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s) {
+      warp_reads<<<1, 32, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 200, 50, 3, rig.counts);
+    });
+    require_clean(*rig.counts, 50);
+  }
+}
+
+TEST_CASE("warps write, flush and read back their regions in every tier") {
+  using C = combo<slots::warp_aggregated, completion::cooperative, doorbell::coalescing<doorbell::mmio>>;
+  for (const tier where : all_tiers) {
+    CAPTURE(tier_name(where));
+    gpu_rig rig(where);
+    auto q = rig.queue(256);
+    constexpr std::uint32_t blocks = 1500;
+    auto buf = rig.data(std::size_t{32} * blocks * 512);
+    C::reader r(q->view(), q->namespace_view(1));
+    C::writer w(q->view(), q->namespace_view(1));
+    for (std::uint64_t round = 1; round <= 2; ++round) {
+      run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s) {
+        warp_write_read<<<8, 128, 0, s>>>(r, w, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), blocks, round, rig.counts);
+      });
+    }
+    require_clean(*rig.counts, 32 * 3 * 2);
+    // What the GPU wrote is in the namespace.
+    std::vector<std::uint64_t> back(blocks * 64);
+    rig.emulator->store(1).read(5 * blocks * 512, back.data(), back.size() * 8);
+    std::uint64_t bad = 0;
+    for (std::size_t i = 0; i < back.size(); ++i) bad += back[i] != word_at(5 * blocks * 512 + i * 8, 2);
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("132 × 2048 threads each read once through one shared queue") {
+  using reader = block_reader<queue<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
+  gpu_rig rig(tier::host_queues_gpu_data);
+  auto q = rig.queue(4096);
+  constexpr unsigned threads = 132 * 2048;
+  auto buf = rig.data(std::size_t{threads} * slice_bytes);
+  reader r(q->view(), q->namespace_view(1));
+  run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s) {
+    thread_reads<<<threads / 256, 256, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 1, 1, rig.counts);
+  });
+  require_clean(*rig.counts, threads);
+}
+
+TEST_CASE("an injected read error reaches exactly the thread whose range holds the bad LBA") {
+  emu::fault_rule rule;
+  rule.status = spec::status::unrecovered_read_error;
+  rule.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
+  rule.lba_first = rule.lba_last = 1234;
+  rule.fraction = 1;
+  using reader = block_reader<queue<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
+  for (const tier where : all_tiers) {
+    CAPTURE(tier_name(where));
+    gpu_rig rig(where, {rule});
+    auto q = rig.queue(256);
+    auto buf = rig.data(std::size_t{1024} * 4096);
+    reader r(q->view(), q->namespace_view(1));
+    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s) {
+      reads_around<<<4, 256, 0, s>>>(r, prp::contiguous{buf.bus()}, 1234, rig.counts);
+    });
+    CHECK(rig.counts->unexpected == 0);
+    CHECK(rig.counts->nvme_errors == 1);
+    CHECK(rig.counts->ok == 1023);
+  }
+}
+
+TEST_CASE_TEMPLATE("lost completions become timeouts for their threads only, and the kernel ends", C, completion::cooperative,
+                   completion::dedicated_poller) {
+  emu::fault_rule rule;
+  rule.action = emu::fault_action::lose_completion;
+  rule.nth = 100;
+  using reader = block_reader<queue<slots::multi_producer, C>, prp::contiguous, doorbell::mmio>;
+  for (const tier where : all_tiers) {
+    CAPTURE(tier_name(where));
+    gpu_rig rig(where, {rule});
+    auto q = rig.queue(256, std::chrono::milliseconds(300));
+    auto buf = rig.data(std::size_t{1024} * 4096);
+    reader r(q->view(), q->namespace_view(1));
+    run_kernel<C>(q->view(), [&](cudaStream_t s) {
+      reads_around<<<4, 256, 0, s>>>(r, prp::contiguous{buf.bus()}, ~0ull, rig.counts);
+    });
+    CHECK(rig.counts->timeouts == 1);
+    CHECK(rig.counts->ok == 1023);
+    CHECK(q->cids_in_use() == 1);  // the lost command's CID stays reserved
+  }
+}
+
+int main(int argc, char** argv) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA GPU: the gpu suite is skipped\n");
+    return 77;
+  }
+  doctest::Context context(argc, argv);
+  return context.run();
+}
