@@ -2,6 +2,7 @@
 // check data, against the emulator on host threads, with queues and data in each memory tier.
 // Skipped (exit 77) without a GPU.
 #define DOCTEST_CONFIG_IMPLEMENT
+#include <cunvme/copy.cuh>
 #include <cunvme/device_group.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/emu/fault_injection.cuh>
@@ -10,6 +11,9 @@
 #include <cunvme/reader.cuh>
 
 #include <doctest/doctest.h>
+
+#include <thrust/device_vector.h>
+#include <thrust/host_vector.h>
 
 #include <cuda_runtime.h>
 
@@ -432,6 +436,45 @@ TEST_CASE_TEMPLATE("lost completions become timeouts for their threads only, and
     CHECK(rig.counts->ok == 1023);
     CHECK(q->cids_in_use() == 1);  // the lost command's CID stays reserved
   }
+}
+
+TEST_CASE("copy_n moves blocks between the namespace and raw pointers, device_ptrs, device_vectors and spans") {
+  device dev("emu:blocks=65536");
+  auto& emulator = static_cast<host::emu_backend&>(dev.controller().backend()).controller();
+  std::vector<std::uint64_t> words(65536 * 64);
+  for (std::size_t i = 0; i < words.size(); ++i) words[i] = word_at(i * 8);
+  emulator.store(1).write(0, words.data(), words.size() * 8);
+
+  thrust::device_vector<std::uint64_t> v(4096 * 64);  // 2 MiB: 4 commands of MDTS
+  CHECK(copy_n(dev, 100, 4096, v).ok());
+  thrust::host_vector<std::uint64_t> back = v;
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < back.size(); ++i) bad += back[i] != word_at(100 * 512 + i * 8);
+  CHECK(bad == 0);
+
+  std::uint64_t* raw = nullptr;
+  REQUIRE_CUDA(cudaMalloc(&raw, 64 * 512 + 8));
+  CHECK(copy_n(dev, 7, 64, raw + 1).ok());  // an 8-byte offset into the allocation
+  CHECK(copy_n(dev, 7, 64, thrust::device_pointer_cast(raw)).ok());
+  std::vector<std::uint64_t> small(64 * 64);
+  REQUIRE_CUDA(cudaMemcpy(small.data(), raw, small.size() * 8, cudaMemcpyDeviceToHost));
+  bad = 0;
+  for (std::size_t i = 0; i < small.size(); ++i) bad += small[i] != word_at(7 * 512 + i * 8);
+  CHECK(bad == 0);
+
+  // Write from a span over GPU memory, read it back elsewhere.
+  CHECK(copy_n(cuda::std::span<std::uint64_t>(raw, 64 * 64), 64, dev, 50000).ok());
+  std::vector<std::uint64_t> stored(64 * 64);
+  emulator.store(1).read(50000ull * 512, stored.data(), stored.size() * 8);
+  CHECK(stored == small);
+
+  // More blocks than the container holds, zero blocks, past the namespace's end.
+  CHECK(copy_n(dev, 0, 4097, v).error == io_error::invalid_request);
+  CHECK(copy_n(dev, 0, 0, raw).error == io_error::invalid_request);
+  const io_result past = copy_n(dev, 65530, 64, raw);
+  CHECK(past.error == io_error::nvme_status);
+  CHECK(past.status == spec::status::lba_out_of_range);
+  cudaFree(raw);
 }
 
 int main(int argc, char** argv) {
