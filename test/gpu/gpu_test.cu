@@ -248,7 +248,7 @@ void run_kernel(const queue_view& q, Launch launch) {
   cudaStreamDestroy(side);
 }
 
-const char* tier_name(tier t) {
+std::string tier_name(tier t) {
   return t == tier::host_queues_host_data ? "tier 1" : t == tier::host_queues_gpu_data ? "tier 2" : "tier 3";
 }
 
@@ -281,7 +281,8 @@ TEST_CASE_TEMPLATE("per-thread random reads land verified in every tier", T, com
                    combo<slots::multi_producer, completion::dedicated_poller, doorbell::coalescing<doorbell::mmio>>,
                    combo<slots::warp_aggregated, completion::dedicated_poller, doorbell::mmio>) {
   for (const tier where : all_tiers) {
-    CAPTURE(tier_name(where));
+    const std::string tier_label = tier_name(where);
+    CAPTURE(tier_label);
     gpu_rig rig(where);
     auto q = rig.queue(256);
     auto buf = rig.data(64 * 256 * slice_bytes);
@@ -298,7 +299,8 @@ TEST_CASE_TEMPLATE("per-warp reads larger than MDTS are split and verified in ev
                    combo<slots::warp_aggregated, completion::cooperative, doorbell::coalescing<doorbell::mmio>>,
                    combo<slots::multi_producer, completion::dedicated_poller, doorbell::mmio>) {
   for (const tier where : all_tiers) {
-    CAPTURE(tier_name(where));
+    const std::string tier_label = tier_name(where);
+    CAPTURE(tier_label);
     gpu_rig rig(where);
     auto q = rig.queue(128);
     constexpr std::uint32_t blocks = 3000;  // 3 commands of ≤ 1024 blocks
@@ -314,7 +316,8 @@ TEST_CASE_TEMPLATE("per-warp reads larger than MDTS are split and verified in ev
 TEST_CASE("per-block reads of 8 MiB use every thread of the block, in every tier") {
   using reader = block_reader<queue<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
   for (const tier where : all_tiers) {
-    CAPTURE(tier_name(where));
+    const std::string tier_label = tier_name(where);
+    CAPTURE(tier_label);
     gpu_rig rig(where);
     auto q = rig.queue(512);
     constexpr std::uint32_t blocks = 16384;
@@ -330,7 +333,8 @@ TEST_CASE("per-block reads of 8 MiB use every thread of the block, in every tier
 TEST_CASE("asynchronous reads keep four commands per thread in flight, in every tier") {
   using reader = block_reader<queue<slots::multi_producer, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
   for (const tier where : all_tiers) {
-    CAPTURE(tier_name(where));
+    const std::string tier_label = tier_name(where);
+    CAPTURE(tier_label);
     gpu_rig rig(where);
     auto q = rig.queue(1024);
     auto buf = rig.data(std::size_t{32} * 128 * 4 * 4096);
@@ -345,7 +349,8 @@ TEST_CASE("asynchronous reads keep four commands per thread in flight, in every 
 TEST_CASE("exclusive queues: one warp owns its queue, one queue per warp, in every tier") {
   using reader = block_reader<queue<slots::exclusive, completion::cooperative>, prp::contiguous, doorbell::mmio>;
   for (const tier where : all_tiers) {
-    CAPTURE(tier_name(where));
+    const std::string tier_label = tier_name(where);
+    CAPTURE(tier_label);
     gpu_rig rig(where);
     auto q = rig.queue(64);
     auto buf = rig.data(std::size_t{1} * 200 * 512);
@@ -360,7 +365,8 @@ TEST_CASE("exclusive queues: one warp owns its queue, one queue per warp, in eve
 TEST_CASE("warps write, flush and read back their regions in every tier") {
   using C = combo<slots::warp_aggregated, completion::cooperative, doorbell::coalescing<doorbell::mmio>>;
   for (const tier where : all_tiers) {
-    CAPTURE(tier_name(where));
+    const std::string tier_label = tier_name(where);
+    CAPTURE(tier_label);
     gpu_rig rig(where);
     auto q = rig.queue(256);
     constexpr std::uint32_t blocks = 1500;
@@ -403,7 +409,8 @@ TEST_CASE("an injected read error reaches exactly the thread whose range holds t
   rule.fraction = 1;
   using reader = block_reader<queue<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
   for (const tier where : all_tiers) {
-    CAPTURE(tier_name(where));
+    const std::string tier_label = tier_name(where);
+    CAPTURE(tier_label);
     gpu_rig rig(where, {rule});
     auto q = rig.queue(256);
     auto buf = rig.data(std::size_t{1024} * 4096);
@@ -424,7 +431,8 @@ TEST_CASE_TEMPLATE("lost completions become timeouts for their threads only, and
   rule.nth = 100;
   using reader = block_reader<queue<slots::multi_producer, C>, prp::contiguous, doorbell::mmio>;
   for (const tier where : all_tiers) {
-    CAPTURE(tier_name(where));
+    const std::string tier_label = tier_name(where);
+    CAPTURE(tier_label);
     gpu_rig rig(where, {rule});
     auto q = rig.queue(256, std::chrono::milliseconds(300));
     auto buf = rig.data(std::size_t{1024} * 4096);

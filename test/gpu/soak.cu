@@ -2,7 +2,7 @@
 // given number of operations, with faults injected (read errors, late and lost completions).
 // Not in the default test run (suite 'soak'):
 //
-//   build/test/gpu_soak [--ops N] [--tier 1|2|3] [--queues Q] [--entries E] [--workers W]
+//   build/test/gpu_soak [--ops N] [--tier 1|2|3] [--queues Q (64)] [--entries E (1024)] [--workers W (8)]
 //
 // Prints counts and exits 0 when no data mismatched, every failure was an injected one (an
 // NVMe error or a timeout), and the kernel ended; 77 without a GPU.
@@ -38,7 +38,13 @@ __host__ __device__ constexpr std::uint64_t mix(std::uint64_t x) {
 
 struct tally {
   unsigned long long reads, writes, mismatched, nvme_errors, timeouts, other_failures, operations;
+  unsigned long long by_error[16];  ///< failures by io_error
 };
+
+__device__ void count_failure(const io_result& r, tally* t) {
+  atomicAdd(r.error == io_error::timeout ? &t->timeouts : r.error == io_error::nvme_status ? &t->nvme_errors : &t->other_failures, 1ull);
+  atomicAdd(&t->by_error[static_cast<unsigned>(r.error) & 15u], 1ull);
+}
 
 constexpr std::uint32_t region_blocks = 8;  // each thread owns 8 blocks (4 KiB) of the namespace
 
@@ -72,7 +78,7 @@ __global__ void soak(const queue_view* queues, unsigned queue_count, namespace_v
         known = true;
       } else {
         known = false;  // the write may or may not have reached the media
-        atomicAdd(r.error == io_error::timeout ? &t->timeouts : r.error == io_error::nvme_status ? &t->nvme_errors : &t->other_failures, 1ull);
+        count_failure(r, t);
       }
       continue;
     }
@@ -81,7 +87,7 @@ __global__ void soak(const queue_view* queues, unsigned queue_count, namespace_v
     const io_result r = reader.read(lba + first, blocks, buf, id * region_blocks * 512);
     atomicAdd(&t->reads, 1ull);
     if (!r.ok()) {
-      atomicAdd(r.error == io_error::timeout ? &t->timeouts : r.error == io_error::nvme_status ? &t->nvme_errors : &t->other_failures, 1ull);
+      count_failure(r, t);
       if (r.error == io_error::timeout) known = false;  // a late completion may still move data into the slice later
       continue;
     }
@@ -108,7 +114,7 @@ int main(int argc, char** argv) {
   }
   const std::uint64_t ops = arg(argc, argv, "--ops", 10'000'000);
   const auto where = static_cast<host::tier>(arg(argc, argv, "--tier", 1));
-  const unsigned queue_count = static_cast<unsigned>(arg(argc, argv, "--queues", 16));
+  const unsigned queue_count = static_cast<unsigned>(arg(argc, argv, "--queues", 64));  // 64 × 1023 CIDs: one per thread
   const std::uint32_t entries = static_cast<std::uint32_t>(arg(argc, argv, "--entries", 1024));
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
@@ -179,6 +185,9 @@ int main(int argc, char** argv) {
               t->mismatched, t->nvme_errors, static_cast<unsigned long long>(injected.statuses), t->timeouts,
               static_cast<unsigned long long>(injected.delays), static_cast<unsigned long long>(injected.lost_completions), t->other_failures);
   std::printf("soak: CIDs still held (lost completions) %u\n", held);
+  for (unsigned e = 0; e < 16; ++e) {
+    if (t->by_error[e] != 0) std::printf("soak:   %s: %llu\n", to_string(static_cast<io_error>(e)), t->by_error[e]);
+  }
   // Every failure must be an injected one: an injected status seen as such (or, when a delay or
   // a loss hit the same command, as a timeout), a delay or a loss seen as a timeout.
   const bool pass = t->mismatched == 0 && t->other_failures == 0 && done >= ops && t->nvme_errors <= injected.statuses &&

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -61,14 +62,22 @@ inline cudaStream_t copy_stream() {
 [[nodiscard]] inline memory_hooks cuda_memory() {
   memory_hooks hooks;
   hooks.allocate = [](std::size_t bytes) -> void* {
-    void* p = nullptr;
+    // Page-aligned memory, then pinned and mapped: cudaHostAlloc sub-allocates small requests
+    // without page alignment, and queues, PRP lists and BAR pages must start on a page.
+    const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
+    void* p = std::aligned_alloc(4096, rounded);
+    if (p == nullptr) throw cuda_error(cudaErrorMemoryAllocation, "emu: allocating " + std::to_string(bytes) + " bytes of host memory");
     // Portable: usable from every device; Mapped: GPU threads store to it through UVA.
-    if (const auto e = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable); e != cudaSuccess) {
-      throw cuda_error(e, "emu: allocating " + std::to_string(bytes) + " bytes of pinned, mapped host memory");
+    if (const auto e = cudaHostRegister(p, rounded, cudaHostRegisterMapped | cudaHostRegisterPortable); e != cudaSuccess) {
+      std::free(p);
+      throw cuda_error(e, "emu: pinning and mapping " + std::to_string(bytes) + " bytes of host memory");
     }
     return p;
   };
-  hooks.release = [](void* p, std::size_t) { (void)cudaFreeHost(p); };
+  hooks.release = [](void* p, std::size_t) {
+    (void)cudaHostUnregister(p);
+    std::free(p);
+  };
   hooks.device_copy.copy = [](void* dst, const void* src, std::uint64_t bytes, bool to_device) {
     cudaStream_t stream = nullptr;
     try {
