@@ -1,0 +1,196 @@
+// file_to_gpu — read a file into GPU memory through NVMe, and check it: a checksum computed on
+// the GPU from what arrived against one computed on the host from the file.
+//
+//   build/examples/file_to_gpu model.bin                          through the emulator, backed by the file
+//   build/examples/file_to_gpu model.bin kmod:0000:01:00.0         through a real controller: the file's
+//   build/examples/file_to_gpu model.bin kmod:0000:01:00.0 2048    bytes at LBA 0 (or 2048) of namespace 1
+//
+// With the emulator ("emu:file=PATH") the file *is* the namespace: 512-byte blocks, as many as
+// fit whole in the file. A file whose size is not a multiple of 512 has a partial last block
+// that no NVMe command can address; its bytes are read on the host and copied in after the
+// blocks (the output says how many). The emulator maps the file read-write (nothing is written).
+//
+// With a real controller the file must already be on the raw namespace (for instance
+// `dd if=model.bin of=/dev/nvme0n1 oflag=direct` before the device is handed to cunvme); the
+// last block is read whole and its bytes past the file's end are ignored.
+//
+// Exits 0 when the checksums agree, 1 otherwise, 77 (Meson's "skipped") without a CUDA GPU.
+#include <cunvme/copy.cuh>
+
+#include <thrust/device_vector.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+/// splitmix64's finaliser: a cheap, well-mixed 64-bit hash.
+__host__ __device__ constexpr std::uint64_t mix(std::uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// The checksum is the sum (mod 2^64) of one term per little-endian 64-bit word, keyed by the
+/// word's index: a sum can be added up in any order (by thousands of GPU threads), and the key
+/// makes it notice words that trade places. A last partial word is padded with zeros.
+__host__ __device__ constexpr std::uint64_t term(std::uint64_t word, std::uint64_t index) {
+  return mix(word ^ (index * 0x9e3779b97f4a7c15ull));
+}
+
+/// The checksum of the first `bytes` bytes of `data`, added to `*sum`.
+__global__ void checksum(const std::uint64_t* data, std::uint64_t bytes, unsigned long long* sum) {
+  const std::uint64_t words = (bytes + 7) / 8;
+  unsigned long long local = 0;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < words; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    std::uint64_t w = data[i];
+    if (const std::uint64_t kept = bytes - i * 8; kept < 8) w &= (std::uint64_t{1} << (kept * 8)) - 1;  // bytes past the end: zeros
+    local += term(w, i);
+  }
+  // A warp adds its lanes' sums, then one atomic per warp.
+  for (int lanes = 16; lanes > 0; lanes /= 2) local += __shfl_down_sync(0xffffffffu, local, lanes);
+  if (threadIdx.x % 32 == 0) atomicAdd(sum, local);
+}
+
+/// The same checksum on the host, reading the file from its start.
+std::uint64_t host_checksum(std::FILE* f, std::uint64_t bytes) {
+  std::vector<unsigned char> chunk(1 << 20);  // a multiple of 8: words never straddle chunks
+  std::uint64_t sum = 0, index = 0;
+  for (std::uint64_t at = 0; at < bytes;) {
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), bytes - at));
+    if (std::fread(chunk.data(), 1, want, f) != want) throw std::runtime_error("reading the file on the host failed");
+    for (std::size_t o = 0; o < want; o += 8) {
+      std::uint64_t w = 0;
+      std::memcpy(&w, chunk.data() + o, std::min<std::size_t>(8, want - o));
+      sum += term(w, index++);
+    }
+    at += want;
+  }
+  return sum;
+}
+
+/// What went wrong with a read, for messages: why, the NVMe status if a command failed, where.
+std::string describe(const cunvme::io_result& r) {
+  std::string s = cunvme::to_string(r.error);
+  if (r.error == cunvme::io_error::nvme_status) s += ": " + cunvme::spec::to_string(r.status);
+  return s + " at LBA " + std::to_string(r.lba) + " (" + std::to_string(r.blocks) + " blocks)";
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+int run(const std::string& path, const std::string& uri_arg, std::uint64_t start_lba) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) {
+    std::fprintf(stderr, "file_to_gpu: cannot open '%s': %s\n", path.c_str(), std::strerror(errno));
+    return 1;
+  }
+  std::fseek(file.get(), 0, SEEK_END);
+  const long end = std::ftell(file.get());
+  std::rewind(file.get());
+  if (end <= 0) {
+    std::fprintf(stderr, "file_to_gpu: '%s' is empty or not a regular file\n", path.c_str());
+    return 1;
+  }
+  const auto size = static_cast<std::uint64_t>(end);
+
+  const bool emulated = uri_arg.empty();
+  if (emulated && path.find(',') != std::string::npos) {
+    std::fprintf(stderr, "file_to_gpu: the emulator's URI separates options with ',': rename or link '%s' without one\n", path.c_str());
+    return 1;
+  }
+  if (emulated && size < 512) {
+    std::fprintf(stderr, "file_to_gpu: '%s' has %llu bytes, less than one 512-byte block: there is nothing for NVMe to read\n", path.c_str(),
+                 static_cast<unsigned long long>(size));
+    return 1;
+  }
+  const std::string uri = emulated ? "emu:file=" + path : uri_arg;
+  cunvme::device dev(uri);
+  const std::uint64_t block = dev.block_bytes();
+  const std::uint64_t padded = (size + block - 1) / block * block;  // whole blocks around the file
+  // The emulator's namespace holds the file's whole blocks; a real one holds whole blocks too,
+  // the last one partly beyond the file.
+  const std::uint64_t blocks = emulated ? size / block : padded / block;
+  const std::uint64_t tail = emulated ? size % block : 0;  // bytes no command can address
+  if (start_lba > dev.ns().lba_count || blocks > dev.ns().lba_count - start_lba) {
+    std::fprintf(stderr, "file_to_gpu: %llu blocks from LBA %llu do not fit in namespace %u of %s (%llu blocks)\n",
+                 static_cast<unsigned long long>(blocks), static_cast<unsigned long long>(start_lba), dev.ns().nsid, uri.c_str(),
+                 static_cast<unsigned long long>(dev.ns().lba_count));
+    return 1;
+  }
+
+  // GPU memory for the file, rounded up to whole blocks (DMA moves whole blocks).
+  thrust::device_vector<std::uint64_t> gpu(padded / 8);
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "create a stream");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  // The whole blocks, straight from the device into GPU memory (waits for its kernel).
+  if (const cunvme::io_result r = cunvme::copy_n(dev, start_lba, blocks, gpu, stream); !r) {
+    std::fprintf(stderr, "file_to_gpu: reading %s failed: %s\n", uri.c_str(), describe(r).c_str());
+    return 1;
+  }
+  const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (tail != 0) {
+    // The partial last block: from the file, by the host.
+    std::vector<unsigned char> rest(tail);
+    std::fseek(file.get(), static_cast<long>(blocks * block), SEEK_SET);
+    if (std::fread(rest.data(), 1, tail, file.get()) != tail) throw std::runtime_error("reading the file's last bytes failed");
+    std::rewind(file.get());
+    check(cudaMemcpyAsync(reinterpret_cast<unsigned char*>(thrust::raw_pointer_cast(gpu.data())) + blocks * block, rest.data(), tail,
+                          cudaMemcpyHostToDevice, stream),
+          "copy the last bytes");
+  }
+
+  thrust::device_vector<unsigned long long> sum(1, 0);
+  checksum<<<1024, 256, 0, stream>>>(thrust::raw_pointer_cast(gpu.data()), size, thrust::raw_pointer_cast(sum.data()));
+  check(cudaGetLastError(), "launch the checksum");
+  check(cudaStreamSynchronize(stream), "run the checksum");
+  (void)cudaStreamDestroy(stream);
+  const std::uint64_t on_gpu = sum[0];
+  const std::uint64_t on_host = host_checksum(file.get(), size);
+
+  std::printf("file_to_gpu: '%s' (%llu bytes) through %s\n", path.c_str(), static_cast<unsigned long long>(size), uri.c_str());
+  std::printf("  NVMe:  %llu blocks of %llu bytes from LBA %llu in %.1f ms: %.2f GB/s\n", static_cast<unsigned long long>(blocks),
+              static_cast<unsigned long long>(block), static_cast<unsigned long long>(start_lba), read_s * 1e3,
+              static_cast<double>(blocks * block) / read_s / 1e9);
+  if (tail != 0) std::printf("  host:  the last %llu bytes (a partial block, outside the namespace)\n", static_cast<unsigned long long>(tail));
+  std::printf("  checksum on the GPU  %016llx\n  checksum on the host %016llx\n", static_cast<unsigned long long>(on_gpu),
+              static_cast<unsigned long long>(on_host));
+  if (on_gpu != on_host) {
+    std::fprintf(stderr, "file_to_gpu: FAILED: the bytes in GPU memory are not the file's\n");
+    return 1;
+  }
+  std::printf("file_to_gpu: OK\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int gpus = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&gpus); e != cudaSuccess || gpus == 0) {
+    std::printf("file_to_gpu: no CUDA GPU (%s): skipped\n", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    return 77;
+  }
+  if (argc < 2 || argc > 4) {
+    std::fprintf(stderr, "usage: file_to_gpu FILE [URI [LBA]]\n");
+    return 1;
+  }
+  try {
+    return run(argv[1], argc > 2 ? argv[2] : "", argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 0);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "file_to_gpu: %s\n", e.what());
+    return 1;
+  }
+}
