@@ -17,7 +17,9 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -221,31 +223,48 @@ __global__ void reads_around(Reader r, prp::contiguous buf, std::uint64_t bad_lb
   if (!right) count(t->unexpected);
 }
 
-/// Drains for everybody until `*stop` (dedicated_poller runs).
-__global__ void poller_kernel(queue_view q, std::uint32_t* stop) { (void)completion::poller<doorbell::mmio>::run(q, *stop); }
+/// Drains for everybody until `*stop` (dedicated_poller runs); `flags[0]` says it started,
+/// `flags[1]` how many CQEs it consumed.
+__global__ void poller_kernel(queue_view q, std::uint32_t* stop, unsigned long long* flags) {
+  cuda::atomic_ref<unsigned long long, cuda::thread_scope_system>(flags[0]).store(1, cuda::std::memory_order_release);
+  flags[1] = completion::poller<doorbell::mmio>::run(q, *stop);
+}
 
 // ---- running kernels with or without a poller ---------------------------------------------------
 
 /// Runs `launch(stream)` on its own stream; with a dedicated-poller policy, a one-thread poller
-/// kernel runs beside it until it is done.
+/// kernel runs beside it (started first, and seen running) until it is done. Returns how many
+/// CQEs the poller consumed.
 template <class Completion, class Launch>
-void run_kernel(const queue_view& q, Launch launch) {
+unsigned long long run_kernel(const queue_view& q, Launch launch) {
   cudaStream_t work = nullptr, side = nullptr;
   REQUIRE_CUDA(cudaStreamCreateWithFlags(&work, cudaStreamNonBlocking));
   REQUIRE_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   std::uint32_t* stop = nullptr;
+  unsigned long long* flags = nullptr;
   REQUIRE_CUDA(cudaHostAlloc(&stop, sizeof *stop, cudaHostAllocMapped));
+  REQUIRE_CUDA(cudaHostAlloc(&flags, 2 * sizeof *flags, cudaHostAllocMapped));
   *stop = 0;
+  flags[0] = flags[1] = 0;
   constexpr bool poller = std::is_same_v<Completion, completion::dedicated_poller>;
-  if constexpr (poller) poller_kernel<<<1, 1, 0, side>>>(q, stop);
+  if constexpr (poller) {
+    poller_kernel<<<1, 1, 0, side>>>(q, stop, flags);
+    REQUIRE_CUDA(cudaGetLastError());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (__atomic_load_n(&flags[0], __ATOMIC_ACQUIRE) == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    REQUIRE_MESSAGE(flags[0] == 1, "the poller kernel did not start within 10 s");
+  }
   launch(work);
   REQUIRE_CUDA(cudaGetLastError());
   REQUIRE_CUDA(cudaStreamSynchronize(work));
   __atomic_store_n(stop, 1u, __ATOMIC_RELEASE);
   REQUIRE_CUDA(cudaStreamSynchronize(side));
+  const unsigned long long consumed = flags[1];
   cudaFreeHost(stop);
+  cudaFreeHost(flags);
   cudaStreamDestroy(work);
   cudaStreamDestroy(side);
+  return consumed;
 }
 
 std::string tier_name(tier t) {
@@ -275,6 +294,23 @@ void require_clean(const tally& t, unsigned long long expected_ok) {
 }
 
 }  // namespace
+
+TEST_CASE("a dedicated poller kernel drains for a reader kernel beside it") {
+  using reader = block_reader<queue<slots::multi_producer, completion::dedicated_poller>, prp::contiguous, doorbell::mmio>;
+  gpu_rig rig(tier::host_queues_host_data);
+  auto q = rig.queue(64, std::chrono::seconds(2));
+  auto buf = rig.data(32 * slice_bytes);
+  reader r(q->view(), q->namespace_view(1));
+  const auto consumed = run_kernel<completion::dedicated_poller>(q->view(), [&](cudaStream_t s) {
+    thread_reads<<<1, 32, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 1, 3, rig.counts);
+  });
+  const auto c = q->counters();
+  INFO("reserved " << c.sq_reserved << " rung " << c.sq_rung << " sq_head " << c.sq_head << " cq_head " << c.cq_head << " mmio "
+                   << c.doorbell_mmio_writes << " emulator commands " << rig.emulator->stats().io_commands << " posted "
+                   << rig.emulator->stats().completions_posted << " poller consumed " << consumed);
+  CHECK(consumed == 32);
+  require_clean(*rig.counts, 32);
+}
 
 TEST_CASE_TEMPLATE("per-thread random reads land verified in every tier", T, combo<slots::warp_aggregated, completion::cooperative, doorbell::coalescing<doorbell::mmio>>,
                    combo<slots::multi_producer, completion::cooperative, doorbell::mmio>,

@@ -2,10 +2,12 @@
 // given number of operations, with faults injected (read errors, late and lost completions).
 // Not in the default test run (suite 'soak'):
 //
-//   build/test/gpu_soak [--ops N] [--tier 1|2|3] [--queues Q (64)] [--entries E (1024)] [--workers W (8)]
+//   build/test/gpu_soak [--ops N] [--tier 1|2|3] [--queues Q (64)] [--entries E (1024)] [--workers W (8)] [--timeout-ms T (5000)]
 //
 // Prints counts and exits 0 when no data mismatched, every failure was an injected one (an
-// NVMe error or a timeout), and the kernel ended; 77 without a GPU.
+// NVMe error or a timeout), and the kernel ended; 77 without a GPU. A thread that sees a
+// timeout retires (its buffer may still be written by the late command); the others use up
+// the operation budget.
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/host/emu_backend.cuh>
@@ -79,6 +81,7 @@ __global__ void soak(const queue_view* queues, unsigned queue_count, namespace_v
       } else {
         known = false;  // the write may or may not have reached the media
         count_failure(r, t);
+        if (r.error == io_error::timeout) break;  // the late command may still read the slice: retire
       }
       continue;
     }
@@ -88,7 +91,7 @@ __global__ void soak(const queue_view* queues, unsigned queue_count, namespace_v
     atomicAdd(&t->reads, 1ull);
     if (!r.ok()) {
       count_failure(r, t);
-      if (r.error == io_error::timeout) known = false;  // a late completion may still move data into the slice later
+      if (r.error == io_error::timeout) break;  // a late completion may still move data into the slice: retire
       continue;
     }
     std::uint64_t bad = 0;
@@ -116,6 +119,8 @@ int main(int argc, char** argv) {
   const auto where = static_cast<host::tier>(arg(argc, argv, "--tier", 1));
   const unsigned queue_count = static_cast<unsigned>(arg(argc, argv, "--queues", 64));  // 64 × 1023 CIDs: one per thread
   const std::uint32_t entries = static_cast<std::uint32_t>(arg(argc, argv, "--entries", 1024));
+  // Long enough for a queue's whole backlog under full load; a thread retires after a timeout.
+  const std::uint64_t timeout_ms = arg(argc, argv, "--timeout-ms", 5000);
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   const unsigned blocks = static_cast<unsigned>(prop.multiProcessorCount), threads = 256;
@@ -131,7 +136,7 @@ int main(int argc, char** argv) {
   read_errors.fraction = 1e-4;
   emu::fault_rule late;
   late.action = emu::fault_action::add_delay;
-  late.delay_ns = 300'000'000;  // past the 100 ms timeout: a timeout, then a late completion
+  late.delay_ns = (timeout_ms + 1000) * 1'000'000;  // past the timeout: a timeout, then a late completion
   late.fraction = 2e-6;
   emu::fault_rule lost;
   lost.action = emu::fault_action::lose_completion;
@@ -151,7 +156,7 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<host::io_queue>> queues;
   std::vector<queue_view> views;
   for (unsigned i = 0; i < queue_count; ++i) {
-    queues.push_back(host::make_gpu_queue(ctrl, entries, where, std::chrono::milliseconds(100)));
+    queues.push_back(host::make_gpu_queue(ctrl, entries, where, std::chrono::milliseconds(timeout_ms)));
     views.push_back(queues.back()->view());
   }
   queue_view* device_views = nullptr;
