@@ -150,7 +150,10 @@ struct dedicated_poller {
   CUNVME_HOST_DEVICE static void progress(const queue_view&) noexcept {}
 };
 
-/// The dedicated poller's loop.
+/// The dedicated poller's loop. On the GPU it may run in a kernel of its own beside the
+/// readers' kernel; then load the readers' kernel before the poller starts (launch it once, call
+/// cudaFuncGetAttributes on it, or set CUDA_MODULE_LOADING=EAGER): with lazy module loading a
+/// kernel's first launch waits for running kernels, and the poller runs until told to stop.
 /// ```
 /// std::atomic<std::uint32_t> stop{0};
 /// std::thread poller([&] { cunvme::completion::poller<cunvme::doorbell::mmio>::run(view, stop); });
