@@ -161,21 +161,38 @@ __global__ void block_reads(Reader r, prp::contiguous buf, std::uint64_t* data, 
   }
 }
 
-/// Each thread keeps `depth` reads of 8 blocks in flight and checks each as it completes.
+/// Each thread keeps `depth` reads of 8 blocks in flight and checks each as it completes. When
+/// every CID is in flight a submit is refused at once (`no_command_id`): the thread then
+/// finishes one of its own commands and submits again (waiting with CIDs held and none finished
+/// could wait forever, since the other threads do the same).
 template <class Reader, int Depth>
 __global__ void async_reads(Reader r, prp::contiguous buf, std::uint64_t* data, unsigned rounds, std::uint64_t seed, tally* t) {
   const std::uint64_t id = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   io_handle h[Depth];
-  std::uint64_t lba[Depth];
+  std::uint64_t lba[Depth] = {};
+  auto finish = [&](int k) {
+    const io_result res = r.wait(h[k]);
+    account(res, t);
+    if (res.ok()) verify(data + (id * Depth + k) * 512, lba[k] * 512, 512, 0, t);
+    h[k] = io_handle{};
+  };
   for (unsigned round = 0; round < rounds; ++round) {
     for (int k = 0; k < Depth; ++k) {
       lba[k] = mix(seed ^ (id << 24) ^ (round << 8) ^ k) % (r.ns().lba_count - 8);
-      h[k] = r.submit_read(lba[k], 8, buf, (id * Depth + k) * 4096);
+      for (unsigned attempt = 0;; ++attempt) {
+        h[k] = r.submit_read(lba[k], 8, buf, (id * Depth + k) * 4096);
+        if (h[k].result.error != io_error::no_command_id) break;
+        int oldest = -1;
+        for (int j = 0; j < k && oldest < 0; ++j) oldest = h[j].state == io_handle::phase::in_flight ? j : -1;
+        if (oldest >= 0) {
+          finish(oldest);
+        } else {
+          __nanosleep(attempt < 8 ? 64u << attempt : 16384u);
+        }
+      }
     }
     for (int k = 0; k < Depth; ++k) {
-      const io_result res = r.wait(h[k]);
-      account(res, t);
-      if (res.ok()) verify(data + (id * Depth + k) * 512, lba[k] * 512, 512, 0, t);
+      if (h[k].state != io_handle::phase::empty) finish(k);
     }
   }
 }

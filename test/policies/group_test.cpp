@@ -69,6 +69,39 @@ TEST_CASE("a group splits a read larger than MDTS into commands and every member
   CHECK(mismatches == 0);
 }
 
+TEST_CASE_TEMPLATE("a group's split read completes with a dedicated poller draining for it", Slots, slots::multi_producer,
+                   slots::warp_aggregated, slots::exclusive) {
+  rig r;
+  r.fill();
+  host::io_queue q(*r.ctrl, 128);
+  poller_thread<completion::dedicated_poller, doorbell::mmio> poller(q.view());
+  const auto ns = q.namespace_view(1);
+  auto buf = r.ctrl->memory().allocate(4 * 3000 * 512);
+  std::vector<io_result> results(4 * 3);
+  std::vector<std::thread> groups;
+  for (std::uint32_t g = 0; g < (std::is_same_v<Slots, slots::exclusive> ? 1u : 4u); ++g) {
+    groups.emplace_back([&, g] {
+      in_group(8, [&](cunvme::host_group::member& m) {
+        reader_of<Slots, completion::dedicated_poller, doorbell::mmio> reader(q.view(), ns);
+        for (std::uint64_t round = 0; round < 3; ++round) {
+          const io_result res = reader.read(m, 1 + g * 3000 + round, 3000, contiguous_of(buf), std::uint64_t{g} * 3000 * 512);
+          if (m.rank() == 0) results[g * 3 + round] = res;
+        }
+      });
+    });
+  }
+  for (auto& t : groups) t.join();
+  poller.stop();
+  for (std::uint32_t g = 0; g < (std::is_same_v<Slots, slots::exclusive> ? 1u : 4u); ++g) {
+    for (int round = 0; round < 3; ++round) CHECK(results[g * 3 + round].ok());
+    const auto* words = reinterpret_cast<const std::uint64_t*>(buf.data() + std::size_t{g} * 3000 * 512);
+    std::uint64_t bad = 0;
+    for (std::size_t i = 0; i < 3000 * 64; ++i) bad += words[i] != word_at((1 + g * 3000 + 2) * 512 + i * 8);
+    CHECK(bad == 0);
+  }
+  CHECK(q.cids_in_use() == 0);
+}
+
 TEST_CASE_TEMPLATE("groups sharing one queue read and write verified data with each slot policy", Slots, slots::exclusive,
                    slots::warp_aggregated, slots::multi_producer) {
   rig r;
