@@ -10,6 +10,8 @@
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/reader.cuh>
 
+#include "../pattern.hpp"
+
 #include <doctest/doctest.h>
 
 #include <thrust/device_vector.h>
@@ -32,16 +34,8 @@ using host::tier;
 
 #define REQUIRE_CUDA(call) REQUIRE((call) == cudaSuccess)
 
-/// The 8-byte word at byte `o` of the namespace after round `round` of writes (0: as filled).
-__host__ __device__ constexpr std::uint64_t word_at(std::uint64_t o, std::uint64_t round = 0) {
-  return (o / 8) * 0x9e3779b97f4a7c15ull ^ (round + 1) * 0xd1b54a32d192ed03ull;
-}
-__host__ __device__ constexpr std::uint64_t mix(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return x;
-}
+using test::mix;
+using test::word_at;
 
 /// Counters the kernels add to, in mapped memory the host reads after the kernel.
 struct tally {

@@ -14,6 +14,8 @@
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/reader.cuh>
 
+#include "../pattern.hpp"
+
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -28,15 +30,8 @@ namespace {
 
 using namespace cunvme;
 
-__host__ __device__ constexpr std::uint64_t word_at(std::uint64_t o, std::uint64_t version) {
-  return (o / 8) * 0x9e3779b97f4a7c15ull ^ (version + 1) * 0xd1b54a32d192ed03ull;
-}
-__host__ __device__ constexpr std::uint64_t mix(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return x;
-}
+using test::mix;
+using test::word_at;
 
 struct tally {
   unsigned long long reads, writes, mismatched, nvme_errors, timeouts, other_failures, operations;

@@ -9,6 +9,8 @@
 
 #include <doctest/doctest.h>
 
+#include "../pattern.hpp"
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -27,11 +29,6 @@ namespace doorbell = cunvme::doorbell;
 namespace prp = cunvme::prp;
 using cunvme::io_error;
 using cunvme::io_result;
-
-/// The 8-byte word a test writes at byte `o` of the namespace in round `round`.
-[[nodiscard]] constexpr std::uint64_t word_at(std::uint64_t o, std::uint64_t round = 0) noexcept {
-  return (o / 8) * 0x9e3779b97f4a7c15ull ^ (round + 1) * 0xd1b54a32d192ed03ull;
-}
 
 /// 8 MiB of 512-byte blocks (or `bytes` of `lba_size` blocks), two workers.
 [[nodiscard]] inline emu::controller_config small_config(std::uint32_t lba_size = 512, std::uint64_t bytes = 8 << 20) {
