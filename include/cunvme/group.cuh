@@ -11,14 +11,12 @@
 #include <cuda/std/concepts>
 #include <cuda/std/cstdint>
 
-#if !defined(CUNVME_DEVICE_COMPILATION)
-#  include <barrier>
-#  include <cstddef>
-#  include <memory>
-#  include <stdexcept>
-#  include <string>
-#  include <vector>
-#endif
+#include <barrier>
+#include <cstddef>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 CUNVME_NAMESPACE_BEGIN
 
@@ -53,7 +51,6 @@ struct single_thread {
 };
 static_assert(thread_group<single_thread>);
 
-#if !defined(CUNVME_DEVICE_COMPILATION)
 /// CPU threads acting as one group, as a warp or a block does on the GPU: the same collective
 /// reader code runs in CPU threads (and under ThreadSanitizer). Each of `size` threads takes
 /// its `member(rank)` and uses it as its group.
@@ -132,6 +129,5 @@ class host_group {
   std::shared_ptr<state> shared_;
 };
 static_assert(thread_group<host_group::member>);
-#endif
 
 CUNVME_NAMESPACE_END

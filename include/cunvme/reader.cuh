@@ -80,6 +80,7 @@ class block_io {
   /// Reads or writes `blocks` blocks at `lba` to/from bytes `offset`… of `data`, split into
   /// commands of at most max_blocks. Collective over `g`: every member passes the same
   /// arguments; chunk i goes to member i % size, one command per member per round.
+  CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group>
   [[nodiscard]] CUNVME_HOST_DEVICE io_result transfer(Group& g, spec::nvm_opcode opcode, cuda::std::uint64_t lba, cuda::std::uint64_t blocks,
                                                       const Prp& data, cuda::std::uint64_t offset) const {
@@ -113,6 +114,7 @@ class block_io {
   }
 
   /// One command without data (Flush), issued by the group's first member.
+  CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group>
   [[nodiscard]] CUNVME_HOST_DEVICE io_result no_data(Group& g, const spec::submission_entry& command) const {
     if (!Doorbell::usable(q_)) return io_result::failure(io_error::doorbell_unusable, 0, 0);
@@ -234,6 +236,7 @@ class block_io {
   /// Collective: members with `want` take a CID (without waiting), let `prepare` fill the SQE
   /// (returning an io_error for a bad buffer), and submit together. Returns `in_flight` with
   /// the CID and ticket, `empty` when no CID was free (or `want` was false), or a failure.
+  CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group, class Prepare>
   [[nodiscard]] CUNVME_HOST_DEVICE io_handle issue(Group& g, bool want, Prepare&& prepare) const {
     io_handle h;
@@ -294,6 +297,7 @@ class block_io {
   }
 
   /// The group's failure with the lowest LBA, or success; the same for every member.
+  CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group>
   [[nodiscard]] CUNVME_HOST_DEVICE static io_result first_failure(Group& g, const io_result& mine) {
     const cuda::std::uint64_t none = ~cuda::std::uint64_t{0};
@@ -308,6 +312,7 @@ class block_io {
   }
 
   /// Where a member starts looking for a free CID: spread so members do not collide.
+  CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group>
   [[nodiscard]] CUNVME_HOST_DEVICE static cuda::std::uint32_t hint(Group& g) noexcept {
     return g.rank() * 7u + static_cast<cuda::std::uint32_t>(access::now_ns() >> 10);
@@ -336,6 +341,7 @@ class block_reader : public detail::block_io<Queue, Prp, Doorbell> {
     return this->transfer(self, spec::nvm_opcode::read, lba, blocks, dst, offset);
   }
   /// Per group (warp, block, host_group member): all members pass the same request.
+  CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group>
   [[nodiscard]] CUNVME_HOST_DEVICE io_result read(Group& g, cuda::std::uint64_t lba, cuda::std::uint64_t blocks, const Prp& dst,
                                                   cuda::std::uint64_t offset) const {
@@ -361,6 +367,7 @@ class block_writer : public detail::block_io<Queue, Prp, Doorbell> {
     single_thread self;
     return this->transfer(self, spec::nvm_opcode::write, lba, blocks, src, offset);
   }
+  CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group>
   [[nodiscard]] CUNVME_HOST_DEVICE io_result write(Group& g, cuda::std::uint64_t lba, cuda::std::uint64_t blocks, const Prp& src,
                                                    cuda::std::uint64_t offset) const {
@@ -375,6 +382,7 @@ class block_writer : public detail::block_io<Queue, Prp, Doorbell> {
     single_thread self;
     return this->no_data(self, spec::make_flush(this->ns().nsid));
   }
+  CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group>
   [[nodiscard]] CUNVME_HOST_DEVICE io_result flush(Group& g) const {
     return this->no_data(g, spec::make_flush(this->ns().nsid));

@@ -48,6 +48,7 @@ using u32_ref = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>
 /// Waits (bounded by `deadline`, calling `progress` to drain completions) until `count`
 /// slots are free, then takes them with one compare-and-swap. The ticket is taken only
 /// when there is room, so a timeout leaves no hole in the SQ.
+CUNVME_EXEC_CHECK_DISABLE
 template <class Progress>
 [[nodiscard]] CUNVME_HOST_DEVICE bool take_shared(const queue_view& q, cuda::std::uint32_t count, cuda::std::uint64_t deadline, Progress& progress,
                                                   cuda::std::uint64_t& ticket) {
@@ -131,6 +132,7 @@ concept policy = requires(const queue_view& q, single_thread& g, cuda::std::uint
 /// read-modify-write on the submission path. Using it from two independent submitters at
 /// once is a data race.
 struct exclusive {
+  CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group, class Progress>
   [[nodiscard]] CUNVME_HOST_DEVICE static bool reserve(const queue_view& q, Group& g, cuda::std::uint32_t count, cuda::std::uint64_t deadline,
                                                        Progress&& progress, cuda::std::uint64_t& ticket) {
@@ -157,6 +159,7 @@ struct exclusive {
     return base != ~cuda::std::uint64_t{0};
   }
 
+  CUNVME_EXEC_CHECK_DISABLE
   template <class Doorbell, thread_group Group>
   CUNVME_HOST_DEVICE static void commit(const queue_view& q, Group& g, cuda::std::uint64_t, cuda::std::uint32_t count) {
     cuda::std::uint32_t total = 0;
@@ -183,6 +186,7 @@ struct exclusive {
 /// CPU threads); with groups whose members all submit at once, `warp_aggregated` does the
 /// same with one atomic per group.
 struct multi_producer {
+  CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group, class Progress>
   [[nodiscard]] CUNVME_HOST_DEVICE static bool reserve(const queue_view& q, Group&, cuda::std::uint32_t count, cuda::std::uint64_t deadline,
                                                        Progress&& progress, cuda::std::uint64_t& ticket) {
@@ -190,6 +194,7 @@ struct multi_producer {
     return detail::take_shared(q, count, deadline, progress, ticket);
   }
 
+  CUNVME_EXEC_CHECK_DISABLE
   template <class Doorbell, thread_group Group>
   CUNVME_HOST_DEVICE static void commit(const queue_view& q, Group&, cuda::std::uint64_t ticket, cuda::std::uint32_t count) {
     if (count == 0) return;
@@ -210,6 +215,7 @@ struct multi_producer {
 /// When to choose it: many warps share a queue and most lanes submit at the same time (the
 /// usual GPU pattern); it cuts atomics on the queue's counter by up to 32×.
 struct warp_aggregated {
+  CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group, class Progress>
   [[nodiscard]] CUNVME_HOST_DEVICE static bool reserve(const queue_view& q, Group& g, cuda::std::uint32_t count, cuda::std::uint64_t deadline,
                                                        Progress&& progress, cuda::std::uint64_t& ticket) {
@@ -236,6 +242,7 @@ struct warp_aggregated {
     return base != ~cuda::std::uint64_t{0};
   }
 
+  CUNVME_EXEC_CHECK_DISABLE
   template <class Doorbell, thread_group Group>
   CUNVME_HOST_DEVICE static void commit(const queue_view& q, Group& g, cuda::std::uint64_t ticket, cuda::std::uint32_t count) {
     detail::publish(q, ticket, count);

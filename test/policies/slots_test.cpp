@@ -105,9 +105,14 @@ TEST_CASE("a reservation waiting for room calls progress between looks") {
   fake_queue f(2);
   submit_one<slots::multi_producer, doorbell::mmio>(f);
   int calls = 0;
-  auto progress = [&] {
-    if (++calls == 3) u64_ref(f.counters->sq_head).store(1);
-  };
+  // A functor, not a lambda: nvcc treats a lambda as constexpr, which device-capable code may not call.
+  struct free_one_on_third_call {
+    fake_queue& queue;
+    int& calls;
+    void operator()() const {
+      if (++calls == 3) u64_ref(queue.counters->sq_head).store(1);
+    }
+  } progress{f, calls};
   cunvme::single_thread self;
   std::uint64_t ticket = 0;
   CHECK(slots::multi_producer::reserve(f.view, self, 1, cunvme::access::now_ns() + 1'000'000'000, progress, ticket));
