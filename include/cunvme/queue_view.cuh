@@ -8,12 +8,18 @@
 #include <cunvme/config.cuh>
 #include <cunvme/spec/queue_entry.cuh>
 
+#include <cuda/atomic>
 #include <cuda/std/bit>
 #include <cuda/std/cstddef>
 #include <cuda/std/cstdint>
 #include <cuda/std/type_traits>
 
 CUNVME_NAMESPACE_BEGIN
+
+/// An atomic view of a word shared with other threads, other GPUs' threads, the host and the
+/// controller: every access to queue bookkeeping goes through one, at system scope.
+template <class T>
+using shared_word = cuda::atomic_ref<T, cuda::thread_scope_system>;
 
 /// The life of one command identifier's record.
 enum class record_state : cuda::std::uint32_t {

@@ -37,11 +37,8 @@ CUNVME_NAMESPACE_BEGIN
 namespace slots {
 
 namespace detail {
-using u64_ref = cuda::atomic_ref<cuda::std::uint64_t, cuda::thread_scope_system>;
-using u32_ref = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>;
-
 [[nodiscard]] CUNVME_HOST_DEVICE inline bool has_room(const queue_view& q, cuda::std::uint64_t reserved, cuda::std::uint32_t count) noexcept {
-  const cuda::std::uint64_t head = u64_ref(q.counters->sq_head).load(cuda::std::memory_order_acquire);
+  const cuda::std::uint64_t head = shared_word<cuda::std::uint64_t>(q.counters->sq_head).load(cuda::std::memory_order_acquire);
   return reserved + count - head <= q.entries - 1;
 }
 
@@ -52,7 +49,7 @@ CUNVME_EXEC_CHECK_DISABLE
 template <class Progress>
 [[nodiscard]] CUNVME_HOST_DEVICE bool take_shared(const queue_view& q, cuda::std::uint32_t count, cuda::std::uint64_t deadline, Progress& progress,
                                                   cuda::std::uint64_t& ticket) {
-  u64_ref reserved(q.counters->sq_reserved);
+  shared_word<cuda::std::uint64_t> reserved(q.counters->sq_reserved);
   cuda::std::uint64_t seen = reserved.load(cuda::std::memory_order_relaxed);
   for (cuda::std::uint32_t round = 0;; ++round) {
     if (has_room(q, seen, count)) {
@@ -77,24 +74,24 @@ template <class Doorbell>
 CUNVME_HOST_DEVICE void ring_published(const queue_view& q) noexcept {
   queue_counters& c = *q.counters;
   for (;;) {
-    if (u32_ref(c.ring_lock).exchange(1, cuda::std::memory_order_seq_cst) != 0) return;
-    const cuda::std::uint64_t from = u64_ref(c.sq_rung).load(cuda::std::memory_order_relaxed);
+    if (shared_word<cuda::std::uint32_t>(c.ring_lock).exchange(1, cuda::std::memory_order_seq_cst) != 0) return;
+    const cuda::std::uint64_t from = shared_word<cuda::std::uint64_t>(c.sq_rung).load(cuda::std::memory_order_relaxed);
     cuda::std::uint64_t to = from;
-    while (to - from < q.entries && u64_ref(q.turns[q.slot(to)]).load(cuda::std::memory_order_acquire) == to + 1) ++to;
+    while (to - from < q.entries && shared_word<cuda::std::uint64_t>(q.turns[q.slot(to)]).load(cuda::std::memory_order_acquire) == to + 1) ++to;
     if (to != from) {
       Doorbell::ring(q, doorbell::which::sq_tail, q.slot(to),
                      q.slot(from));
-      u64_ref(c.sq_rung).store(to, cuda::std::memory_order_release);
+      shared_word<cuda::std::uint64_t>(c.sq_rung).store(to, cuda::std::memory_order_release);
     }
-    u32_ref(c.ring_lock).store(0, cuda::std::memory_order_seq_cst);
-    if (u64_ref(q.turns[q.slot(to)]).load(cuda::std::memory_order_seq_cst) != to + 1) return;
+    shared_word<cuda::std::uint32_t>(c.ring_lock).store(0, cuda::std::memory_order_seq_cst);
+    if (shared_word<cuda::std::uint64_t>(q.turns[q.slot(to)]).load(cuda::std::memory_order_seq_cst) != to + 1) return;
   }
 }
 
 /// Publishes `count` SQEs from `ticket` on, written by this thread.
 CUNVME_HOST_DEVICE inline void publish(const queue_view& q, cuda::std::uint64_t ticket, cuda::std::uint32_t count) noexcept {
   for (cuda::std::uint32_t i = 0; i < count; ++i) {
-    u64_ref(q.turns[q.slot(ticket + i)]).store(ticket + i + 1, cuda::std::memory_order_seq_cst);
+    shared_word<cuda::std::uint64_t>(q.turns[q.slot(ticket + i)]).store(ticket + i + 1, cuda::std::memory_order_seq_cst);
   }
 }
 
@@ -103,15 +100,15 @@ CUNVME_HOST_DEVICE inline void publish(const queue_view& q, cuda::std::uint64_t 
 template <class Doorbell>
 CUNVME_HOST_DEVICE void ring_after_publish(const queue_view& q, cuda::std::uint32_t count) noexcept {
   if constexpr (Doorbell::coalesces) {
-    const cuda::std::uint64_t published = u64_ref(q.counters->sq_published).fetch_add(count, cuda::std::memory_order_seq_cst) + count;
-    if (published != u64_ref(q.counters->sq_reserved).load(cuda::std::memory_order_seq_cst)) return;
+    const cuda::std::uint64_t published = shared_word<cuda::std::uint64_t>(q.counters->sq_published).fetch_add(count, cuda::std::memory_order_seq_cst) + count;
+    if (published != shared_word<cuda::std::uint64_t>(q.counters->sq_reserved).load(cuda::std::memory_order_seq_cst)) return;
   }
   ring_published<Doorbell>(q);
 }
 
 /// Whether the doorbell already covers `ticket`.
 [[nodiscard]] CUNVME_HOST_DEVICE inline bool rung(const queue_view& q, cuda::std::uint64_t ticket) noexcept {
-  return u64_ref(q.counters->sq_rung).load(cuda::std::memory_order_acquire) > ticket;
+  return shared_word<cuda::std::uint64_t>(q.counters->sq_rung).load(cuda::std::memory_order_acquire) > ticket;
 }
 }  // namespace detail
 
@@ -140,7 +137,7 @@ struct exclusive {
     const cuda::std::uint32_t below = g.exclusive_sum(count, total);
     cuda::std::uint64_t base = ~cuda::std::uint64_t{0};
     if (g.rank() == 0 && total != 0) {
-      detail::u64_ref reserved(q.counters->sq_reserved);
+      shared_word<cuda::std::uint64_t> reserved(q.counters->sq_reserved);
       const cuda::std::uint64_t at = reserved.load(cuda::std::memory_order_relaxed);
       for (cuda::std::uint32_t round = 0; base == ~cuda::std::uint64_t{0}; ++round) {
         if (detail::has_room(q, at, total)) {
@@ -165,9 +162,9 @@ struct exclusive {
     cuda::std::uint32_t total = 0;
     (void)g.exclusive_sum(count, total);  // also orders every member's SQE before the leader rings
     if (g.rank() == 0 && total != 0) {
-      detail::u64_ref rung(q.counters->sq_rung);
+      shared_word<cuda::std::uint64_t> rung(q.counters->sq_rung);
       const cuda::std::uint64_t from = rung.load(cuda::std::memory_order_relaxed);
-      const cuda::std::uint64_t to = detail::u64_ref(q.counters->sq_reserved).load(cuda::std::memory_order_relaxed);
+      const cuda::std::uint64_t to = shared_word<cuda::std::uint64_t>(q.counters->sq_reserved).load(cuda::std::memory_order_relaxed);
       Doorbell::ring(q, doorbell::which::sq_tail, q.slot(to), q.slot(from));
       rung.store(to, cuda::std::memory_order_release);
     }

@@ -482,7 +482,7 @@ TEST_CASE_TEMPLATE("lost completions become timeouts for their threads only, and
     const std::string tier_label = tier_name(where);
     CAPTURE(tier_label);
     gpu_rig rig(where, {rule});
-    auto q = rig.queue(256, std::chrono::milliseconds(300));
+    auto q = rig.queue(256, std::chrono::seconds(1));
     auto buf = rig.data(std::size_t{1024} * 4096);
     reader r(q->view(), q->namespace_view(1));
     run_kernel<C>(q->view(), [&](cudaStream_t s) {
