@@ -67,7 +67,7 @@ class io_queue {
   /// it is bounded by `timeout`.
   io_queue(controller& ctrl, std::uint32_t entries, queue_placement placement = queue_placement::host,
            std::chrono::nanoseconds timeout = std::chrono::seconds(10), io_queue_memory memory = {})
-      : ctrl_(ctrl), pair_(ctrl.create_queue_pair(entries, placement)), timeout_(timeout), memory_(std::move(memory)) {
+      : ctrl_(ctrl), timeout_(timeout), memory_(std::move(memory)), pair_(ctrl.create_queue_pair(entries, placement)) {
     layout();
   }
 
@@ -75,7 +75,7 @@ class io_queue {
   /// `controller::create_queue_pair`).
   io_queue(controller& ctrl, std::uint32_t entries, dma_buffer sq, dma_buffer cq, std::chrono::nanoseconds timeout = std::chrono::seconds(10),
            io_queue_memory memory = {})
-      : ctrl_(ctrl), pair_(ctrl.create_queue_pair(entries, std::move(sq), std::move(cq))), timeout_(timeout), memory_(std::move(memory)) {
+      : ctrl_(ctrl), timeout_(timeout), memory_(std::move(memory)), pair_(ctrl.create_queue_pair(entries, std::move(sq), std::move(cq))) {
     layout();
   }
 
@@ -156,11 +156,13 @@ class io_queue {
   }
 
   controller& ctrl_;
-  std::unique_ptr<queue_pair> pair_;
   std::chrono::nanoseconds timeout_;
   io_queue_memory memory_;
   dma_buffer state_;  // zeroed by the allocator: counters 0, turns 0, CIDs free
   dma_buffer lists_;
+  // Declared after the memory so it is destroyed first: deleting the queues (which aborts what
+  // is still outstanding) comes before the PRP lists a command may still point to are freed.
+  std::unique_ptr<queue_pair> pair_;
   queue_view view_{};
 };
 
