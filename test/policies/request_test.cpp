@@ -164,6 +164,22 @@ TEST_CASE("with a large MDTS one command's PRP list spans several pages and chai
   CHECK(mismatches_in(buf, 0, 64 * 512, 8 << 20) == 0);
 }
 
+TEST_CASE("commands larger than the queue's PRP lists can describe are refused before submission") {
+  rig r;
+  host::io_queue q(*r.ctrl, 8);  // lists sized for MDTS: 512 KiB
+  auto ns = q.namespace_view(1);
+  ns.max_blocks = 65536;         // a caller asking for 32 MiB commands
+  reader_of<slots::exclusive, completion::cooperative, doorbell::mmio, prp::page_list> reader(q.view(), ns);
+  auto buf = r.ctrl->memory().allocate(32 << 20);
+  const std::uint64_t before = r.emulator->stats().io_commands;
+  const io_result res = reader.read(0, 65536, pages_of(buf), 0);
+  CHECK(res.error == io_error::prp_list_too_small);
+  CHECK(res.lba == 0);
+  CHECK(res.blocks == 65536);
+  CHECK(r.emulator->stats().io_commands == before);
+  CHECK(cunvme::cid_pool::in_use(q.view()) == 0);
+}
+
 TEST_CASE("a read larger than MDTS is split into commands of at most MDTS") {
   rig r;
   r.fill();
