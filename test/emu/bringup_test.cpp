@@ -1,6 +1,9 @@
 // Conformance: registers and controller state transitions (NVMe 2.0 sections 3.1, 3.5, 3.6).
 #include "test_host.hpp"
 
+#include <mutex>
+#include <set>
+
 using namespace test;
 
 TEST_CASE("a controller constructed in one line shows its capabilities in CAP and VS") {
@@ -162,4 +165,24 @@ TEST_CASE("a command in flight at a reset never completes into the queues create
   CHECK(ctrl.stats().completions_posted == 2 + 2);  // the admin commands of the two queue pairs only
   // The fresh queue works.
   CHECK(host.run(*fresh, spec::make_rw(spec::nvm_opcode::write, 1, 0, 1, data.bus)).status() == spec::status::successful_completion);
+}
+
+TEST_CASE("the memory hooks' thread_start runs once on every controller thread before it serves queues") {
+  std::atomic<int> started{0};
+  std::mutex m;
+  std::set<std::thread::id> threads;
+  emu::controller_config config;
+  config.workers = 3;
+  config.memory.device_copy.thread_start = [&] {
+    std::scoped_lock lock(m);
+    threads.insert(std::this_thread::get_id());
+    ++started;
+  };
+  {
+    emu::controller ctrl(config);
+    test_host host(ctrl);
+    REQUIRE(host.enable());  // the admin thread served the enable: it had started
+  }
+  CHECK(started == 4);  // the admin thread and three workers
+  CHECK(threads.size() == 4);
 }

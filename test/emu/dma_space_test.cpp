@@ -89,7 +89,8 @@ TEST_CASE("device regions move through the installed copier, and fault without o
                                            [&] {
                                              ++waits;
                                              return true;
-                                           }});
+                                           },
+                                           {}});
   CHECK(dma.write(bus, &value, sizeof value));
   int back = 0;
   CHECK(dma.read(bus, &back, sizeof back));

@@ -92,6 +92,32 @@ __device__ void account(const io_result& r, tally* t) {
   if (r.error == io_error::nvme_status) count(t->nvme_errors);
 }
 
+/// A dedicated poller in the kernel's own last block. The grid is launched cooperatively, so
+/// that block is resident beside the readers; the last reader block to finish stops it. Used
+/// instead of a poller kernel beside the readers' kernel because compute-sanitizer runs kernels
+/// one at a time: a second kernel would never start under it. Inactive (`stop == nullptr`) for
+/// the cooperative policy.
+struct grid_poller {
+  queue_view q{};
+  std::uint32_t* stop = nullptr;      ///< GPU memory: set once every reader block is done
+  std::uint32_t* finished = nullptr;  ///< GPU memory: reader blocks done
+  unsigned long long* consumed = nullptr;
+
+  [[nodiscard]] bool active() const { return stop != nullptr; }
+  [[nodiscard]] __device__ bool here() const { return stop != nullptr && blockIdx.x == gridDim.x - 1; }
+  __device__ void poll() const {
+    if (threadIdx.x == 0) *consumed = completion::poller<doorbell::mmio>::run(q, *stop);
+  }
+  /// Called by every thread of a reader block at its end.
+  __device__ void block_done() const {
+    if (stop == nullptr) return;
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd(finished, 1u) + 1 == gridDim.x - 1) {
+      cuda::atomic_ref<std::uint32_t, cuda::thread_scope_system>(*stop).store(1, cuda::std::memory_order_release);
+    }
+  }
+};
+
 // ---- kernels ---------------------------------------------------------------------------------
 
 /// Each thread's slice of the data buffer: 8 blocks and room for a 60-byte offset.
@@ -99,7 +125,8 @@ constexpr std::uint64_t slice_bytes = 4096 + 64;
 
 /// Each thread reads `reads` random ranges of 1–8 blocks into its own slice and checks them.
 template <class Reader>
-__global__ void thread_reads(Reader r, prp::contiguous buf, std::uint64_t* data, unsigned reads, std::uint64_t seed, tally* t) {
+__global__ void thread_reads(Reader r, prp::contiguous buf, std::uint64_t* data, unsigned reads, std::uint64_t seed, tally* t, grid_poller p) {
+  if (p.here()) return p.poll();
   const std::uint64_t id = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   for (unsigned i = 0; i < reads; ++i) {
     const std::uint64_t h = mix(seed ^ (id << 20) ^ i);
@@ -118,11 +145,13 @@ __global__ void thread_reads(Reader r, prp::contiguous buf, std::uint64_t* data,
       if (bad) atomicAdd(&t->mismatched, bad);
     }
   }
+  p.block_done();
 }
 
 /// Each warp reads `blocks` blocks at a random LBA into its slice, split between its lanes.
 template <class Reader>
-__global__ void warp_reads(Reader r, prp::contiguous buf, std::uint64_t* data, std::uint32_t blocks, unsigned reads, std::uint64_t seed, tally* t) {
+__global__ void warp_reads(Reader r, prp::contiguous buf, std::uint64_t* data, std::uint32_t blocks, unsigned reads, std::uint64_t seed, tally* t, grid_poller p) {
+  if (p.here()) return p.poll();
   __shared__ warp_group::temp_storage storage[8];
   warp_group g(storage[threadIdx.x / 32]);
   const std::uint64_t warp = (std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
@@ -137,6 +166,7 @@ __global__ void warp_reads(Reader r, prp::contiguous buf, std::uint64_t* data, s
     }
     g.sync();
   }
+  p.block_done();
 }
 
 /// Each block reads `blocks` blocks (more than MDTS) with the per-block form.
@@ -224,7 +254,8 @@ __global__ void warp_write_read(Reader r, Writer w, prp::contiguous buf, std::ui
 /// Per-thread reads of 8 blocks at consecutive positions; a thread whose range holds `bad_lba`
 /// must see Unrecovered Read Error with its own range, every other thread success.
 template <class Reader>
-__global__ void reads_around(Reader r, prp::contiguous buf, std::uint64_t bad_lba, tally* t) {
+__global__ void reads_around(Reader r, prp::contiguous buf, std::uint64_t bad_lba, tally* t, grid_poller p) {
+  if (p.here()) return p.poll();
   const std::uint64_t id = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const io_result res = r.read(id * 8, 8, buf, id * 4096);
   const bool holds = bad_lba >= id * 8 && bad_lba < id * 8 + 8;
@@ -233,6 +264,7 @@ __global__ void reads_around(Reader r, prp::contiguous buf, std::uint64_t bad_lb
                                  res.blocks == 8
                            : res.ok();
   if (!right) count(t->unexpected);
+  p.block_done();
 }
 
 /// Drains for everybody until `*stop` (dedicated_poller runs); `flags[0]` says it started,
@@ -244,11 +276,53 @@ __global__ void poller_kernel(queue_view q, std::uint32_t* stop, unsigned long l
 
 // ---- running kernels with or without a poller ---------------------------------------------------
 
-/// Runs `launch(stream)` on its own stream; with a dedicated-poller policy, a one-thread poller
-/// kernel runs beside it (started first, and seen running) until it is done. Returns how many
+/// Launches `kernel<<<grid (+1 poller block), block>>>(args…, p)` on `stream`; cooperatively
+/// when `p` is active, so the poller block is resident beside the reader blocks.
+template <class... Params, class... Args>
+void start(void (*kernel)(Params...), unsigned grid, unsigned block, cudaStream_t stream, const grid_poller& p, Args... args) {
+  cudaLaunchAttribute cooperative{};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid + (p.active() ? 1 : 0));
+  config.blockDim = dim3(block);
+  config.stream = stream;
+  config.attrs = p.active() ? &cooperative : nullptr;
+  config.numAttrs = p.active() ? 1 : 0;
+  REQUIRE_CUDA(cudaLaunchKernelEx(&config, kernel, args..., p));
+}
+
+/// Runs `launch(stream, poller)` on its own stream and waits for it. With the dedicated-poller
+/// policy `poller` is active: the kernel gives its last block to it (`start`). Returns how many
 /// CQEs the poller consumed.
 template <class Completion, class Launch>
 unsigned long long run_kernel(const queue_view& q, Launch launch) {
+  cudaStream_t work = nullptr;
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&work, cudaStreamNonBlocking));
+  grid_poller p;
+  unsigned long long consumed = 0;
+  std::uint32_t* words = nullptr;
+  if constexpr (std::is_same_v<Completion, completion::dedicated_poller>) {
+    REQUIRE_CUDA(cudaMalloc(&words, 4 * sizeof *words));
+    REQUIRE_CUDA(cudaMemset(words, 0, 4 * sizeof *words));
+    p = grid_poller{q, words, words + 1, reinterpret_cast<unsigned long long*>(words + 2)};
+  }
+  launch(work, p);
+  REQUIRE_CUDA(cudaGetLastError());
+  REQUIRE_CUDA(cudaStreamSynchronize(work));
+  if (words != nullptr) {
+    REQUIRE_CUDA(cudaMemcpy(&consumed, p.consumed, sizeof consumed, cudaMemcpyDeviceToHost));
+    cudaFree(words);
+  }
+  cudaStreamDestroy(work);
+  return consumed;
+}
+
+/// Runs `launch(stream)` beside a one-thread poller kernel (started first, and seen running)
+/// until it is done; returns how many CQEs the poller consumed. Not under compute-sanitizer,
+/// which runs one kernel at a time.
+template <class Launch>
+unsigned long long run_beside_poller_kernel(const queue_view& q, Launch launch) {
   cudaStream_t work = nullptr, side = nullptr;
   REQUIRE_CUDA(cudaStreamCreateWithFlags(&work, cudaStreamNonBlocking));
   REQUIRE_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
@@ -258,14 +332,11 @@ unsigned long long run_kernel(const queue_view& q, Launch launch) {
   REQUIRE_CUDA(cudaHostAlloc(&flags, 2 * sizeof *flags, cudaHostAllocMapped));
   *stop = 0;
   flags[0] = flags[1] = 0;
-  constexpr bool poller = std::is_same_v<Completion, completion::dedicated_poller>;
-  if constexpr (poller) {
-    poller_kernel<<<1, 1, 0, side>>>(q, stop, flags);
-    REQUIRE_CUDA(cudaGetLastError());
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (__atomic_load_n(&flags[0], __ATOMIC_ACQUIRE) == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-    REQUIRE_MESSAGE(flags[0] == 1, "the poller kernel did not start within 10 s");
-  }
+  poller_kernel<<<1, 1, 0, side>>>(q, stop, flags);
+  REQUIRE_CUDA(cudaGetLastError());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (__atomic_load_n(&flags[0], __ATOMIC_ACQUIRE) == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  REQUIRE_MESSAGE(flags[0] == 1, "the poller kernel did not start within 10 s");
   launch(work);
   REQUIRE_CUDA(cudaGetLastError());
   REQUIRE_CUDA(cudaStreamSynchronize(work));
@@ -294,10 +365,43 @@ struct combo {
   using writer = block_writer<queue<S, C>, prp::contiguous, D>;
 };
 
-using shared_combos = std::tuple<combo<slots::warp_aggregated, completion::cooperative, doorbell::coalescing<doorbell::mmio>>,
-                                 combo<slots::multi_producer, completion::cooperative, doorbell::mmio>,
-                                 combo<slots::multi_producer, completion::dedicated_poller, doorbell::coalescing<doorbell::mmio>>,
-                                 combo<slots::warp_aggregated, completion::dedicated_poller, doorbell::mmio>>;
+}  // namespace
+
+// Names for the template cases, so that `-tc`/`-tce` can pick one policy combination.
+using combo_wa_coop_coalescing = combo<slots::warp_aggregated, completion::cooperative, doorbell::coalescing<doorbell::mmio>>;
+using combo_mp_coop_mmio = combo<slots::multi_producer, completion::cooperative, doorbell::mmio>;
+using combo_mp_poller_coalescing = combo<slots::multi_producer, completion::dedicated_poller, doorbell::coalescing<doorbell::mmio>>;
+using combo_wa_poller_mmio = combo<slots::warp_aggregated, completion::dedicated_poller, doorbell::mmio>;
+using combo_mp_poller_mmio = combo<slots::multi_producer, completion::dedicated_poller, doorbell::mmio>;
+TYPE_TO_STRING(combo_wa_coop_coalescing);
+TYPE_TO_STRING(combo_mp_coop_mmio);
+TYPE_TO_STRING(combo_mp_poller_coalescing);
+TYPE_TO_STRING(combo_wa_poller_mmio);
+TYPE_TO_STRING(combo_mp_poller_mmio);
+TYPE_TO_STRING(cunvme::completion::cooperative);
+TYPE_TO_STRING(cunvme::completion::dedicated_poller);
+
+namespace {
+
+/// Grid size for the larger cases: ÷8 when CUNVME_GPU_TEST_SMALL is set, for runs under
+/// compute-sanitizer (10–100× slower); the same code paths at a smaller scale.
+unsigned scaled(unsigned blocks) {
+  static const bool small = std::getenv("CUNVME_GPU_TEST_SMALL") != nullptr;
+  return small ? (blocks + 7) / 8 : blocks;
+}
+
+/// Where a queue and its controller stand: printed when a case fails, to tell a command that
+/// never reached the controller from a completion that was never consumed.
+std::string describe(const host::io_queue& q, const gpu_rig& rig, unsigned long long poller_consumed) {
+  const auto c = q.counters();
+  const auto e = rig.emulator->stats();
+  return "reserved " + std::to_string(c.sq_reserved) + ", published " + std::to_string(c.sq_published) + ", rung " + std::to_string(c.sq_rung) +
+         ", sq_head " + std::to_string(c.sq_head) + ", cq_head " + std::to_string(c.cq_head) + ", doorbell stores " +
+         std::to_string(c.doorbell_mmio_writes) + ", CIDs in use " + std::to_string(q.cids_in_use()) + "; emulator: commands " +
+         std::to_string(e.io_commands) + ", posted " + std::to_string(e.completions_posted) + ", doorbell errors " +
+         std::to_string(e.doorbell_errors) + ", DMA faults " + std::to_string(e.dma_faults) + "; poller consumed " +
+         std::to_string(poller_consumed);
+}
 
 void require_clean(const tally& t, unsigned long long expected_ok) {
   CHECK(t.mismatched == 0);
@@ -313,8 +417,8 @@ TEST_CASE("a dedicated poller kernel drains for a reader kernel beside it") {
   auto q = rig.queue(64, std::chrono::seconds(2));
   auto buf = rig.data(32 * slice_bytes);
   reader r(q->view(), q->namespace_view(1));
-  const auto consumed = run_kernel<completion::dedicated_poller>(q->view(), [&](cudaStream_t s) {
-    thread_reads<<<1, 32, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 1, 3, rig.counts);
+  const auto consumed = run_beside_poller_kernel(q->view(), [&](cudaStream_t s) {
+    thread_reads<<<1, 32, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 1, 3, rig.counts, grid_poller{});
   });
   const auto c = q->counters();
   INFO("reserved " << c.sq_reserved << " rung " << c.sq_rung << " sq_head " << c.sq_head << " cq_head " << c.cq_head << " mmio "
@@ -324,10 +428,8 @@ TEST_CASE("a dedicated poller kernel drains for a reader kernel beside it") {
   require_clean(*rig.counts, 32);
 }
 
-TEST_CASE_TEMPLATE("per-thread random reads land verified in every tier", T, combo<slots::warp_aggregated, completion::cooperative, doorbell::coalescing<doorbell::mmio>>,
-                   combo<slots::multi_producer, completion::cooperative, doorbell::mmio>,
-                   combo<slots::multi_producer, completion::dedicated_poller, doorbell::coalescing<doorbell::mmio>>,
-                   combo<slots::warp_aggregated, completion::dedicated_poller, doorbell::mmio>) {
+TEST_CASE_TEMPLATE("per-thread random reads land verified in every tier", T, combo_wa_coop_coalescing, combo_mp_coop_mmio, combo_mp_poller_coalescing,
+                   combo_wa_poller_mmio) {
   for (const tier where : all_tiers) {
     const std::string tier_label = tier_name(where);
     CAPTURE(tier_label);
@@ -335,17 +437,16 @@ TEST_CASE_TEMPLATE("per-thread random reads land verified in every tier", T, com
     auto q = rig.queue(256);
     auto buf = rig.data(64 * 256 * slice_bytes);
     typename T::reader reader(q->view(), q->namespace_view(1));
-    run_kernel<typename T::completion_t>(q->view(), [&](cudaStream_t s) {
-      thread_reads<<<64, 256, 0, s>>>(reader, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 4, 11, rig.counts);
+    run_kernel<typename T::completion_t>(q->view(), [&](cudaStream_t s, const grid_poller& p) {
+      start(thread_reads<typename T::reader>, scaled(64), 256, s, p, reader, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 4u,
+            std::uint64_t{11}, rig.counts);
     });
-    require_clean(*rig.counts, 64 * 256 * 4);
+    require_clean(*rig.counts, scaled(64) * 256 * 4);
     CHECK(q->cids_in_use() == 0);
   }
 }
 
-TEST_CASE_TEMPLATE("per-warp reads larger than MDTS are split and verified in every tier", T,
-                   combo<slots::warp_aggregated, completion::cooperative, doorbell::coalescing<doorbell::mmio>>,
-                   combo<slots::multi_producer, completion::dedicated_poller, doorbell::mmio>) {
+TEST_CASE_TEMPLATE("per-warp reads larger than MDTS are split and verified in every tier", T, combo_wa_coop_coalescing, combo_mp_poller_mmio) {
   for (const tier where : all_tiers) {
     const std::string tier_label = tier_name(where);
     CAPTURE(tier_label);
@@ -354,10 +455,12 @@ TEST_CASE_TEMPLATE("per-warp reads larger than MDTS are split and verified in ev
     constexpr std::uint32_t blocks = 3000;  // 3 commands of ≤ 1024 blocks
     auto buf = rig.data(std::size_t{64} * blocks * 512);
     typename T::reader reader(q->view(), q->namespace_view(1));
-    run_kernel<typename T::completion_t>(q->view(), [&](cudaStream_t s) {
-      warp_reads<<<16, 128, 0, s>>>(reader, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), blocks, 3, 5, rig.counts);
+    const auto consumed = run_kernel<typename T::completion_t>(q->view(), [&](cudaStream_t s, const grid_poller& p) {
+      start(warp_reads<typename T::reader>, scaled(16), 128, s, p, reader, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), blocks,
+            3u, std::uint64_t{5}, rig.counts);
     });
-    require_clean(*rig.counts, 64 * 3);
+    INFO(describe(*q, rig, consumed));
+    require_clean(*rig.counts, scaled(16) * 4 * 3);
   }
 }
 
@@ -371,7 +474,7 @@ TEST_CASE("per-block reads of 8 MiB use every thread of the block, in every tier
     constexpr std::uint32_t blocks = 16384;
     auto buf = rig.data(std::size_t{8} * blocks * 512);
     reader r(q->view(), q->namespace_view(1));
-    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s) {
+    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
       block_reads<reader, 128><<<8, 128, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), blocks, 3, rig.counts);
     });
     require_clean(*rig.counts, 8);
@@ -387,10 +490,11 @@ TEST_CASE("asynchronous reads keep four commands per thread in flight, in every 
     auto q = rig.queue(1024);
     auto buf = rig.data(std::size_t{32} * 128 * 4 * 4096);
     reader r(q->view(), q->namespace_view(1));
-    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s) {
-      async_reads<reader, 4><<<32, 128, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 3, 9, rig.counts);
+    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
+      async_reads<reader, 4><<<scaled(32), 128, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 3, 9, rig.counts);
     });
-    require_clean(*rig.counts, 32 * 128 * 4 * 3);
+    INFO(describe(*q, rig, 0));
+    require_clean(*rig.counts, scaled(32) * 128 * 4 * 3);
   }
 }
 
@@ -403,8 +507,8 @@ TEST_CASE("exclusive queues: one warp owns its queue, one queue per warp, in eve
     auto q = rig.queue(64);
     auto buf = rig.data(std::size_t{1} * 200 * 512);
     reader r(q->view(), q->namespace_view(1));
-    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s) {
-      warp_reads<<<1, 32, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 200, 50, 3, rig.counts);
+    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
+      warp_reads<<<1, 32, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 200, 50, 3, rig.counts, grid_poller{});
     });
     require_clean(*rig.counts, 50);
   }
@@ -422,7 +526,7 @@ TEST_CASE("warps write, flush and read back their regions in every tier") {
     C::reader r(q->view(), q->namespace_view(1));
     C::writer w(q->view(), q->namespace_view(1));
     for (std::uint64_t round = 1; round <= 2; ++round) {
-      run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s) {
+      run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
         warp_write_read<<<8, 128, 0, s>>>(r, w, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), blocks, round, rig.counts);
       });
     }
@@ -443,8 +547,8 @@ TEST_CASE("132 × 2048 threads each read once through one shared queue") {
   constexpr unsigned threads = 132 * 2048;
   auto buf = rig.data(std::size_t{threads} * slice_bytes);
   reader r(q->view(), q->namespace_view(1));
-  run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s) {
-    thread_reads<<<threads / 256, 256, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 1, 1, rig.counts);
+  run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
+    thread_reads<<<threads / 256, 256, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 1, 1, rig.counts, grid_poller{});
   });
   require_clean(*rig.counts, threads);
 }
@@ -463,8 +567,8 @@ TEST_CASE("an injected read error reaches exactly the thread whose range holds t
     auto q = rig.queue(256);
     auto buf = rig.data(std::size_t{1024} * 4096);
     reader r(q->view(), q->namespace_view(1));
-    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s) {
-      reads_around<<<4, 256, 0, s>>>(r, prp::contiguous{buf.bus()}, 1234, rig.counts);
+    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
+      reads_around<<<4, 256, 0, s>>>(r, prp::contiguous{buf.bus()}, 1234, rig.counts, grid_poller{});
     });
     CHECK(rig.counts->unexpected == 0);
     CHECK(rig.counts->nvme_errors == 1);
@@ -485,8 +589,8 @@ TEST_CASE_TEMPLATE("lost completions become timeouts for their threads only, and
     auto q = rig.queue(256, std::chrono::seconds(1));
     auto buf = rig.data(std::size_t{1024} * 4096);
     reader r(q->view(), q->namespace_view(1));
-    run_kernel<C>(q->view(), [&](cudaStream_t s) {
-      reads_around<<<4, 256, 0, s>>>(r, prp::contiguous{buf.bus()}, ~0ull, rig.counts);
+    run_kernel<C>(q->view(), [&](cudaStream_t s, const grid_poller& p) {
+      start(reads_around<reader>, 4, 256, s, p, r, prp::contiguous{buf.bus()}, ~0ull, rig.counts);
     });
     CHECK(rig.counts->timeouts == 1);
     CHECK(rig.counts->ok == 1023);

@@ -82,8 +82,16 @@ class controller {
     write_capability_registers();
     engines_.reserve(config_.workers + 1);
     for (unsigned i = 0; i <= config_.workers; ++i) engines_.push_back(std::make_unique<engine>(config_.seed + i));
-    threads_.emplace_back([this] { run_admin(); });
-    for (unsigned w = 0; w < config_.workers; ++w) threads_.emplace_back([this, w] { run_io_worker(w); });
+    threads_.emplace_back([this] {
+      start_thread();
+      run_admin();
+    });
+    for (unsigned w = 0; w < config_.workers; ++w) {
+      threads_.emplace_back([this, w] {
+        start_thread();
+        run_io_worker(w);
+      });
+    }
   }
 
   controller(const controller&) = delete;
@@ -537,6 +545,10 @@ class controller {
   }
 
   // ---- I/O workers ------------------------------------------------------------------------------
+  void start_thread() const {
+    if (config_.memory.device_copy.thread_start) config_.memory.device_copy.thread_start();
+  }
+
   void run_io_worker(unsigned w) {
     engine& e = *engines_[w];
     std::uint32_t idle = 0;

@@ -32,7 +32,7 @@ class cuda_error : public std::runtime_error {
 
 namespace detail {
 
-/// One non-blocking stream per emulator thread, created on first use.
+/// One non-blocking stream per emulator thread, created when the thread starts (`thread_start`).
 inline cudaStream_t copy_stream() {
   struct holder {
     cudaStream_t stream = nullptr;
@@ -46,6 +46,12 @@ inline cudaStream_t copy_stream() {
   };
   thread_local holder h;
   return h.stream;
+}
+
+/// Whether the calling thread queued host → device copies not yet waited for.
+inline bool& copies_queued() {
+  thread_local bool queued = false;
+  return queued;
 }
 
 }  // namespace detail
@@ -91,13 +97,24 @@ inline cudaStream_t copy_stream() {
     }
     // Host → device copies of one command queue up on the thread's stream; `wait` runs
     // before the command's completion is posted.
+    detail::copies_queued() = true;
     return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream) == cudaSuccess;
   };
+  // Called for every read: with nothing queued (data in host memory) no CUDA call is made.
   hooks.device_copy.wait = [] {
+    if (!detail::copies_queued()) return true;
+    detail::copies_queued() = false;
     try {
       return cudaStreamSynchronize(detail::copy_stream()) == cudaSuccess;
     } catch (const cuda_error&) {
       return false;
+    }
+  };
+  hooks.device_copy.thread_start = [] {
+    try {
+      (void)detail::copy_stream();
+    } catch (const cuda_error&) {
+      // Left to the first copy, which then fails its command with Data Transfer Error.
     }
   };
   return hooks;

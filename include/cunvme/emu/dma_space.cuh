@@ -47,10 +47,13 @@ struct dma_region {
 ///
 /// Copies to the device may still be in flight when `copy` returns (so the pieces of one
 /// command go out together); `wait` completes those the calling thread started. Copies from
-/// the device are complete when `copy` returns.
+/// the device are complete when `copy` returns. `thread_start`, if set, runs once on each
+/// controller thread before it serves any queue: per-thread setup (a CUDA stream) made there,
+/// before kernels run, is not made on the I/O path while a kernel waits for that I/O.
 struct device_copier {
   std::function<bool(void* dst, const void* src, std::uint64_t bytes, bool to_device)> copy;
   std::function<bool()> wait;
+  std::function<void()> thread_start;
   [[nodiscard]] explicit operator bool() const noexcept { return static_cast<bool>(copy); }
 };
 
