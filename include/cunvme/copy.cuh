@@ -31,56 +31,90 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 CUNVME_NAMESPACE_BEGIN
 
 struct device_options {
   std::uint32_t nsid = 1;
+  /// Queue pairs `copy_n` spreads its warps over: a controller (and the emulator, one worker
+  /// thread per queue) serves queues in parallel. At most `device::max_queues`.
+  std::uint32_t queues = 8;
   std::uint32_t queue_entries = 1024;
   std::chrono::nanoseconds timeout = std::chrono::seconds(10);
   host::controller_options controller{};
 };
 
-/// A controller, one GPU queue pair (queues in pinned host memory, data straight into GPU
-/// memory: tier 2) and a namespace, ready for `copy_n`. The emulator (`"emu…"`) is opened with
-/// CUDA memory, so its BAR takes GPU doorbell stores and its DMA reaches GPU memory.
+/// A controller, GPU queue pairs (queues in pinned host memory, data straight into GPU memory:
+/// tier 2) and a namespace, ready for `copy_n`. The emulator (`"emu…"`) is opened with CUDA
+/// memory, so its BAR takes GPU doorbell stores and its DMA reaches GPU memory.
 class device {
  public:
   using queue_policy = queue<slots::warp_aggregated, completion::cooperative>;
   using reader = block_reader<queue_policy, prp::page_list, doorbell::coalescing<doorbell::mmio>>;
   using writer = block_writer<queue_policy, prp::page_list, doorbell::coalescing<doorbell::mmio>>;
+  static constexpr std::uint32_t max_queues = 16;
 
-  explicit device(std::string_view uri = "emu", device_options options = {})
-      : ctrl_(host::open(uri, options.controller, emu::cuda_memory())),
-        queue_(host::make_gpu_queue(*ctrl_, std::min<std::uint32_t>(options.queue_entries, ctrl_->cap().max_queue_entries()),
-                                    host::tier::host_queues_gpu_data, options.timeout)),
-        ns_(queue_->namespace_view(options.nsid)) {}
+  /// A kernel argument: the queue pairs and the namespace; warp w reads or writes with `at(w)`.
+  template <class Io>
+  struct io_set {
+    queue_view views[max_queues];
+    namespace_view ns;
+    std::uint32_t count;
+    [[nodiscard]] __device__ Io at(std::uint64_t warp) const { return Io(views[warp % count], ns); }
+  };
+
+  explicit device(std::string_view uri = "emu", device_options options = {}) : ctrl_(host::open(uri, options.controller, emu::cuda_memory())) {
+    if (options.queues == 0 || options.queues > max_queues) {
+      throw host::error("Open", std::string(uri), "device_options::queues must be 1.." + std::to_string(max_queues));
+    }
+    const std::uint32_t entries = std::min<std::uint32_t>(options.queue_entries, ctrl_->cap().max_queue_entries());
+    for (std::uint32_t q = 0; q < options.queues; ++q) {
+      queues_.push_back(host::make_gpu_queue(*ctrl_, entries, host::tier::host_queues_gpu_data, options.timeout));
+    }
+    ns_ = queues_.front()->namespace_view(options.nsid);
+  }
 
   [[nodiscard]] host::controller& controller() noexcept { return *ctrl_; }
-  [[nodiscard]] host::io_queue& queue() noexcept { return *queue_; }
+  /// The first queue pair (examples that launch their own kernels use this one).
+  [[nodiscard]] host::io_queue& queue() noexcept { return *queues_.front(); }
+  [[nodiscard]] std::uint32_t queue_count() const noexcept { return static_cast<std::uint32_t>(queues_.size()); }
   [[nodiscard]] const namespace_view& ns() const noexcept { return ns_; }
   [[nodiscard]] std::uint64_t block_bytes() const noexcept { return ns_.lba_size(); }
-  [[nodiscard]] reader make_reader() const { return reader(queue_->view(), ns_); }
-  [[nodiscard]] writer make_writer() const { return writer(queue_->view(), ns_); }
+  [[nodiscard]] reader make_reader() const { return reader(queues_.front()->view(), ns_); }
+  [[nodiscard]] writer make_writer() const { return writer(queues_.front()->view(), ns_); }
+  [[nodiscard]] io_set<reader> readers() const { return make_set<reader>(); }
+  [[nodiscard]] io_set<writer> writers() const { return make_set<writer>(); }
 
  private:
+  template <class Io>
+  [[nodiscard]] io_set<Io> make_set() const {
+    io_set<Io> set{};
+    for (std::uint32_t q = 0; q < queues_.size(); ++q) set.views[q] = queues_[q]->view();
+    set.ns = ns_;
+    set.count = static_cast<std::uint32_t>(queues_.size());
+    return set;
+  }
+
   std::unique_ptr<host::controller> ctrl_;
-  std::unique_ptr<host::io_queue> queue_;
-  namespace_view ns_;
+  std::vector<std::unique_ptr<host::io_queue>> queues_;
+  namespace_view ns_{};
 };
 
 namespace detail {
 
 inline constexpr int copy_warps_per_block = 4;
 
-/// Each warp moves `per_warp` blocks (the last warp fewer) with the per-warp form.
+/// Each warp moves `per_warp` blocks (the last warp fewer) with the per-warp form, through
+/// queue pair warp % queues.
 template <class Io, bool Write>
 __global__ void __launch_bounds__(copy_warps_per_block * 32)
-    copy_kernel(Io io, cuda::std::uint64_t lba, cuda::std::uint64_t blocks, prp::page_list buffer, cuda::std::uint64_t offset,
+    copy_kernel(device::io_set<Io> set, cuda::std::uint64_t lba, cuda::std::uint64_t blocks, prp::page_list buffer, cuda::std::uint64_t offset,
                 cuda::std::uint64_t per_warp, io_result* results) {
   __shared__ warp_group::temp_storage storage[copy_warps_per_block];
   warp_group g(storage[threadIdx.x / 32]);
   const cuda::std::uint64_t warp = (cuda::std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  const Io io = set.at(warp);
   const cuda::std::uint64_t first = warp * per_warp;
   if (first >= blocks) return;  // whole warps only: `first` is the same for every lane
   const cuda::std::uint64_t n = blocks - first < per_warp ? blocks - first : per_warp;
@@ -114,8 +148,10 @@ template <bool Write>
   host::dma_buffer mapped = dev.controller().memory().map_gpu(reinterpret_cast<void*>(base), address - base + bytes);
   unsigned page_shift = 0;
   while ((std::size_t{1} << page_shift) < mapped.page_size()) ++page_shift;
-  // The page table and the per-warp results in pinned, mapped memory the kernel reads.
-  const std::uint64_t per_warp = std::uint64_t{32} * ns.max_blocks;
+  // The page table and the per-warp results in pinned, mapped memory the kernel reads. A warp
+  // takes 32 commands of MDTS, or less so that every queue pair gets warps.
+  const std::uint64_t per_warp = std::max<std::uint64_t>(ns.max_blocks, std::min<std::uint64_t>(std::uint64_t{32} * ns.max_blocks,
+                                                                                                (blocks + dev.queue_count() - 1) / dev.queue_count()));
   const std::uint64_t warps = (blocks + per_warp - 1) / per_warp;
   std::uint64_t* pages = nullptr;
   io_result* results = nullptr;
@@ -127,10 +163,10 @@ template <bool Write>
   const prp::page_list buffer{pages, page_shift};
   const auto grid = static_cast<unsigned>((warps + copy_warps_per_block - 1) / copy_warps_per_block);
   if constexpr (Write) {
-    copy_kernel<device::writer, true><<<grid, copy_warps_per_block * 32, 0, stream>>>(dev.make_writer(), lba, blocks, buffer, address - base,
+    copy_kernel<device::writer, true><<<grid, copy_warps_per_block * 32, 0, stream>>>(dev.writers(), lba, blocks, buffer, address - base,
                                                                                      per_warp, results);
   } else {
-    copy_kernel<device::reader, false><<<grid, copy_warps_per_block * 32, 0, stream>>>(dev.make_reader(), lba, blocks, buffer, address - base,
+    copy_kernel<device::reader, false><<<grid, copy_warps_per_block * 32, 0, stream>>>(dev.readers(), lba, blocks, buffer, address - base,
                                                                                       per_warp, results);
   }
   host::detail::check_cuda(cudaGetLastError(), Write ? "Launch the write kernel" : "Launch the read kernel", dev.controller().name());

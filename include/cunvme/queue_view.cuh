@@ -108,4 +108,29 @@ struct queue_view {
 };
 static_assert(cuda::std::is_trivially_copyable_v<queue_view>);
 
+/// Where a queue's bookkeeping lies in one zeroed allocation: counters, then the turns, the CID
+/// bitmap and the records (16-byte aligned). Shared by every kind of queue setup (host
+/// io_queue, the on-GPU null controller) so they cannot drift apart.
+struct bookkeeping_layout {
+  cuda::std::size_t turns_at = 0, bits_at = 0, records_at = 0, bytes = 0;
+
+  [[nodiscard]] static constexpr bookkeeping_layout of(cuda::std::uint32_t entries) noexcept {
+    bookkeeping_layout l;
+    const cuda::std::uint32_t cids = entries - 1;
+    l.turns_at = sizeof(queue_counters);
+    l.bits_at = l.turns_at + cuda::std::size_t{entries} * 8;
+    l.records_at = (l.bits_at + cuda::std::size_t{(cids + 31) / 32} * 4 + 15) / 16 * 16;
+    l.bytes = l.records_at + cuda::std::size_t{cids} * sizeof(completion_record);
+    return l;
+  }
+  /// Points `view`'s bookkeeping into `base` (`bytes` of zeroed memory).
+  void bind(queue_view& view, void* memory) const noexcept {
+    auto* base = static_cast<unsigned char*>(memory);
+    view.counters = reinterpret_cast<queue_counters*>(base);
+    view.turns = reinterpret_cast<cuda::std::uint64_t*>(base + turns_at);
+    view.cid_bits = reinterpret_cast<cuda::std::uint32_t*>(base + bits_at);
+    view.records = reinterpret_cast<completion_record*>(base + records_at);
+  }
+};
+
 CUNVME_NAMESPACE_END

@@ -1,8 +1,17 @@
 // Conformance: registers and controller state transitions (NVMe 2.0 sections 3.1, 3.5, 3.6).
 #include "test_host.hpp"
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 using namespace test;
 
@@ -185,4 +194,123 @@ TEST_CASE("the memory hooks' thread_start runs once on every controller thread b
   }
   CHECK(started == 4);  // the admin thread and three workers
   CHECK(threads.size() == 4);
+}
+
+namespace {
+
+/// Memory hooks that record every register_host and unregister_host call.
+struct registration_log {
+  struct call {
+    void* pointer;
+    std::size_t bytes;
+    bool read_only;
+    bool operator==(const call&) const = default;
+  };
+  std::mutex mutex;
+  std::vector<call> registered;
+  std::vector<call> unregistered;
+
+  emu::memory_hooks hooks(bool accept = true) {
+    emu::memory_hooks h;
+    h.register_host = [this, accept](void* p, std::size_t n, bool read_only) {
+      std::scoped_lock lock(mutex);
+      registered.push_back(call{p, n, read_only});
+      return accept;
+    };
+    h.unregister_host = [this](void* p, std::size_t n) {
+      std::scoped_lock lock(mutex);
+      unregistered.push_back(call{p, n, false});
+    };
+    return h;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("register_host sees each namespace's mapping once at construction, unregister_host once at destruction") {
+  registration_log log;
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 1000), emu::namespace_config::in_memory(4096, 50)};
+  config.memory = log.hooks();
+  std::vector<registration_log::call> expected;
+  {
+    emu::controller ctrl(config);
+    for (std::uint32_t nsid = 1; nsid <= 2; ++nsid) {
+      expected.push_back(registration_log::call{ctrl.store(nsid).mapping(), ctrl.store(nsid).size(), false});
+      CHECK(ctrl.namespace_memory_pinned(nsid));
+    }
+    std::scoped_lock lock(log.mutex);
+    CHECK(log.registered == expected);
+    CHECK(log.unregistered.empty());
+  }
+  std::sort(log.unregistered.begin(), log.unregistered.end(), [](auto& a, auto& b) { return a.pointer < b.pointer; });
+  std::sort(expected.begin(), expected.end(), [](auto& a, auto& b) { return a.pointer < b.pointer; });
+  CHECK(log.unregistered == expected);
+  CHECK(log.registered.size() == 2);
+}
+
+TEST_CASE("a read-only file namespace is registered as read-only") {
+  const auto dir = std::filesystem::temp_directory_path() / ("cunvme-emu-pin-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "ro.img";
+  { std::ofstream(path, std::ios::binary) << std::string(8192, 'x'); }
+  {
+    registration_log log;
+    emu::controller_config config;
+    auto ns = emu::namespace_config::from_file(path.string());
+    ns.read_only = true;
+    config.namespaces = {ns};
+    config.memory = log.hooks();
+    emu::controller ctrl(config);
+    std::scoped_lock lock(log.mutex);
+    REQUIRE(log.registered.size() == 1);
+    CHECK(log.registered[0].read_only);
+    CHECK(log.registered[0].bytes == 8192);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a namespace whose registration is declined works, reads as unpinned and is never unregistered") {
+  registration_log log;
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 1000)};
+  config.memory = log.hooks(false);
+  {
+    emu::controller ctrl(config);
+    CHECK_FALSE(ctrl.namespace_memory_pinned(1));
+    CHECK_THROWS_AS((void)ctrl.namespace_memory_pinned(2), std::out_of_range);
+    test_host host(ctrl);
+    REQUIRE(host.enable());
+    auto q = host.create_pair(1, 16);
+    dma_buffer out(ctrl, 4096), in(ctrl, 4096);
+    std::memset(out.data, 0x3c, 4096);
+    CHECK(host.run(*q, spec::make_rw(spec::nvm_opcode::write, 1, 8, 8, out.bus)).status() == spec::status::successful_completion);
+    CHECK(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 8, 8, in.bus)).status() == spec::status::successful_completion);
+    CHECK(std::memcmp(out.data, in.data, 4096) == 0);
+  }
+  CHECK(log.registered.size() == 1);
+  CHECK(log.unregistered.empty());
+}
+
+TEST_CASE("Write Zeroes on a pinned namespace clears the range in place") {
+  registration_log log;
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 1000)};
+  config.memory = log.hooks();
+  emu::controller ctrl(config);
+  test_host host(ctrl);
+  REQUIRE(host.enable());
+  auto q = host.create_pair(1, 16);
+  auto& store = ctrl.store(1);
+  std::vector<std::byte> junk(64 * 1024, std::byte{0xa5});
+  store.write(0, junk.data(), junk.size());
+  REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::write_zeroes, 1, 0, 128)).status() == spec::status::successful_completion);
+  // Pinned pages stay in the mapping (whatever a device reads through them is what the host sees).
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident(64 * 1024 / page);
+  REQUIRE(::mincore(store.mapping(), 64 * 1024, resident.data()) == 0);
+  CHECK(std::all_of(resident.begin(), resident.end(), [](unsigned char r) { return (r & 1u) != 0; }));
+  std::vector<std::byte> back(64 * 1024);
+  store.read(0, back.data(), back.size());
+  CHECK(std::all_of(back.begin(), back.end(), [](std::byte b) { return b == std::byte{0}; }));
 }

@@ -104,6 +104,21 @@ TEST_CASE("BAR0 is pinned, mapped memory: a store from a kernel reaches the cont
   CHECK(test_host::eventually([&] { return ctrl.stats().doorbell_errors == 1; }));
 }
 
+TEST_CASE("with CUDA memory each namespace is pinned while the controller lives") {
+  void* mapping = nullptr;
+  {
+    emu::controller ctrl(cuda_config());
+    REQUIRE(ctrl.namespace_memory_pinned(1));
+    mapping = ctrl.store(1).mapping();
+    unsigned flags = 0;
+    CHECK(cudaHostGetFlags(&flags, mapping) == cudaSuccess);  // the driver knows it as pinned memory
+    CHECK(cudaGetLastError() == cudaSuccess);
+  }
+  unsigned flags = 0;
+  CHECK(cudaHostGetFlags(&flags, mapping) != cudaSuccess);  // unregistered before it was unmapped
+  (void)cudaGetLastError();
+}
+
 TEST_CASE("a read lands in GPU memory before its completion is posted") {
   emu::controller ctrl(cuda_config());
   test_host host(ctrl);

@@ -428,3 +428,70 @@ TEST_CASE("a host that never consumes its completion queue cannot make the contr
   CHECK(ctrl.stats().io_commands == 60);
   CHECK(ctrl.stats().doorbell_errors == 0);
 }
+
+// ---- without data movement (controller_config::move_data = false) ------------------------------
+
+namespace {
+
+emu::controller_config without_data_movement(emu::controller_config config = {}) {
+  config.move_data = false;
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("without data movement a read completes, leaves the buffer as it was and counts its bytes") {
+  io_fixture f(without_data_movement());
+  CHECK_FALSE(f.ctrl.moves_data());
+  std::vector<std::byte> stored(4096);
+  fill_pattern(stored.data(), stored.size(), 5);
+  f.ctrl.store(1).write(0, stored.data(), stored.size());
+  dma_buffer in(f.ctrl, 4096);
+  std::memset(in.data, 0xab, 4096);
+  CHECK(f.io(spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, in.bus)) == spec::status::successful_completion);
+  CHECK(std::all_of(in.data, in.data + 4096, [](std::byte b) { return b == std::byte{0xab}; }));
+  CHECK(f.ctrl.stats().bytes_read == 4096);
+}
+
+TEST_CASE("without data movement a write completes, leaves the namespace as it was and counts its bytes") {
+  io_fixture f(without_data_movement());
+  std::vector<std::byte> stored(4096);
+  fill_pattern(stored.data(), stored.size(), 6);
+  f.ctrl.store(1).write(100 * 512, stored.data(), stored.size());
+  dma_buffer out(f.ctrl, 4096);
+  std::memset(out.data, 0xcd, 4096);
+  CHECK(f.io(spec::make_rw(spec::nvm_opcode::write, 1, 100, 8, out.bus)) == spec::status::successful_completion);
+  std::vector<std::byte> after(4096);
+  f.ctrl.store(1).read(100 * 512, after.data(), after.size());
+  CHECK(after == stored);
+  CHECK(f.ctrl.stats().bytes_written == 4096);
+}
+
+TEST_CASE("without data movement bad reads and writes fail with the statuses they fail with when data moves") {
+  // The same commands against a controller that moves data and one that does not.
+  const auto statuses = [](bool move_data) {
+    emu::controller_config config;
+    config.move_data = move_data;
+    config.mdts = 2;  // 16 KiB
+    config.namespaces = {emu::namespace_config::in_memory(512, 1000)};
+    io_fixture f(config);
+    dma_buffer list(f.ctrl, 4096), buf(f.ctrl, 8 * 4096);
+    list.as<std::uint64_t>()[0] = buf.bus + 4096;
+    list.as<std::uint64_t>()[1] = buf.bus + 2 * 4096 + 512;  // an entry with an offset
+    return std::vector<spec::status>{
+        f.io(spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, buf.bus + 2)),                  // PRP1 not dword aligned
+        f.io(spec::make_rw(spec::nvm_opcode::write, 1, 0, 16, buf.bus, buf.bus + 4096 + 8)),  // PRP2 entry with an offset
+        f.io(spec::make_rw(spec::nvm_opcode::read, 1, 0, 24, buf.bus, list.bus)),            // PRP list entry with an offset
+        f.io(spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, 0xdead0000)),                    // outside registered memory
+        f.io(spec::make_rw(spec::nvm_opcode::write, 1, 999, 2, buf.bus)),                    // past the namespace's end
+        f.io(spec::make_rw(spec::nvm_opcode::read, 2, 0, 1, buf.bus)),                       // no namespace 2
+        f.io(spec::make_rw(spec::nvm_opcode::read, 1, 0, 33, buf.bus, list.bus)),            // above MDTS
+    };
+  };
+  const auto moved = statuses(true);
+  CHECK(moved == std::vector<spec::status>{spec::status::prp_offset_invalid, spec::status::prp_offset_invalid,
+                                           spec::status::prp_offset_invalid, spec::status::data_transfer_error,
+                                           spec::status::lba_out_of_range, spec::status::invalid_namespace_or_format,
+                                           spec::status::invalid_field_in_command});
+  CHECK(statuses(false) == moved);
+}

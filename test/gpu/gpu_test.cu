@@ -6,6 +6,7 @@
 #include <cunvme/device_group.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/emu/fault_injection.cuh>
+#include <cunvme/emu/gpu_null_controller.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/reader.cuh>
@@ -598,6 +599,37 @@ TEST_CASE_TEMPLATE("lost completions become timeouts for their threads only, and
   }
 }
 
+TEST_CASE("the on-GPU null controller serves per-thread reads with its namespace's bytes through PRP1, PRP2 and PRP lists") {
+  emu::gpu_null_controller::options o;
+  o.queues = 2;
+  o.entries = 256;
+  o.lba_count = 1 << 17;
+  o.move_data = true;
+  emu::gpu_null_controller ctrl(o);
+  emu::prepare_kernels_to_run_beside(thread_reads<combo_wa_coop_coalescing::reader>);
+  std::vector<std::uint64_t> words(o.lba_count * 64);
+  for (std::size_t i = 0; i < words.size(); ++i) words[i] = word_at(i * 8);
+  REQUIRE_CUDA(cudaMemcpy(ctrl.data(), words.data(), words.size() * 8, cudaMemcpyHostToDevice));
+  std::uint64_t* buf = nullptr;
+  REQUIRE_CUDA(cudaMalloc(&buf, 64 * 256 * slice_bytes));
+  tally* counts = nullptr;
+  REQUIRE_CUDA(cudaHostAlloc(&counts, sizeof(tally), cudaHostAllocMapped));
+  *counts = {};
+  // Everything the reads need is made before the controller kernel starts: a CUDA call that
+  // needs an idle GPU would wait for it forever.
+  cudaStream_t s = nullptr;
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  combo_wa_coop_coalescing::reader r(ctrl.views()[1], ctrl.namespace_view());
+  ctrl.start();
+  thread_reads<<<64, 256, 0, s>>>(r, prp::contiguous{reinterpret_cast<std::uint64_t>(buf)}, buf, 4, 17, counts, grid_poller{});
+  REQUIRE_CUDA(cudaStreamSynchronize(s));  // not the device: the controller kernel runs until stop()
+  ctrl.stop();
+  cudaStreamDestroy(s);
+  require_clean(*counts, 64 * 256 * 4);
+  cudaFreeHost(counts);
+  cudaFree(buf);
+}
+
 TEST_CASE("copy_n moves blocks between the namespace and raw pointers, device_ptrs, device_vectors and spans") {
   device dev("emu:blocks=65536");
   auto& emulator = static_cast<host::emu_backend&>(dev.controller().backend()).controller();
@@ -647,6 +679,9 @@ int main(int argc, char** argv) {
     std::printf("no CUDA GPU: the gpu suite is skipped\n");
     return 77;
   }
+  // Persistent kernels (pollers, the null controller) run beside others: keep local memory
+  // reserved once it has grown, so no launch waits for a resize (gpu_null_controller.cuh).
+  (void)cudaSetDeviceFlags(cudaDeviceLmemResizeToMax);
   doctest::Context context(argc, argv);
   return context.run();
 }

@@ -1,10 +1,15 @@
 // Host bring-up over the emulator backend: the failure cases come back as clear errors.
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/open.cuh>
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -227,4 +232,32 @@ TEST_CASE("queue pairs on different host threads work at once") {
   for (auto& th : threads) th.join();
   CHECK(failures == 0);
   CHECK(ctrl.mmio_doorbell_writes() + ctrl.skipped_doorbell_writes() >= 4 * 200 * 2 * 2);
+}
+
+TEST_CASE("emu:nodata opens an emulator that moves no data; without it data moves") {
+  auto emulator = [](std::unique_ptr<host::controller>& c) -> emu::controller& {
+    return dynamic_cast<host::emu_backend&>(c->backend()).controller();
+  };
+  auto nodata = host::open("emu:blocks=1000,nodata,workers=1");
+  CHECK_FALSE(emulator(nodata).moves_data());
+  CHECK(emulator(nodata).config().namespaces[0].lba_count == 1000);  // the keys around it still apply
+  CHECK(emulator(nodata).config().workers == 1);
+  auto moving = host::open("emu:blocks=1000");
+  CHECK(emulator(moving).moves_data());
+}
+
+TEST_CASE("emu:readonly opens a file namespace read-only") {
+  const std::string path = "/tmp/cunvme-readonly-" + std::to_string(::getpid()) + ".bin";
+  {
+    std::ofstream f(path, std::ios::binary);
+    const std::vector<char> bytes(64 * 512, 'x');
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  auto ctrl = host::open("emu:file=" + path + ",readonly");
+  auto& emulator = dynamic_cast<host::emu_backend&>(ctrl->backend()).controller();
+  CHECK(emulator.config().namespaces[0].read_only);
+  CHECK(emulator.store(1).read_only());
+  CHECK(emulator.store(1).size() == 64 * 512);
+  ctrl.reset();
+  std::remove(path.c_str());
 }

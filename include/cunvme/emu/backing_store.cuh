@@ -109,6 +109,7 @@ class backing_store {
         fd_(std::exchange(other.fd_, -1)),
         page_bytes_(other.page_bytes_),
         read_only_(other.read_only_),
+        pages_pinned_(std::exchange(other.pages_pinned_, false)),
         path_(std::move(other.path_)),
         locks_(std::move(other.locks_)) {}
 
@@ -120,6 +121,7 @@ class backing_store {
       fd_ = std::exchange(other.fd_, -1);
       page_bytes_ = other.page_bytes_;
       read_only_ = other.read_only_;
+      pages_pinned_ = std::exchange(other.pages_pinned_, false);
       path_ = std::move(other.path_);
       locks_ = std::move(other.locks_);
     }
@@ -133,6 +135,17 @@ class backing_store {
   [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
   [[nodiscard]] bool read_only() const noexcept { return read_only_; }
   [[nodiscard]] bool file_backed() const noexcept { return fd_ >= 0; }
+
+  /// The whole mapping (page aligned, `size()` bytes), for registering it with something
+  /// that DMAs to and from it, such as cudaHostRegister. Bytes are read and written through
+  /// the functions below, which lock; this pointer is not for that.
+  [[nodiscard]] std::byte* mapping() const noexcept { return data_; }
+
+  /// Tells the store whether its pages are pinned for DMA. While they are, `zero` writes
+  /// zeros instead of handing whole pages back: a pinned page dropped from the mapping
+  /// stays where the DMA engine reads and writes while the mapping faults in a fresh one,
+  /// and the two would no longer agree. Call while no access is in progress.
+  void set_pages_pinned(bool pinned) noexcept { pages_pinned_ = pinned; }
 
   /// Copies [offset, offset + len) to `dst`. Throws std::out_of_range outside the store.
   void read(std::uint64_t offset, void* dst, std::uint64_t len) const {
@@ -159,7 +172,8 @@ class backing_store {
   /// Afterwards [offset, offset + len) reads as zeros (Write Zeroes, Deallocate). Whole pages
   /// are handed back — a hole punched in a file, fresh zero pages in RAM — so deallocating
   /// a large range frees space instead of writing zeros over it; the partial pages at either
-  /// end are cleared by hand. Same errors as `write`.
+  /// end are cleared by hand (all of it, while the pages are pinned: `set_pages_pinned`).
+  /// Same errors as `write`.
   void zero(std::uint64_t offset, std::uint64_t len) {
     check_writable("zero");
     check_range(offset, len, "zero");
@@ -376,7 +390,7 @@ class backing_store {
     }
     std::memset(data_ + offset, 0, pages_begin - offset);
     std::memset(data_ + pages_end, 0, end - pages_end);
-    if (!release_pages(pages_begin, pages_end - pages_begin)) {
+    if (pages_pinned_ || !release_pages(pages_begin, pages_end - pages_begin)) {
       std::memset(data_ + pages_begin, 0, pages_end - pages_begin);
     }
   }
@@ -405,6 +419,7 @@ class backing_store {
   int fd_ = -1;
   std::uint64_t page_bytes_ = 4096;
   bool read_only_ = false;
+  bool pages_pinned_ = false;
   std::string path_;
   std::unique_ptr<lock_table> locks_;
 };

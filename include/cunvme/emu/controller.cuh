@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -37,6 +38,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 CUNVME_NAMESPACE_BEGIN
@@ -133,6 +135,21 @@ class controller {
     return namespaces_[nsid - 1].store;
   }
 
+  /// Whether namespace `nsid`'s memory was registered through `memory_hooks::register_host`
+  /// (with `cuda_memory()`: pinned, so copies into GPU memory run at pinned-copy speed).
+  /// false where no hook is installed or registration failed; the namespace works either way.
+  [[nodiscard]] bool namespace_memory_pinned(std::uint32_t nsid) const {
+    if (nsid == 0 || nsid > namespaces_.size()) {
+      throw std::out_of_range("emu::controller::namespace_memory_pinned: no namespace " + std::to_string(nsid) +
+                              " (the controller has " + std::to_string(namespaces_.size()) + ")");
+    }
+    return namespaces_[nsid - 1].registration.active();
+  }
+
+  /// false when Read and Write move no data (`controller_config::move_data`): a benchmark
+  /// that measures command rates says so next to its figures.
+  [[nodiscard]] bool moves_data() const noexcept { return config_.move_data; }
+
   [[nodiscard]] controller_stats stats() const noexcept {
     controller_stats s;
     s.admin_commands = admin_commands_.load(std::memory_order_relaxed);
@@ -197,12 +214,63 @@ class controller {
     std::vector<std::byte> scratch;
     std::mt19937_64 rng;
   };
+  /// A namespace's mapping registered through `memory_hooks::register_host`, unregistered
+  /// when this is destroyed. Keeps the pointer, not the store: namespaces move while the
+  /// vector holding them grows, their mappings do not.
+  class host_registration {
+   public:
+    host_registration() = default;
+    /// Registers `store`'s mapping; an inactive registration when the hook declines.
+    host_registration(backing_store& store, const memory_hooks& hooks) {
+      if (!hooks.register_host || !hooks.register_host(store.mapping(), store.size(), store.read_only())) return;
+      // Write Zeroes and Deallocate must now write zeros rather than drop the pinned pages.
+      store.set_pages_pinned(true);
+      pointer_ = store.mapping();
+      bytes_ = store.size();
+      unregister_ = hooks.unregister_host;
+      active_ = true;
+    }
+    host_registration(host_registration&& other) noexcept
+        : pointer_(std::exchange(other.pointer_, nullptr)),
+          bytes_(std::exchange(other.bytes_, 0)),
+          unregister_(std::move(other.unregister_)),
+          active_(std::exchange(other.active_, false)) {}
+    host_registration& operator=(host_registration&& other) noexcept {
+      if (this != &other) {
+        release();
+        pointer_ = std::exchange(other.pointer_, nullptr);
+        bytes_ = std::exchange(other.bytes_, 0);
+        unregister_ = std::move(other.unregister_);
+        active_ = std::exchange(other.active_, false);
+      }
+      return *this;
+    }
+    host_registration(const host_registration&) = delete;
+    host_registration& operator=(const host_registration&) = delete;
+    ~host_registration() { release(); }
+
+    [[nodiscard]] bool active() const noexcept { return active_; }
+
+   private:
+    void release() noexcept {
+      if (active_ && unregister_) unregister_(pointer_, bytes_);
+      active_ = false;
+    }
+
+    void* pointer_ = nullptr;
+    std::size_t bytes_ = 0;
+    std::function<void(void*, std::size_t)> unregister_;
+    bool active_ = false;
+  };
+
   struct namespace_state {
     backing_store store;
     std::uint32_t lba_size;
     std::uint8_t lbads;
     std::uint64_t lba_count;
     bool read_only;
+    // Declared after `store`, so destroyed (unregistered) before the store is unmapped.
+    host_registration registration;
   };
   /// What executing a command produced.
   struct outcome {
@@ -250,7 +318,9 @@ class controller {
                                     std::to_string(n.lba_size) + "-byte block");
       }
       const std::uint8_t lbads = n.lba_size == 512 ? 9 : 12;
-      namespaces_.push_back(namespace_state{std::move(store), n.lba_size, lbads, blocks, n.read_only});
+      namespace_state& added = namespaces_.emplace_back(namespace_state{std::move(store), n.lba_size, lbads, blocks, n.read_only, {}});
+      // Before any worker thread starts: the store's pinned flag is then fixed while they run.
+      added.registration = host_registration(added.store, config_.memory);
     }
   }
 
@@ -1394,20 +1464,25 @@ class controller {
     if (is_write && n->read_only) return failed(spec::status::namespace_is_write_protected);
     o.status = e.walker.walk(mem, sqe.prp1, sqe.prp2, bytes, page_size_, config_.cmb_mixed_data_locations);
     if (o.status != spec::status::successful_completion) return o;
-    std::uint64_t at = slba * n->lba_size;
-    bool ok = true;
-    for (const auto& seg : e.walker.segments()) {
-      if (is_write) {
-        n->store.with_write_access(at, seg.length, [&](std::byte* p) { ok = mem.copy_out(seg.region, seg.offset, p, seg.length); });
-      } else {
-        n->store.with_read_access(at, seg.length, [&](const std::byte* p) { ok = mem.copy_in(seg.region, seg.offset, p, seg.length); });
+    // Without data movement every check above has run and the command completes as it
+    // would have; only the copies (which, not attempted, cannot fail) are left out.
+    if (config_.move_data) {
+      std::uint64_t at = slba * n->lba_size;
+      bool ok = true;
+      for (const auto& seg : e.walker.segments()) {
+        if (is_write) {
+          n->store.with_write_access(at, seg.length, [&](std::byte* p) { ok = mem.copy_out(seg.region, seg.offset, p, seg.length); });
+        } else {
+          n->store.with_read_access(at, seg.length,
+                                    [&](const std::byte* p) { ok = mem.copy_in(seg.region, seg.offset, p, seg.length); });
+        }
+        if (!ok) return failed(spec::status::data_transfer_error);
+        at += seg.length;
       }
-      if (!ok) return failed(spec::status::data_transfer_error);
-      at += seg.length;
+      // The segments' copies into GPU memory went out together; the data is in place before
+      // the completion can be posted.
+      if (!is_write && !mem.finish_device_writes()) return failed(spec::status::data_transfer_error);
     }
-    // The segments' copies into GPU memory went out together; the data is in place before
-    // the completion can be posted.
-    if (!is_write && !mem.finish_device_writes()) return failed(spec::status::data_transfer_error);
     o.bytes = bytes;
     if (is_write) {
       bytes_written_.fetch_add(bytes, std::memory_order_relaxed);

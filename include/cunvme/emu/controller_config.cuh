@@ -47,11 +47,20 @@ struct namespace_config {
 /// How the controller gets memory the host and, with CUDA, the GPU can store to (BAR0 and
 /// the CMB), and how it reaches GPU memory. The defaults use ordinary page-aligned host
 /// memory and reach no GPU; `emu/cuda_memory.cuh` installs pinned, mapped memory (so GPU
-/// threads can ring doorbells) and CUDA copies.
+/// threads can ring doorbells), CUDA copies and pinned namespaces.
 struct memory_hooks {
   std::function<void*(std::size_t bytes)> allocate;
   std::function<void(void* pointer, std::size_t bytes)> release;
   device_copier device_copy;
+  /// Makes host memory the controller copies from and to fast for `device_copy`
+  /// (cudaHostRegister: a copy from pageable memory is staged by the driver at about half
+  /// the bandwidth). Called once per namespace at construction with the namespace's whole
+  /// mapping (`read_only`: mapped without write access); false leaves it pageable, which
+  /// only makes copies slower (`controller::namespace_memory_pinned` tells). Empty: nothing
+  /// is registered.
+  std::function<bool(void* pointer, std::size_t bytes, bool read_only)> register_host;
+  /// Undoes a successful `register_host`, before the namespace's memory is unmapped.
+  std::function<void(void* pointer, std::size_t bytes)> unregister_host;
 };
 
 /// How worker threads wait when there is nothing to do.
@@ -95,6 +104,13 @@ struct controller_config {
   bool out_of_order_completions = false;     ///< post each batch's completions in a shuffled order
   std::uint64_t seed = 1;                    ///< for the shuffle
   timing_model timing = timing_model::none();
+  /// false: Read and Write are checked exactly as with data movement (namespace, LBA range,
+  /// MDTS, write protection, every PRP check) and complete with the same statuses, but no
+  /// byte is copied: a read leaves the host buffer as it was and a write leaves the
+  /// namespace as it was. For command-rate measurements in which the host threads' memcpy
+  /// would otherwise set the rate. `stats()` still counts the bytes the commands carried;
+  /// Write Zeroes and Dataset Management still change the namespace.
+  bool move_data = true;
   std::vector<fault_rule> faults;
   std::uint64_t fault_seed = 1;
   memory_hooks memory;                       ///< empty: page-aligned host memory

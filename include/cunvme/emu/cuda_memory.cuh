@@ -1,6 +1,6 @@
 // CUDA memory for the emulator: BAR0 and the CMB in pinned, mapped host memory (so GPU
-// threads can store to doorbells), and copies to and from GPU memory on the worker threads'
-// own non-blocking streams.
+// threads can store to doorbells), copies to and from GPU memory on the worker threads'
+// own non-blocking streams, and namespaces pinned so those copies run at full speed.
 //
 // Copies never use the legacy default stream: a kernel that polls for its completion there
 // would wait for the copy and the copy for the kernel.
@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+
+#include <unistd.h>
 
 CUNVME_NAMESPACE_BEGIN
 namespace emu {
@@ -54,10 +56,26 @@ inline bool& copies_queued() {
   return queued;
 }
 
+/// The machine's physical memory in bytes (0 when the system will not say).
+inline std::size_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
+}
+
 }  // namespace detail
 
 /// `memory_hooks` for a controller whose BAR and CMB GPU threads can write to, and whose
 /// DMA reaches GPU memory registered as `memory_kind::device`.
+///
+/// Each namespace is pinned (cudaHostRegister) when the controller is built, since copies
+/// from pageable memory go through the driver's staging buffers at about half the pinned
+/// bandwidth. That faults in and locks every page of the store: a 1 GiB RAM namespace
+/// costs 1 GiB of locked memory and a fraction of a second, a file namespace is read in
+/// whole. A store larger than half the machine's memory stays pageable (pinning a sparse
+/// RAM namespace past physical memory would summon the OOM killer), as does one the driver
+/// refuses; `controller::namespace_memory_pinned` tells. To never pin, clear
+/// `register_host` in the returned hooks.
 ///
 /// ```
 /// emu::controller_config config;
@@ -83,6 +101,24 @@ inline bool& copies_queued() {
   hooks.release = [](void* p, std::size_t) {
     (void)cudaHostUnregister(p);
     std::free(p);
+  };
+  hooks.register_host = [](void* p, std::size_t bytes, bool read_only) {
+    const long page_size = ::sysconf(_SC_PAGESIZE);
+    const std::size_t page = page_size > 0 ? static_cast<std::size_t>(page_size) : 4096;
+    // The store's mapping starts on a page; its last page is mapped whole.
+    const std::size_t rounded = (bytes + page - 1) / page * page;
+    if (rounded > detail::physical_memory_bytes() / 2) return false;
+    // Portable: pinned for every context, the worker threads' included. ReadOnly: a
+    // PROT_READ mapping (a read-only file namespace) cannot be pinned for writing.
+    const unsigned flags = cudaHostRegisterPortable | (read_only ? cudaHostRegisterReadOnly : 0u);
+    if (cudaHostRegister(p, rounded, flags) == cudaSuccess) return true;
+    // The failure is not sticky, but would stay the thread's last error and surface in the
+    // user's next cudaGetLastError; the namespace just stays pageable.
+    (void)cudaGetLastError();
+    return false;
+  };
+  hooks.unregister_host = [](void* p, std::size_t) {
+    if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
   };
   hooks.device_copy.copy = [](void* dst, const void* src, std::uint64_t bytes, bool to_device) {
     cudaStream_t stream = nullptr;

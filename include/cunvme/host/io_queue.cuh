@@ -118,12 +118,8 @@ class io_queue {
     const std::uint32_t needed = prp::list_entries_needed(page - 4, ctrl_.max_transfer_bytes(), shift);
     const std::uint64_t list_bytes = std::max<std::uint64_t>(page, (std::uint64_t{needed} * 8 + page - 1) / page * page);
 
-    const std::size_t counters_at = 0;
-    const std::size_t turns_at = sizeof(queue_counters);
-    const std::size_t bits_at = turns_at + std::size_t{entries} * 8;
-    const std::size_t records_at = (bits_at + std::size_t{(cids + 31) / 32} * 4 + 15) / 16 * 16;
-    const std::size_t state_bytes = records_at + std::size_t{cids} * sizeof(completion_record);
-    state_ = memory_.bookkeeping ? memory_.bookkeeping(state_bytes) : ctrl_.memory().allocate(state_bytes);
+    const bookkeeping_layout bookkeeping = bookkeeping_layout::of(entries);
+    state_ = memory_.bookkeeping ? memory_.bookkeeping(bookkeeping.bytes) : ctrl_.memory().allocate(bookkeeping.bytes);
     lists_ = memory_.prp_lists ? memory_.prp_lists(cids * list_bytes) : ctrl_.memory().allocate(cids * list_bytes);
     // Each CID's list is found by offset from one bus address: the lists must be one range.
     if (!lists_.contiguous(0, lists_.size())) {
@@ -144,10 +140,7 @@ class io_queue {
     view_.cq_event_index = q.cq_event_index;
     view_.entries = entries;
     view_.qid = pair_->id();
-    view_.counters = reinterpret_cast<queue_counters*>(base + counters_at);
-    view_.turns = reinterpret_cast<std::uint64_t*>(base + turns_at);
-    view_.cid_bits = reinterpret_cast<std::uint32_t*>(base + bits_at);
-    view_.records = reinterpret_cast<completion_record*>(base + records_at);
+    bookkeeping.bind(view_, base);
     view_.prp_lists = reinterpret_cast<std::uint64_t*>(lists);
     view_.prp_lists_bus = lists_.bus();
     view_.list_entries = static_cast<std::uint32_t>(list_bytes / 8);

@@ -42,7 +42,10 @@ namespace detail {
 }
 
 /// `emu:` options: lba=512|4096, blocks=N, namespaces=N, file=PATH, cmb_mb=N,
-/// timing=none|gen4-tlc|datacenter-gen4|scm, workers=N, pattern.
+/// timing=none|gen4-tlc|datacenter-gen4|scm, workers=N, pattern, readonly (a file namespace
+/// opened read-only: writes fail with Write Fault), nodata (Read and Write
+/// are checked and complete but copy no data: `emu::controller_config::move_data`, for
+/// command-rate measurements).
 [[nodiscard]] inline emu::controller_config parse_emu(std::string_view options, std::string_view uri, bool& fill_pattern) {
   emu::controller_config config;
   emu::namespace_config ns = emu::namespace_config::in_memory(512, 1ull << 17);  // 64 MiB
@@ -73,6 +76,10 @@ namespace detail {
       config.timing = *preset;
     } else if (key == "pattern") {
       fill_pattern = true;
+    } else if (key == "nodata") {
+      config.move_data = false;
+    } else if (key == "readonly") {
+      ns.read_only = true;
     } else if (!key.empty()) {
       throw error("Open", std::string(uri), "unknown emulator option '" + std::string(key) + "'");
     }

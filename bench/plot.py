@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Draws the plots of bench/RESULTS.md from a sweep's results.jsonl and prints its tables:
+`python3 bench/plot.py results/ --png bench/plots/`. Needs matplotlib (Debian:
+python3-matplotlib); the tables alone need nothing: `--tables-only`.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def load(directory):
+    with open(os.path.join(directory, "results.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def by_figure(records, figure):
+    return [r for r in records if r.get("figure") == figure and "error" not in r]
+
+
+def fmt_iops(v):
+    return f"{v / 1e6:.2f} M" if v >= 1e6 else f"{v / 1e3:.1f} k"
+
+
+def table(records, figure):
+    rows = by_figure(records, figure)
+    if not rows:
+        return ""
+    out = ["| run | IOPS | GB/s | p50 µs | p99 µs | p99.9 µs | CPU-s / M I/Os | command |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "baseline" in r:
+            if r["baseline"] == "h2d":
+                out.append(f"| {r['label']} | | {r['gb_per_s']:.2f} | | | | | `{r['command']}` |")
+            else:
+                rtt = r["rtt_ns"]
+                out.append(f"| {r['label']} (round trip) | | | {rtt['p50'] / 1e3:.2f} | {rtt['p99'] / 1e3:.2f} | | | `{r['command']}` |")
+            continue
+        lat = r["lat_ns"]
+        cpu = f"{r['cpu_s_per_million_ios']:.2f}" if r.get("emulator_commands") else ""
+        out.append(f"| {r['label']} | {fmt_iops(r['iops'])} | {r['gb_per_s']:.2f} | {lat['p50'] / 1e3:.2f} | {lat['p99'] / 1e3:.2f} | "
+                   f"{lat['p999'] / 1e3:.2f} | {cpu} | `{r['command']}` |")
+    return "\n".join(out)
+
+
+def cdf_points(hist):
+    total = sum(c for _, c in hist)
+    seen = 0
+    xs, ys = [], []
+    for low, count in hist:
+        seen += count
+        xs.append(max(low, 1) / 1e3)
+        ys.append(seen / total)
+    return xs, ys
+
+
+def plots(records, directory):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(directory, exist_ok=True)
+    gpu = next((r.get("gpu") for r in records if r.get("gpu")), "GPU")
+    date = next((r.get("date", "")[:10] for r in records if r.get("date")), "")
+
+    # IOPS against GPU threads: four modelled SSDs (P2).
+    p2 = sorted(by_figure(records, "P2"), key=lambda r: r["threads"])
+    if p2:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot([r["threads"] for r in p2], [r["iops"] / 1e6 for r in p2], "o-", label="cunvme, qd 4 per thread")
+        ax.axhline(6.0, color="gray", ls="--", label="4 × 1.5 M IOPS (model)")
+        ax.axhline(0.95 * 6.0, color="gray", ls=":", label="95 %")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("GPU threads issuing I/O")
+        ax.set_ylabel("M IOPS (4 KiB random reads)")
+        ax.set_title(f"4 modelled SSDs on the emulator, no data moved\n{gpu}, {date}", fontsize=9)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(directory, "iops_vs_threads.png"), dpi=120)
+        plt.close(fig)
+
+    # Bandwidth against block size, with the pinned H2D limit.
+    bw = by_figure(records, "BW")
+    h2d = [r for r in by_figure(records, "P3") if r.get("baseline") == "h2d"]
+    if bw:
+        bw.sort(key=lambda r: r["bs"])
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot([r["bs"] / 1024 for r in bw], [r["gb_per_s"] for r in bw], "o-", label="cunvme reads into GPU memory (emulator, tier 2)")
+        if h2d:
+            ax.axhline(h2d[0]["gb_per_s"], color="gray", ls="--", label="pinned cudaMemcpy H2D")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("block size (KiB)")
+        ax.set_ylabel("GB/s")
+        ax.set_title(f"Sequential reads, bandwidth against block size\n{gpu}, {date}", fontsize=9)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(directory, "bw_vs_block_size.png"), dpi=120)
+        plt.close(fig)
+
+    # Latency CDFs.
+    fig, ax = plt.subplots(figsize=(6, 4))
+    drawn = False
+    for figure, pick in [("P4", None), ("P1", 0), ("P2", -1)]:
+        rows = [r for r in by_figure(records, figure) if r.get("hist")]
+        if pick is not None and rows:
+            rows = [sorted(rows, key=lambda r: r["threads"])[pick]]
+        for r in rows:
+            xs, ys = cdf_points(r["hist"])
+            ax.plot(xs, ys, label=r["label"])
+            drawn = True
+    if drawn:
+        ax.set_xscale("log")
+        ax.set_xlabel("completion latency (µs, globaltimer)")
+        ax.set_ylabel("fraction of commands")
+        ax.set_title(f"Latency CDF\n{gpu}, {date}", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(directory, "latency_cdf.png"), dpi=120)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", help="directory with results.jsonl")
+    ap.add_argument("--png", default="bench/plots", help="where the PNGs go")
+    ap.add_argument("--tables-only", action="store_true")
+    a = ap.parse_args()
+    records = load(a.results)
+    for figure in ["P1", "P2", "P3", "BW", "P4", "P6", "POL"]:
+        t = table(records, figure)
+        if t:
+            print(f"\n### {figure}\n\n{t}")
+    for r in records:
+        if "error" in r:
+            print(f"\nFAILED {r.get('figure')} {r.get('label')}: {r['error'][:500]}", file=sys.stderr)
+    if not a.tables_only:
+        plots(records, a.png)
+
+
+if __name__ == "__main__":
+    main()

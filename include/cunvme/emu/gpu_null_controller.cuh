@@ -1,0 +1,368 @@
+// A null NVMe controller that runs on a few SMs of the same GPU, to measure the command path
+// (slot reservation, SQE writes, doorbells, CQ drains, completion records) without PCIe or host
+// threads in the way. Its queues, doorbells and (optional) namespace live in GPU memory; bus
+// addresses are GPU virtual addresses. Each controller warp serves its queues: it reads the SQ
+// tail doorbell, fetches up to 32 SQEs at once (one per lane), checks each as a controller
+// would (opcode, namespace, LBA range, PRP alignment), optionally copies the data between the
+// namespace and the PRP pages, and posts the CQEs with the phase tag (DW3 last, with release).
+//
+// Numbers measured against it are the command path's, not a drive's: label them so.
+//
+// ```
+// cunvme::emu::gpu_null_controller ctrl({.queues = 8, .entries = 1024});
+// ctrl.start();
+// reader r(ctrl.views()[0], ctrl.namespace_view());   // any block_reader over prp::contiguous
+// my_kernel<<<…>>>(r, cunvme::prp::contiguous{reinterpret_cast<std::uint64_t>(gpu_buffer)}, …);
+// ctrl.stop();
+// ```
+// CUDA host code: include from .cu files. The controller kernel runs until `stop()`, so a
+// kernel launched beside it must not need anything the driver does only on an idle GPU:
+// loading its code (lazy module loading) or growing the local-memory reservation (a kernel
+// with more local memory per thread than any before it). Either waits for the controller
+// kernel to end: a deadlock. Pass your kernels to `prepare_kernels_to_run_beside` before
+// `start()` (the same holds for a dedicated poller kernel).
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/prp.cuh>
+#include <cunvme/queue_view.cuh>
+#include <cunvme/reader.cuh>
+#include <cunvme/spec/command_fields.cuh>
+#include <cunvme/spec/opcodes.cuh>
+#include <cunvme/spec/queue_entry.cuh>
+#include <cunvme/spec/status.cuh>
+
+#include <cuda/atomic>
+#include <cuda/std/cstdint>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+CUNVME_NAMESPACE_BEGIN
+namespace emu {
+
+namespace null_detail {
+
+/// The controller's own state of one queue pair (written only by the warp that serves it).
+struct queue_state {
+  cuda::std::uint32_t sq_head;
+  cuda::std::uint32_t cq_tail;
+  cuda::std::uint32_t odd_lap;  ///< 0 while the CQ is on an even pass (phase tag 1: memory starts zeroed)
+  cuda::std::uint32_t reserved;
+};
+
+struct queue {
+  spec::submission_entry* sq;
+  spec::completion_entry* cq;
+  cuda::std::uint32_t* sq_tail_doorbell;
+  cuda::std::uint32_t* cq_head_doorbell;
+  queue_state* state;
+  cuda::std::uint32_t entries;
+  cuda::std::uint16_t qid;
+};
+
+/// Everything the controller kernel needs.
+struct controller_view {
+  queue* queues;
+  cuda::std::uint32_t count;
+  cuda::std::byte* data;  ///< namespace 1's bytes; nullptr: no data moved
+  cuda::std::uint64_t lba_count;
+  cuda::std::uint32_t lba_shift;
+  cuda::std::uint32_t page_shift;
+  cuda::std::uint64_t max_transfer_bytes;
+  cuda::std::uint32_t* stop;  ///< mapped host memory: non-zero ends the kernel
+};
+
+/// Copies `bytes` between the namespace at `at` and the pages the PRPs describe (NVMe 2.0
+/// section 4.1.1: PRP1 may start anywhere dword-aligned; later entries are page-aligned; the
+/// last entry of a list page points to the next list page when more entries remain).
+__device__ inline spec::status move_data(const controller_view& c, const spec::submission_entry& sqe, cuda::std::byte* at, cuda::std::uint64_t bytes,
+                                         bool to_host) {
+  const cuda::std::uint64_t page = cuda::std::uint64_t{1} << c.page_shift;
+  if ((sqe.prp1 & 3u) != 0) return spec::status::prp_offset_invalid;
+  auto segment = [&](cuda::std::uint64_t address, cuda::std::uint64_t length) {
+    if (c.data == nullptr) return;
+    auto* p = reinterpret_cast<cuda::std::byte*>(address);
+    if (to_host) {
+      memcpy(p, at, length);
+    } else {
+      memcpy(at, p, length);
+    }
+    at += length;
+  };
+  cuda::std::uint64_t first = page - (sqe.prp1 & (page - 1));
+  if (first > bytes) first = bytes;
+  segment(sqe.prp1, first);
+  cuda::std::uint64_t left = bytes - first;
+  if (left == 0) return spec::status::successful_completion;
+  if (left <= page) {
+    if ((sqe.prp2 & (page - 1)) != 0) return spec::status::prp_offset_invalid;
+    segment(sqe.prp2, left);
+    return spec::status::successful_completion;
+  }
+  if ((sqe.prp2 & 7u) != 0) return spec::status::prp_offset_invalid;
+  const cuda::std::uint64_t* list = reinterpret_cast<const cuda::std::uint64_t*>(sqe.prp2);
+  const cuda::std::uint64_t per_page = page / 8;
+  cuda::std::uint64_t index = (sqe.prp2 & (page - 1)) / 8;
+  while (left != 0) {
+    if (index == per_page - 1 && left > page) {  // the page's last entry chains to the next list page
+      const cuda::std::uint64_t next = list[index];
+      if ((next & (page - 1)) != 0) return spec::status::prp_offset_invalid;
+      list = reinterpret_cast<const cuda::std::uint64_t*>(next);
+      index = 0;
+      continue;
+    }
+    const cuda::std::uint64_t entry = list[index++];
+    if ((entry & (page - 1)) != 0) return spec::status::prp_offset_invalid;
+    const cuda::std::uint64_t length = left < page ? left : page;
+    segment(entry, length);
+    left -= length;
+  }
+  return spec::status::successful_completion;
+}
+
+/// Executes one I/O command; returns its status.
+__device__ inline spec::status execute(const controller_view& c, const spec::submission_entry& sqe) {
+  if (sqe.fuse() != spec::fused_operation::normal || sqe.psdt() != spec::data_transfer_kind::prp) return spec::status::invalid_field_in_command;
+  const auto opcode = static_cast<spec::nvm_opcode>(sqe.opcode());
+  if (opcode == spec::nvm_opcode::flush) return sqe.nsid == 1 || sqe.nsid == 0xffffffffu ? spec::status::successful_completion : spec::status::invalid_namespace_or_format;
+  if (opcode != spec::nvm_opcode::read && opcode != spec::nvm_opcode::write) return spec::status::invalid_command_opcode;
+  if (sqe.nsid != 1) return spec::status::invalid_namespace_or_format;
+  const cuda::std::uint64_t slba = spec::starting_lba(sqe);
+  const cuda::std::uint64_t blocks = spec::rw_fields::nlb::get(sqe.cdw12) + 1u;
+  if (slba >= c.lba_count || blocks > c.lba_count - slba) return spec::status::lba_out_of_range;
+  const cuda::std::uint64_t bytes = blocks << c.lba_shift;
+  if (bytes > c.max_transfer_bytes) return spec::status::invalid_field_in_command;
+  cuda::std::byte* at = c.data == nullptr ? nullptr : c.data + (slba << c.lba_shift);
+  return move_data(c, sqe, at, bytes, opcode == spec::nvm_opcode::read);
+}
+
+/// One pass over one queue by a whole warp (every lane calls it). Returns whether it found work.
+__device__ inline bool serve(const controller_view& c, const queue& q) {
+  constexpr unsigned all_lanes = 0xffffffffu;
+  const unsigned lane = threadIdx.x % 32;
+  queue_state& st = *q.state;
+  const cuda::std::uint32_t head = st.sq_head, tail_cq = st.cq_tail, odd_lap = st.odd_lap;
+  // One lane reads the doorbells and every lane uses its values: lanes reading them on their
+  // own could see different values (a submitter rings in between) and disagree on the batch.
+  // The acquire load, then the warp barrier, orders every lane's SQE reads after the
+  // submitters' writes (they fenced before ringing).
+  cuda::std::uint32_t tail = 0, cq_head = 0;
+  if (lane == 0) {
+    tail = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.sq_tail_doorbell).load(cuda::std::memory_order_acquire);
+    cq_head = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.cq_head_doorbell).load(cuda::std::memory_order_relaxed);
+  }
+  tail = __shfl_sync(all_lanes, tail, 0);
+  cq_head = __shfl_sync(all_lanes, cq_head, 0);
+  __syncwarp();
+  if (tail >= q.entries || tail == head) return false;  // an invalid value is ignored, as a controller would
+  const cuda::std::uint32_t waiting = (tail + q.entries - head) % q.entries;
+  const cuda::std::uint32_t posted = (tail_cq + q.entries - cq_head) % q.entries;
+  const cuda::std::uint32_t room = q.entries - 1 - posted;  // never overwrite an unconsumed CQE
+  cuda::std::uint32_t n = waiting < room ? waiting : room;
+  if (n > 32) n = 32;
+  if (n == 0) return false;
+  const cuda::std::uint32_t new_head = (head + n) % q.entries;
+  if (lane < n) {
+    const spec::submission_entry sqe = q.sq[(head + lane) % q.entries];
+    const spec::status s = execute(c, sqe);
+    const cuda::std::uint32_t at = tail_cq + lane;
+    // Phase 1 on even passes through the CQ, 0 on odd ones (NVMe 2.0 section 4.6).
+    const bool my_phase = (at >= q.entries) ? odd_lap != 0 : odd_lap == 0;
+    auto* words = reinterpret_cast<cuda::std::uint32_t*>(q.cq + at % q.entries);
+    words[0] = 0;
+    words[1] = 0;
+    words[2] = new_head | cuda::std::uint32_t{q.qid} << 16;
+    const cuda::std::uint16_t status = spec::cqe_status::make_status_field(s, my_phase, s != spec::status::successful_completion);
+    // DW3 (CID, status, phase) last, with release: whoever sees the phase sees the entry and the data.
+    cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(words[3]).store(cuda::std::uint32_t{sqe.cid()} | cuda::std::uint32_t{status} << 16,
+                                                                                     cuda::std::memory_order_release);
+  }
+  __syncwarp();
+  if (lane == 0) {
+    st.sq_head = new_head;
+    st.cq_tail = (tail_cq + n) % q.entries;
+    if (tail_cq + n >= q.entries) st.odd_lap = odd_lap ^ 1u;
+  }
+  __syncwarp();
+  return true;
+}
+
+/// Each warp serves queues warp, warp + warps, … until told to stop.
+__global__ void run(controller_view c) {
+  const cuda::std::uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const cuda::std::uint32_t warps = gridDim.x * blockDim.x / 32;
+  cuda::std::uint32_t idle = 0;
+  for (cuda::std::uint32_t round = 0;; ++round) {
+    bool busy = false;
+    for (cuda::std::uint32_t q = warp; q < c.count; q += warps) busy |= serve(c, c.queues[q]);
+    idle = busy ? 0 : idle + 1;
+    // The stop word is host memory: read it now and then, not on every pass; one lane reads
+    // it so the whole warp leaves together (serve() is warp-collective).
+    if ((round & 1023u) == 0 || idle % 64 == 1) {
+      cuda::std::uint32_t stop = 0;
+      if (threadIdx.x % 32 == 0) stop = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*c.stop).load(cuda::std::memory_order_relaxed);
+      if (__shfl_sync(0xffffffffu, stop, 0) != 0) return;
+    }
+    if (idle > 16) __nanosleep(idle < 64 ? 32u : 256u);
+  }
+}
+
+}  // namespace null_detail
+
+/// Loads `kernels` and reserves the local memory they need, so that launching them while a
+/// persistent kernel runs (this controller, a dedicated poller kernel) does not wait for it
+/// (see the top of this file). Keeps the reservation from shrinking back after launches.
+template <class... Kernels>
+void prepare_kernels_to_run_beside(Kernels... kernels) {
+  std::size_t need = 0;
+  auto inspect = [&](auto kernel) {
+    cudaFuncAttributes a{};
+    if (const cudaError_t e = cudaFuncGetAttributes(&a, kernel); e != cudaSuccess) {
+      throw std::runtime_error(std::string("prepare_kernels_to_run_beside: ") + cudaGetErrorString(e));
+    }
+    need = std::max(need, a.localSizeBytes);
+  };
+  (inspect(kernels), ...);
+  unsigned flags = 0;
+  if (cudaGetDeviceFlags(&flags) == cudaSuccess && (flags & cudaDeviceLmemResizeToMax) == 0) {
+    (void)cudaSetDeviceFlags(flags | cudaDeviceLmemResizeToMax);  // refused once the context runs: the limit below still holds
+    (void)cudaGetLastError();
+  }
+  std::size_t stack = 0;
+  if (cudaDeviceGetLimit(&stack, cudaLimitStackSize) == cudaSuccess && need + 1024 > stack) {
+    if (const cudaError_t e = cudaDeviceSetLimit(cudaLimitStackSize, need + 1024); e != cudaSuccess) {
+      throw std::runtime_error(std::string("prepare_kernels_to_run_beside: reserving local memory: ") + cudaGetErrorString(e));
+    }
+  }
+}
+
+/// Owns the queues, namespace and kernel of an on-GPU null controller (see the top of this file).
+class gpu_null_controller {
+ public:
+  struct options {
+    std::uint32_t queues = 1;
+    std::uint32_t entries = 1024;                       ///< per queue (2..65536)
+    std::uint64_t lba_count = std::uint64_t{1} << 21;   ///< namespace size in LBAs
+    std::uint32_t lba_shift = 9;
+    bool move_data = false;                             ///< keep the namespace in GPU memory and copy it
+    std::uint32_t max_transfer_bytes = 1u << 20;        ///< MDTS
+    unsigned blocks = 4;                                ///< controller blocks (a few SMs)
+    unsigned threads_per_block = 128;
+    std::chrono::nanoseconds timeout = std::chrono::seconds(10);  ///< of the readers' waits
+  };
+
+  explicit gpu_null_controller(options o) : o_(o) {
+    if (o.queues == 0 || o.entries < 2 || o.entries > 65536) throw std::invalid_argument("gpu_null_controller: queues ≥ 1 and entries 2..65536");
+    if (o.threads_per_block % 32 != 0 || o.blocks == 0) throw std::invalid_argument("gpu_null_controller: whole warps and at least one block");
+    const std::uint64_t page = 4096;
+    const std::uint32_t cids = o.entries - 1;
+    const std::uint32_t list_entries = static_cast<std::uint32_t>(std::max<std::uint64_t>(page / 8, (prp::list_entries_needed(page - 4, o.max_transfer_bytes, 12) * 8 + page - 1) / page * page / 8));
+    const bookkeeping_layout book = bookkeeping_layout::of(o.entries);
+    const std::size_t sq_bytes = std::size_t{o.entries} * sizeof(spec::submission_entry);
+    const std::size_t cq_bytes = std::size_t{o.entries} * sizeof(spec::completion_entry);
+    const std::size_t lists_bytes = std::size_t{cids} * list_entries * 8;
+    // Per queue, page-aligned pieces: SQ, CQ, PRP lists, bookkeeping, then doorbells + state.
+    auto up = [&](std::size_t b) { return (b + page - 1) / page * page; };
+    per_queue_ = up(sq_bytes) + up(cq_bytes) + up(lists_bytes) + up(book.bytes) + page;
+    queue_memory_ = allocate(per_queue_ * o.queues + page, "queues");
+    auto* base = reinterpret_cast<std::byte*>(up(reinterpret_cast<std::uintptr_t>(queue_memory_)));
+    std::vector<null_detail::queue> queues(o.queues);
+    views_.resize(o.queues);
+    for (std::uint32_t i = 0; i < o.queues; ++i) {
+      std::byte* at = base + per_queue_ * i;
+      queue_view& v = views_[i];
+      v.sq = reinterpret_cast<spec::submission_entry*>(at);
+      v.cq = reinterpret_cast<spec::completion_entry*>(at + up(sq_bytes));
+      std::byte* lists = at + up(sq_bytes) + up(cq_bytes);
+      std::byte* bookkeeping = lists + up(lists_bytes);
+      std::byte* registers = bookkeeping + up(book.bytes);
+      v.sq_doorbell = reinterpret_cast<std::uint32_t*>(registers);
+      v.cq_doorbell = reinterpret_cast<std::uint32_t*>(registers + 4);
+      v.entries = o.entries;
+      v.qid = static_cast<std::uint16_t>(i + 1);
+      book.bind(v, bookkeeping);
+      v.prp_lists = reinterpret_cast<std::uint64_t*>(lists);
+      v.prp_lists_bus = reinterpret_cast<std::uint64_t>(lists);
+      v.list_entries = list_entries;
+      v.page_shift = 12;
+      v.timeout_ns = static_cast<std::uint64_t>(o.timeout.count());
+      queues[i] = null_detail::queue{v.sq, v.cq, v.sq_doorbell, v.cq_doorbell, reinterpret_cast<null_detail::queue_state*>(registers + 64), o.entries, v.qid};
+    }
+    queue_table_ = static_cast<null_detail::queue*>(allocate(sizeof(null_detail::queue) * o.queues, "queue table"));
+    check(cudaMemcpy(queue_table_, queues.data(), sizeof(null_detail::queue) * o.queues, cudaMemcpyHostToDevice), "copy the queue table");
+    if (o.move_data) data_ = static_cast<std::byte*>(allocate(o.lba_count << o.lba_shift, "namespace"));
+    check(cudaHostAlloc(&stop_, sizeof *stop_, cudaHostAllocMapped), "allocate the stop word");
+    *stop_ = 0;
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create the controller's stream");
+  }
+
+  gpu_null_controller(const gpu_null_controller&) = delete;
+  gpu_null_controller& operator=(const gpu_null_controller&) = delete;
+
+  ~gpu_null_controller() {
+    stop();
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    cudaFreeHost(stop_);
+    cudaFree(queue_table_);
+    cudaFree(data_);
+    cudaFree(queue_memory_);
+  }
+
+  /// Launches the controller kernel on its own stream (after `prepare_kernels_to_run_beside`).
+  void start() {
+    if (running_) return;
+    prepare_kernels_to_run_beside(null_detail::run);
+    __atomic_store_n(stop_, 0u, __ATOMIC_RELEASE);
+    null_detail::controller_view c{queue_table_, o_.queues, reinterpret_cast<cuda::std::byte*>(data_), o_.lba_count, o_.lba_shift, 12, o_.max_transfer_bytes, stop_};
+    null_detail::run<<<o_.blocks, o_.threads_per_block, 0, stream_>>>(c);
+    check(cudaGetLastError(), "launch the controller kernel");
+    running_ = true;
+  }
+  /// Tells the controller kernel to end and waits for it.
+  void stop() {
+    if (!running_) return;
+    __atomic_store_n(stop_, 1u, __ATOMIC_RELEASE);
+    running_ = false;
+    check(cudaStreamSynchronize(stream_), "end the controller kernel");
+  }
+
+  [[nodiscard]] const std::vector<queue_view>& views() const noexcept { return views_; }
+  [[nodiscard]] cunvme::namespace_view namespace_view() const noexcept {
+    const std::uint64_t blocks = std::uint64_t{o_.max_transfer_bytes} >> o_.lba_shift;
+    return cunvme::namespace_view{1, o_.lba_shift, static_cast<std::uint32_t>(blocks < 65536 ? blocks : 65536), o_.lba_count};
+  }
+  /// Namespace 1's bytes in GPU memory (nullptr unless `move_data`): fill it before reading.
+  [[nodiscard]] std::byte* data() const noexcept { return data_; }
+  [[nodiscard]] const options& config() const noexcept { return o_; }
+
+ private:
+  static void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw std::runtime_error(std::string("gpu_null_controller: ") + what + ": " + cudaGetErrorString(e));
+  }
+  static void* allocate(std::size_t bytes, const char* what) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes), what);
+    check(cudaMemset(p, 0, bytes), what);
+    return p;
+  }
+
+  options o_;
+  std::size_t per_queue_ = 0;
+  void* queue_memory_ = nullptr;
+  null_detail::queue* queue_table_ = nullptr;
+  std::byte* data_ = nullptr;
+  std::uint32_t* stop_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool running_ = false;
+  std::vector<queue_view> views_;
+};
+
+}  // namespace emu
+CUNVME_NAMESPACE_END
