@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(256) io_kernel(const lane_queue<Reader, Writer
           finish(k);
           busy = true;
         }
-        if (!more) continue;
+        if (!more || (p.ops_per_thread != 0 && issued >= p.ops_per_thread)) continue;  // the quota, not one round's worth more
         const u64 i = issued;
         const u64 command = p.random ? mix(p.seed ^ (tid << 24) ^ i) % commands_in_range : (tid + i * p.threads) % commands_in_range;
         lba[k] = command * p.blocks;

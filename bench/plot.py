@@ -9,13 +9,18 @@ import os
 import sys
 
 
-def load(directory):
-    with open(os.path.join(directory, "results.jsonl")) as f:
+def load(path):
+    """A sweep's results: its directory (results.jsonl inside) or the .jsonl file itself."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "results.jsonl")
+    with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def by_figure(records, figure):
-    return [r for r in records if r.get("figure") == figure and "error" not in r]
+def by_figure(records, figure, clean=False):
+    """The runs of one figure; `clean`: only those without failed commands (for plots)."""
+    rows = [r for r in records if r.get("figure") == figure and "error" not in r]
+    return [r for r in rows if not r.get("errors")] if clean else rows
 
 
 def fmt_iops(v):
@@ -26,19 +31,19 @@ def table(records, figure):
     rows = by_figure(records, figure)
     if not rows:
         return ""
-    out = ["| run | IOPS | GB/s | p50 µs | p99 µs | p99.9 µs | CPU-s / M I/Os | command |", "|---|---|---|---|---|---|---|---|"]
+    out = ["| run | IOPS | GB/s | p50 µs | p99 µs | p99.9 µs | CPU-s / M I/Os | failed | command |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "baseline" in r:
             if r["baseline"] == "h2d":
-                out.append(f"| {r['label']} | | {r['gb_per_s']:.2f} | | | | | `{r['command']}` |")
+                out.append(f"| {r['label']} | | {r['gb_per_s']:.2f} | | | | | | `{r['command']}` |")
             else:
                 rtt = r["rtt_ns"]
-                out.append(f"| {r['label']} (round trip) | | | {rtt['p50'] / 1e3:.2f} | {rtt['p99'] / 1e3:.2f} | | | `{r['command']}` |")
+                out.append(f"| {r['label']} (round trip) | | | {rtt['p50'] / 1e3:.2f} | {rtt['p99'] / 1e3:.2f} | | | | `{r['command']}` |")
             continue
         lat = r["lat_ns"]
         cpu = f"{r['cpu_s_per_million_ios']:.2f}" if r.get("emulator_commands") else ""
         out.append(f"| {r['label']} | {fmt_iops(r['iops'])} | {r['gb_per_s']:.2f} | {lat['p50'] / 1e3:.2f} | {lat['p99'] / 1e3:.2f} | "
-                   f"{lat['p999'] / 1e3:.2f} | {cpu} | `{r['command']}` |")
+                   f"{lat['p999'] / 1e3:.2f} | {cpu} | {r.get('errors') or ''} | `{r['command']}` |")
     return "\n".join(out)
 
 
@@ -63,68 +68,51 @@ def plots(records, directory):
     gpu = next((r.get("gpu") for r in records if r.get("gpu")), "GPU")
     date = next((r.get("date", "")[:10] for r in records if r.get("date")), "")
 
+    def save(fig, ax, name, title, xlabel, ylabel, log_base=2):
+        ax.set_xscale("log", base=log_base)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{title}\n{gpu}, {date}", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(directory, name), dpi=120)
+        plt.close(fig)
+
     # IOPS against GPU threads: four modelled SSDs (P2).
-    p2 = sorted(by_figure(records, "P2"), key=lambda r: r["threads"])
+    p2 = sorted(by_figure(records, "P2", clean=True), key=lambda r: r["threads"])
     if p2:
         fig, ax = plt.subplots(figsize=(6, 4))
         ax.plot([r["threads"] for r in p2], [r["iops"] / 1e6 for r in p2], "o-", label="cunvme, qd 4 per thread")
         ax.axhline(6.0, color="gray", ls="--", label="4 × 1.5 M IOPS (model)")
         ax.axhline(0.95 * 6.0, color="gray", ls=":", label="95 %")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("GPU threads issuing I/O")
-        ax.set_ylabel("M IOPS (4 KiB random reads)")
-        ax.set_title(f"4 modelled SSDs on the emulator, no data moved\n{gpu}, {date}", fontsize=9)
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(os.path.join(directory, "iops_vs_threads.png"), dpi=120)
-        plt.close(fig)
+        save(fig, ax, "iops_vs_threads.png", "4 modelled SSDs on the emulator, no data moved", "GPU threads issuing I/O", "M IOPS (4 KiB random reads)")
 
     # Bandwidth against block size, with the pinned H2D limit.
-    bw = by_figure(records, "BW")
+    bw = sorted(by_figure(records, "BW", clean=True), key=lambda r: r["bs"])
     h2d = [r for r in by_figure(records, "P3") if r.get("baseline") == "h2d"]
     if bw:
-        bw.sort(key=lambda r: r["bs"])
         fig, ax = plt.subplots(figsize=(6, 4))
         ax.plot([r["bs"] / 1024 for r in bw], [r["gb_per_s"] for r in bw], "o-", label="cunvme reads into GPU memory (emulator, tier 2)")
         if h2d:
             ax.axhline(h2d[0]["gb_per_s"], color="gray", ls="--", label="pinned cudaMemcpy H2D")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("block size (KiB)")
-        ax.set_ylabel("GB/s")
-        ax.set_title(f"Sequential reads, bandwidth against block size\n{gpu}, {date}", fontsize=9)
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(os.path.join(directory, "bw_vs_block_size.png"), dpi=120)
-        plt.close(fig)
+        save(fig, ax, "bw_vs_block_size.png", "Sequential reads, bandwidth against block size", "block size (KiB)", "GB/s")
 
-    # Latency CDFs.
+    # Latency CDFs: QD 1, a saturated null-controller run, the largest P2 run.
     fig, ax = plt.subplots(figsize=(6, 4))
-    drawn = False
     for figure, pick in [("P4", None), ("P1", 0), ("P2", -1)]:
-        rows = [r for r in by_figure(records, figure) if r.get("hist")]
+        rows = [r for r in by_figure(records, figure, clean=True) if r.get("hist")]
         if pick is not None and rows:
             rows = [sorted(rows, key=lambda r: r["threads"])[pick]]
         for r in rows:
             xs, ys = cdf_points(r["hist"])
             ax.plot(xs, ys, label=r["label"])
-            drawn = True
-    if drawn:
-        ax.set_xscale("log")
-        ax.set_xlabel("completion latency (µs, globaltimer)")
-        ax.set_ylabel("fraction of commands")
-        ax.set_title(f"Latency CDF\n{gpu}, {date}", fontsize=9)
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(os.path.join(directory, "latency_cdf.png"), dpi=120)
-    plt.close(fig)
+    save(fig, ax, "latency_cdf.png", "Latency CDF", "completion latency (µs, globaltimer)", "fraction of commands", log_base=10)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", help="directory with results.jsonl")
+    ap.add_argument("results", help="a sweep's directory (with results.jsonl) or a .jsonl file")
     ap.add_argument("--png", default="bench/plots", help="where the PNGs go")
     ap.add_argument("--tables-only", action="store_true")
     a = ap.parse_args()
