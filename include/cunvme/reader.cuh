@@ -288,7 +288,12 @@ class block_io {
           h.state = io_handle::phase::finished;
           return;
         }
-        continue;  // the completion came just now
+        if (expected == static_cast<cuda::std::uint32_t>(record_state::done)) continue;  // the completion came just now
+        // Neither pending nor done: the record is no longer this command's (its CID was freed
+        // under it). Waiting on could last forever; the CID is not ours to give back.
+        h.result = io_result::failure(io_error::timeout, h.lba, h.blocks);
+        h.state = io_handle::phase::finished;
+        return;
       }
       access::back_off(round);
     }

@@ -192,3 +192,24 @@ TEST_CASE("random injected errors under four threads: every failure is reported,
   CHECK(total_failed == r.emulator->injected_faults().statuses);
   CHECK(total_failed > 0);
 }
+
+TEST_CASE("a wait whose completion record was freed under it ends at the queue's timeout instead of waiting forever") {
+  emu::fault_rule lose;
+  lose.action = emu::fault_action::lose_completion;
+  lose.nth = 1;
+  rig r(with_rule(lose));
+  host::io_queue q(*r.ctrl, 4, host::queue_placement::host, 1s);
+  reader_of<slots::multi_producer, completion::cooperative, doorbell::mmio> reader(q.view(), q.namespace_view(1));
+  auto buf = r.ctrl->memory().allocate(64 * 1024);
+  cunvme::io_handle h = reader.submit_read(0, 8, contiguous_of(buf), 0);
+  REQUIRE(h.state == cunvme::io_handle::phase::in_flight);
+  // Break the invariant the wait relies on, as a stray give_back would: the record is free.
+  cunvme::shared_word<std::uint32_t>(q.view().records[h.cid].state).store(static_cast<std::uint32_t>(cunvme::record_state::free));
+  const auto start = std::chrono::steady_clock::now();
+  const io_result res = reader.wait(h);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  CHECK(res.error == io_error::timeout);
+  CHECK(waited >= 1s);
+  CHECK(waited < 10s);
+  CHECK(h.state == cunvme::io_handle::phase::finished);
+}
