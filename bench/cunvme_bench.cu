@@ -468,6 +468,7 @@ struct result {
   counts c{};
   double seconds = 0, cpu = 0;
   u64 emulator_commands = 0;
+  u64 doorbell_errors = 0, dma_faults = 0, completions_dropped = 0;  ///< the emulators' own view of trouble
 };
 
 template <class Slots, class Completion, class Doorbell>
@@ -555,7 +556,13 @@ result run_io(const options& o, target& t) {
   __atomic_store_n(stop, 1u, __ATOMIC_RELEASE);
   check(cudaStreamSynchronize(side), "stop the pollers");
   if (t.null) t.null->stop();
-  for (auto* e : t.emulators) r.emulator_commands += e->stats().io_commands;
+  for (auto* e : t.emulators) {
+    const auto s = e->stats();
+    r.emulator_commands += s.io_commands;
+    r.doorbell_errors += s.doorbell_errors;
+    r.dma_faults += s.dma_faults;
+    r.completions_dropped += s.completions_dropped;
+  }
   r.emulator_commands -= emulator_before;
   check(cudaMemcpy(&r.c, out, sizeof(counts), cudaMemcpyDeviceToHost), "read the counters");
   cudaFree(device_table);
@@ -619,11 +626,13 @@ int run_benchmark(const options& o) {
                 json_string(o.completion).c_str(), json_string(o.doorbell).c_str(), t.null ? 3u : o.tier);
     std::printf("\"seconds\":%.6f,\"ops\":%llu,\"iops\":%.1f,\"gb_per_s\":%.4f,\"errors\":%llu,\"timeouts\":%llu,\"mismatches\":%llu,"
                 "\"lat_ns\":{\"p50\":%.0f,\"p99\":%.0f,\"p999\":%.0f,\"mean\":%.0f,\"max\":%llu},\"timer_step_ns\":%llu,"
-                "\"cpu_seconds\":%.4f,\"emulator_commands\":%llu,\"cpu_s_per_million_ios\":%.4f,\"first_error\":%s,\"notes\":[",
+                "\"cpu_seconds\":%.4f,\"emulator_commands\":%llu,\"cpu_s_per_million_ios\":%.4f,\"first_error\":%s,\"emulator_doorbell_errors\":%llu,\"emulator_dma_faults\":%llu,\"emulator_completions_dropped\":%llu,\"notes\":[",
                 r.seconds, r.c.ops, iops, gbps, r.c.errors, r.c.timeouts, r.c.mismatches, lat.p50, lat.p99, lat.p999, lat.mean, r.c.max_ns,
                 static_cast<unsigned long long>(timer_ns), r.cpu, static_cast<unsigned long long>(r.emulator_commands), cpu_per_million,
                 json_string(r.c.first_error == 0 ? "" : std::string(to_string(static_cast<io_error>(r.c.first_error >> 16))) + ", NVMe status " +
-                                                            std::to_string(r.c.first_error & 0xffff)).c_str());
+                                                            std::to_string(r.c.first_error & 0xffff)).c_str(),
+                static_cast<unsigned long long>(r.doorbell_errors), static_cast<unsigned long long>(r.dma_faults),
+                static_cast<unsigned long long>(r.completions_dropped));
     for (std::size_t i = 0; i < t.notes.size(); ++i) std::printf("%s%s", i ? "," : "", json_string(t.notes[i]).c_str());
     std::printf("],\"hist\":[");
     bool first = true;
@@ -645,6 +654,11 @@ int run_benchmark(const options& o) {
     if (!t.emulators.empty()) {
       std::printf("  host CPU: %.3f s for %llu emulated I/Os = %.3f CPU-s per million I/Os\n", r.cpu, static_cast<unsigned long long>(r.emulator_commands),
                   cpu_per_million);
+      if (r.doorbell_errors + r.dma_faults + r.completions_dropped != 0) {
+        std::printf("  emulator: %llu rejected doorbell writes, %llu DMA faults, %llu completions dropped\n",
+                    static_cast<unsigned long long>(r.doorbell_errors), static_cast<unsigned long long>(r.dma_faults),
+                    static_cast<unsigned long long>(r.completions_dropped));
+      }
     }
     if (r.c.first_error != 0) {
       std::printf("  first error: %s, NVMe status 0x%llx\n", to_string(static_cast<io_error>(r.c.first_error >> 16)), r.c.first_error & 0xffff);

@@ -261,3 +261,11 @@ TEST_CASE("emu:readonly opens a file namespace read-only") {
   ctrl.reset();
   std::remove(path.c_str());
 }
+
+TEST_CASE("emu:spin makes the emulator's workers poll without sleeping") {
+  auto spinning = host::open("emu:blocks=1000,spin");
+  auto& emulator = dynamic_cast<host::emu_backend&>(spinning->backend()).controller();
+  CHECK(emulator.config().idle.spins == ~std::uint32_t{0});
+  auto plain = host::open("emu:blocks=1000");
+  CHECK(dynamic_cast<host::emu_backend&>(plain->backend()).controller().config().idle.spins == emu::idle_policy{}.spins);
+}

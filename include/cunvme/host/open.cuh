@@ -43,7 +43,8 @@ namespace detail {
 
 /// `emu:` options: lba=512|4096, blocks=N, namespaces=N, file=PATH, cmb_mb=N,
 /// timing=none|gen4-tlc|datacenter-gen4|scm, workers=N, pattern, readonly (a file namespace
-/// opened read-only: writes fail with Write Fault), nodata (Read and Write
+/// opened read-only: writes fail with Write Fault), spin (worker threads poll without ever
+/// sleeping: for latency measurements, at a busy core per thread), nodata (Read and Write
 /// are checked and complete but copy no data: `emu::controller_config::move_data`, for
 /// command-rate measurements).
 [[nodiscard]] inline emu::controller_config parse_emu(std::string_view options, std::string_view uri, bool& fill_pattern) {
@@ -80,6 +81,8 @@ namespace detail {
       config.move_data = false;
     } else if (key == "readonly") {
       ns.read_only = true;
+    } else if (key == "spin") {
+      config.idle.spins = ~std::uint32_t{0};  // workers never sleep between polls: lowest latency, a core each
     } else if (!key.empty()) {
       throw error("Open", std::string(uri), "unknown emulator option '" + std::string(key) + "'");
     }
