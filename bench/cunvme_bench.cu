@@ -107,8 +107,6 @@ __device__ u64 mix(u64 x) {
   x *= 0xc4ceb9fe1a85ec53ull;
   return x ^ (x >> 33);
 }
-/// The words of an `emu:pattern` namespace (host::pattern_word).
-__device__ u64 pattern_at(u64 byte) { return (byte / 8) ^ 0x5a5a5a5a5a5a5a5aull; }
 
 template <class Reader, class Writer>
 __global__ void __launch_bounds__(256) io_kernel(const lane_queue<Reader, Writer>* queues, params p, counts* out, unsigned long long* progress) {
@@ -135,8 +133,8 @@ __global__ void __launch_bounds__(256) io_kernel(const lane_queue<Reader, Writer
         max_ns = ns > max_ns ? ns : max_ns;
         if (p.verify && !p.write) {
           const std::uint64_t* words = q.data + ((tid * p.qd + k) % q.slots) * (bs / 8);
-          mismatches += words[0] != pattern_at(lba[k] * lba_bytes);
-          mismatches += words[bs / 8 - 1] != pattern_at(lba[k] * lba_bytes + bs - 8);
+          mismatches += words[0] != host::pattern_word(lba[k] * lba_bytes);
+          mismatches += words[bs / 8 - 1] != host::pattern_word(lba[k] * lba_bytes + bs - 8);
         }
       } else {
         ++errors;
@@ -415,7 +413,7 @@ struct target {
 };
 
 __global__ void fill_pattern(std::uint64_t* words, u64 count) {
-  for (u64 i = u64{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += u64{gridDim.x} * blockDim.x) words[i] = pattern_at(i * 8);
+  for (u64 i = u64{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += u64{gridDim.x} * blockDim.x) words[i] = host::pattern_word(i * 8);
 }
 
 void open_target(const options& o, target& t) {

@@ -80,6 +80,14 @@ enum class build_result : cuda::std::uint8_t {
   return static_cast<cuda::std::uint32_t>(data_entries + chains);
 }
 
+/// Bytes of PRP list one command of up to `max_transfer` bytes can need, in whole controller
+/// pages (at least one): the worst case starts PRP1 four bytes before a page boundary.
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint64_t list_bytes_per_command(cuda::std::uint64_t max_transfer, unsigned page_shift) noexcept {
+  const cuda::std::uint64_t page = cuda::std::uint64_t{1} << page_shift;
+  const cuda::std::uint64_t bytes = (cuda::std::uint64_t{list_entries_needed(page - 4, max_transfer, page_shift)} * 8 + page - 1) / page * page;
+  return bytes > page ? bytes : page;
+}
+
 /// Fills `out` for bytes [offset, offset + length) of `buffer` with controller pages of
 /// 2^`page_shift` bytes (CC.MPS + 12), writing a PRP list into `list` when the transfer
 /// spans more than two pages.

@@ -282,15 +282,12 @@ class block_io {
     for (cuda::std::uint32_t round = 0; !test(h); ++round) {
       if (access::now_ns() > deadline) {
         cuda::std::uint32_t expected = static_cast<cuda::std::uint32_t>(record_state::pending);
-        if (shared_word<cuda::std::uint32_t>(q_.records[h.cid].state).compare_exchange_strong(expected, static_cast<cuda::std::uint32_t>(record_state::abandoned),
-                                                                     cuda::std::memory_order_acq_rel)) {
-          h.result = io_result::failure(io_error::timeout, h.lba, h.blocks);
-          h.state = io_handle::phase::finished;
-          return;
-        }
-        if (expected == static_cast<cuda::std::uint32_t>(record_state::done)) continue;  // the completion came just now
-        // Neither pending nor done: the record is no longer this command's (its CID was freed
-        // under it). Waiting on could last forever; the CID is not ours to give back.
+        const bool abandoned = shared_word<cuda::std::uint32_t>(q_.records[h.cid].state)
+                                   .compare_exchange_strong(expected, static_cast<cuda::std::uint32_t>(record_state::abandoned), cuda::std::memory_order_acq_rel);
+        if (!abandoned && expected == static_cast<cuda::std::uint32_t>(record_state::done)) continue;  // the completion came just now
+        // Abandoned (its late completion frees the CID), or neither pending nor done: the record
+        // is no longer this command's, waiting on could last forever, and the CID is not ours
+        // to give back.
         h.result = io_result::failure(io_error::timeout, h.lba, h.blocks);
         h.state = io_handle::phase::finished;
         return;

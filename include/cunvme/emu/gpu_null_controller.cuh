@@ -263,20 +263,20 @@ class gpu_null_controller {
     if (o.threads_per_block % 32 != 0 || o.blocks == 0) throw std::invalid_argument("gpu_null_controller: whole warps and at least one block");
     const std::uint64_t page = 4096;
     const std::uint32_t cids = o.entries - 1;
-    const std::uint32_t list_entries = static_cast<std::uint32_t>(std::max<std::uint64_t>(page / 8, (prp::list_entries_needed(page - 4, o.max_transfer_bytes, 12) * 8 + page - 1) / page * page / 8));
+    const std::uint32_t list_entries = static_cast<std::uint32_t>(prp::list_bytes_per_command(o.max_transfer_bytes, 12) / 8);
     const bookkeeping_layout book = bookkeeping_layout::of(o.entries);
     const std::size_t sq_bytes = std::size_t{o.entries} * sizeof(spec::submission_entry);
     const std::size_t cq_bytes = std::size_t{o.entries} * sizeof(spec::completion_entry);
     const std::size_t lists_bytes = std::size_t{cids} * list_entries * 8;
     // Per queue, page-aligned pieces: SQ, CQ, PRP lists, bookkeeping, then doorbells + state.
     auto up = [&](std::size_t b) { return (b + page - 1) / page * page; };
-    per_queue_ = up(sq_bytes) + up(cq_bytes) + up(lists_bytes) + up(book.bytes) + page;
-    queue_memory_ = allocate(per_queue_ * o.queues + page, "queues");
+    const std::size_t per_queue = up(sq_bytes) + up(cq_bytes) + up(lists_bytes) + up(book.bytes) + page;
+    queue_memory_ = allocate(per_queue * o.queues + page, "queues");
     auto* base = reinterpret_cast<std::byte*>(up(reinterpret_cast<std::uintptr_t>(queue_memory_)));
     std::vector<null_detail::queue> queues(o.queues);
     views_.resize(o.queues);
     for (std::uint32_t i = 0; i < o.queues; ++i) {
-      std::byte* at = base + per_queue_ * i;
+      std::byte* at = base + per_queue * i;
       queue_view& v = views_[i];
       v.sq = reinterpret_cast<spec::submission_entry*>(at);
       v.cq = reinterpret_cast<spec::completion_entry*>(at + up(sq_bytes));
@@ -354,7 +354,6 @@ class gpu_null_controller {
   }
 
   options o_;
-  std::size_t per_queue_ = 0;
   void* queue_memory_ = nullptr;
   null_detail::queue* queue_table_ = nullptr;
   std::byte* data_ = nullptr;

@@ -113,10 +113,7 @@ class io_queue {
     const std::uint32_t entries = pair_->entries();
     const std::uint32_t cids = entries - 1;
     const unsigned shift = ctrl_.page_shift();
-    const std::uint64_t page = std::uint64_t{1} << shift;
-    // The worst case: PRP1 four bytes before a page boundary, then MDTS more bytes.
-    const std::uint32_t needed = prp::list_entries_needed(page - 4, ctrl_.max_transfer_bytes(), shift);
-    const std::uint64_t list_bytes = std::max<std::uint64_t>(page, (std::uint64_t{needed} * 8 + page - 1) / page * page);
+    const std::uint64_t list_bytes = prp::list_bytes_per_command(ctrl_.max_transfer_bytes(), shift);
 
     const bookkeeping_layout bookkeeping = bookkeeping_layout::of(entries);
     state_ = memory_.bookkeeping ? memory_.bookkeeping(bookkeeping.bytes) : ctrl_.memory().allocate(bookkeeping.bytes);

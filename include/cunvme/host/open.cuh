@@ -26,7 +26,7 @@ namespace host {
 
 /// Every 8-byte little-endian word at byte offset `o` of a pattern-filled namespace holds
 /// `(o / 8) ^ 0x5a5a5a5a5a5a5a5a`: the test disks of the QEMU harness and `emu:pattern`.
-[[nodiscard]] constexpr std::uint64_t pattern_word(std::uint64_t byte_offset) noexcept {
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr std::uint64_t pattern_word(std::uint64_t byte_offset) noexcept {
   return (byte_offset / 8) ^ 0x5a5a5a5a5a5a5a5aull;
 }
 
