@@ -709,7 +709,11 @@ int run_pingpong(const options& o) {
   for (unsigned i = 0; i < rounds; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     __atomic_store_n(word, 2 * i + 1, __ATOMIC_RELEASE);
-    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) != 2 * i + 2) {
+    // Bounded: a GPU that stopped answering (a faulted kernel) must not hang the benchmark.
+    for (unsigned spins = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) != 2 * i + 2; ++spins) {
+      if (spins % 4096 == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) {
+        throw std::runtime_error("ping-pong: the GPU did not answer round " + std::to_string(i) + " within 5 s");
+      }
     }
     trips.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
   }
