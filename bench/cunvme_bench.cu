@@ -735,9 +735,9 @@ int run_pingpong(const options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Pollers and the null controller spin beside the I/O kernel: load every kernel up front
-  // (lazy loading would make the I/O kernel's first launch wait for them).
-  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  // Pollers and the null controller spin beside the I/O kernel, and the emulator's copies
+  // must not queue behind it (see prepare_cuda_environment).
+  emu::prepare_cuda_environment();
   const options o = parse(argc, argv);
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {

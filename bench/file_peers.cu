@@ -889,6 +889,7 @@ int run(const options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cunvme::emu::prepare_cuda_environment();  // before any CUDA call: kernels wait for emulated I/O
   options o;
   try {
     o = parse(argc, argv);

@@ -30,6 +30,10 @@ def figures(quick):
                      ["--device", "gpu-null", "--rw", "randread", "--bs", "512", "--threads", str(threads), "--block-threads", "256",
                       "--queues", str(queues), "--entries", "1024", "--qd", str(qd), "--null-blocks", str(null_blocks), "--time", t,
                       "--buffer", "256M"]))
+    # P1 with one queue pair per thread (no shared-slot atomics), 32 commands in flight each.
+    runs.append(("P1", "null 512B exclusive 1024 thr 1024 q qd32 ctrl32",
+                 ["--device", "gpu-null", "--rw", "randread", "--bs", "512", "--threads", "1024", "--block-threads", "32", "--queues", "1024",
+                  "--entries", "64", "--qd", "32", "--null-blocks", "32", "--time", t, "--buffer", "256M", "--slots", "exclusive", "--doorbell", "mmio"]))
     # P2: four modelled SSDs (datacenter-gen4: 1.5 M IOPS, 80 µs each), no data movement.
     for threads in [32, 64, 128, 256, 512, 1024, 2048]:
         runs.append(("P2", f"4 SSDs 4K randread {threads} threads qd4",
@@ -49,6 +53,10 @@ def figures(quick):
     # P4: QD1 4 KiB read latency, tier 1, one thread.
     runs.append(("P4", "emu 4K randread QD1 tier1", ["--device", "emu", "--rw", "randread", "--bs", "4096", "--threads", "1", "--block-threads", "32",
                                                      "--qd", "1", "--time", t, "--tier", "1", "--buffer", "64M"]))
+    runs.append(("P4", "emu 4K randread QD1 tier1 exclusive mmio", ["--device", "emu", "--rw", "randread", "--bs", "4096", "--threads", "1", "--block-threads", "32",
+                                                                   "--qd", "1", "--time", t, "--tier", "1", "--buffer", "64M", "--slots", "exclusive", "--doorbell", "mmio"]))
+    runs.append(("P4", "emu:spin 4K randread QD1 tier1 exclusive mmio", ["--device", "emu:spin", "--rw", "randread", "--bs", "4096", "--threads", "1", "--block-threads", "32",
+                                                                        "--qd", "1", "--time", t, "--tier", "1", "--buffer", "64M", "--slots", "exclusive", "--doorbell", "mmio"]))
     runs.append(("P4", "emu 4K randread QD1 tier2", ["--device", "emu", "--rw", "randread", "--bs", "4096", "--threads", "1", "--block-threads", "32",
                                                      "--qd", "1", "--time", t, "--tier", "2", "--buffer", "64M"]))
     # P6: host CPU per million emulated I/Os, with data (tier 2, 4 KiB) and without (nodata).

@@ -193,6 +193,7 @@ int run(const std::string& uri, std::uint32_t k, std::uint64_t max_warps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cunvme::emu::prepare_cuda_environment();  // before any CUDA call: kernels wait for emulated I/O
   int gpus = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&gpus); e != cudaSuccess || gpus == 0) {
     std::printf("checksum: no CUDA GPU (%s): skipped\n", e != cudaSuccess ? cudaGetErrorString(e) : "none found");

@@ -178,6 +178,7 @@ int run(const std::string& path, const std::string& uri_arg, std::uint64_t start
 }  // namespace
 
 int main(int argc, char** argv) {
+  cunvme::emu::prepare_cuda_environment();  // before any CUDA call: kernels wait for emulated I/O
   int gpus = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&gpus); e != cudaSuccess || gpus == 0) {
     std::printf("file_to_gpu: no CUDA GPU (%s): skipped\n", e != cudaSuccess ? cudaGetErrorString(e) : "none found");

@@ -192,6 +192,7 @@ int run(const std::string& uri, std::uint32_t per_thread) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cunvme::emu::prepare_cuda_environment();  // before any CUDA call: kernels wait for emulated I/O
   // No GPU (or no driver): say so instead of failing somewhere inside the bring-up.
   int gpus = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&gpus); e != cudaSuccess || gpus == 0) {

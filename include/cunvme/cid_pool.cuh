@@ -27,7 +27,7 @@ namespace cid_pool {
   const cuda::std::uint32_t words = q.cid_words();
   for (cuda::std::uint32_t i = 0; i < words; ++i) {
     const cuda::std::uint32_t w = (hint + i) % words;
-    shared_word<cuda::std::uint32_t> word(q.cid_bits[w]);
+    bookkeeping_word<cuda::std::uint32_t> word(q.cid_bits[w]);
     cuda::std::uint32_t taken = word.load(cuda::std::memory_order_relaxed);
     while ((~taken & valid_bits(q, w)) != 0) {
       const cuda::std::uint32_t bit = 1u << cuda::std::countr_zero(~taken & valid_bits(q, w));
@@ -36,7 +36,7 @@ namespace cid_pool {
       const cuda::std::uint32_t before = word.fetch_or(bit, cuda::std::memory_order_acq_rel);
       if ((before & bit) == 0) {
         cid = static_cast<cuda::std::uint16_t>(w * 32 + cuda::std::countr_zero(bit));
-        shared_word<cuda::std::uint32_t>(q.records[cid].state).store(static_cast<cuda::std::uint32_t>(record_state::pending), cuda::std::memory_order_relaxed);
+        bookkeeping_word<cuda::std::uint32_t>(q.records[cid].state).store(static_cast<cuda::std::uint32_t>(record_state::pending), cuda::std::memory_order_relaxed);
         return true;
       }
       taken = before | bit;
@@ -47,14 +47,14 @@ namespace cid_pool {
 
 /// Returns a CID whose record has been read (or whose late completion was dropped).
 CUNVME_HOST_DEVICE inline void give_back(const queue_view& q, cuda::std::uint16_t cid) noexcept {
-  shared_word<cuda::std::uint32_t>(q.records[cid].state).store(static_cast<cuda::std::uint32_t>(record_state::free), cuda::std::memory_order_relaxed);
-  shared_word<cuda::std::uint32_t>(q.cid_bits[cid / 32]).fetch_and(~(1u << (cid % 32)), cuda::std::memory_order_release);
+  bookkeeping_word<cuda::std::uint32_t>(q.records[cid].state).store(static_cast<cuda::std::uint32_t>(record_state::free), cuda::std::memory_order_relaxed);
+  bookkeeping_word<cuda::std::uint32_t>(q.cid_bits[cid / 32]).fetch_and(~(1u << (cid % 32)), cuda::std::memory_order_release);
 }
 
 /// CIDs in use now (for tests and statistics; a snapshot, not synchronised).
 [[nodiscard]] CUNVME_HOST_DEVICE inline cuda::std::uint32_t in_use(const queue_view& q) noexcept {
   cuda::std::uint32_t n = 0;
-  for (cuda::std::uint32_t w = 0; w < q.cid_words(); ++w) n += cuda::std::popcount(shared_word<cuda::std::uint32_t>(q.cid_bits[w]).load(cuda::std::memory_order_relaxed));
+  for (cuda::std::uint32_t w = 0; w < q.cid_words(); ++w) n += cuda::std::popcount(bookkeeping_word<cuda::std::uint32_t>(q.cid_bits[w]).load(cuda::std::memory_order_relaxed));
   return n;
 }
 

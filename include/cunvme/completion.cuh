@@ -37,11 +37,11 @@ struct drained_entry {
 /// held back exactly so that this late completion cannot be taken for a newer command.
 CUNVME_HOST_DEVICE inline void deliver(const queue_view& q, const drained_entry& e) noexcept {
   if (e.cid >= q.cids()) {
-    shared_word<cuda::std::uint32_t>(q.counters->unexpected_completions).fetch_add(1, cuda::std::memory_order_relaxed);
+    bookkeeping_word<cuda::std::uint32_t>(q.counters->unexpected_completions).fetch_add(1, cuda::std::memory_order_relaxed);
     return;
   }
   completion_record& r = q.records[e.cid];
-  shared_word<cuda::std::uint32_t> state(r.state);
+  bookkeeping_word<cuda::std::uint32_t> state(r.state);
   auto current = state.load(cuda::std::memory_order_acquire);
   if (current == static_cast<cuda::std::uint32_t>(record_state::pending)) {
     r.status = e.status;
@@ -58,7 +58,7 @@ CUNVME_HOST_DEVICE inline void deliver(const queue_view& q, const drained_entry&
     cid_pool::give_back(q, e.cid);
     return;
   }
-  shared_word<cuda::std::uint32_t>(q.counters->unexpected_completions).fetch_add(1, cuda::std::memory_order_relaxed);
+  bookkeeping_word<cuda::std::uint32_t>(q.counters->unexpected_completions).fetch_add(1, cuda::std::memory_order_relaxed);
 }
 }  // namespace detail
 
@@ -68,11 +68,11 @@ CUNVME_HOST_DEVICE inline void deliver(const queue_view& q, const drained_entry&
 template <class Doorbell>
 [[gnu::noinline]] CUNVME_HOST_DEVICE cuda::std::uint32_t drain(const queue_view& q) noexcept {
   queue_counters& c = *q.counters;
-  shared_word<cuda::std::uint32_t> lock(c.drain_lock);
+  bookkeeping_word<cuda::std::uint32_t> lock(c.drain_lock);
   if (lock.load(cuda::std::memory_order_relaxed) != 0 || lock.exchange(1, cuda::std::memory_order_acquire) != 0) return 0;
-  const cuda::std::uint64_t first = shared_word<cuda::std::uint64_t>(c.cq_head).load(cuda::std::memory_order_relaxed);
+  const cuda::std::uint64_t first = bookkeeping_word<cuda::std::uint64_t>(c.cq_head).load(cuda::std::memory_order_relaxed);
   cuda::std::uint64_t head = first;
-  cuda::std::uint64_t sq_head = shared_word<cuda::std::uint64_t>(c.sq_head).load(cuda::std::memory_order_relaxed);
+  cuda::std::uint64_t sq_head = bookkeeping_word<cuda::std::uint64_t>(c.sq_head).load(cuda::std::memory_order_relaxed);
   detail::drained_entry taken[max_batch];
   cuda::std::uint32_t n = 0;
   // Rolled loops: an unrolled batch only multiplies code; the loads wait on memory anyway.
@@ -87,10 +87,10 @@ template <class Doorbell>
     auto* words = reinterpret_cast<cuda::std::uint32_t*>(q.cq + slot);
     // Rule 2 ("phase_before_payload"): the acquire load of DW3, which carries the phase tag,
     // orders every later read of the entry (and of the data) after the controller's writes.
-    const cuda::std::uint32_t dw3 = shared_word<cuda::std::uint32_t>(words[3]).load(cuda::std::memory_order_acquire);
+    const cuda::std::uint32_t dw3 = system_word<cuda::std::uint32_t>(words[3]).load(cuda::std::memory_order_acquire);
     if (((dw3 >> 16) & 1u) != expected_phase) break;
-    const cuda::std::uint32_t dw2 = shared_word<cuda::std::uint32_t>(words[2]).load(cuda::std::memory_order_relaxed);
-    taken[n] = {shared_word<cuda::std::uint32_t>(words[0]).load(cuda::std::memory_order_relaxed), shared_word<cuda::std::uint32_t>(words[1]).load(cuda::std::memory_order_relaxed),
+    const cuda::std::uint32_t dw2 = system_word<cuda::std::uint32_t>(words[2]).load(cuda::std::memory_order_relaxed);
+    taken[n] = {system_word<cuda::std::uint32_t>(words[0]).load(cuda::std::memory_order_relaxed), system_word<cuda::std::uint32_t>(words[1]).load(cuda::std::memory_order_relaxed),
                 static_cast<cuda::std::uint16_t>(dw3 & 0xffffu), static_cast<cuda::std::uint16_t>(spec::cqe_status::status_of(static_cast<cuda::std::uint16_t>(dw3 >> 16)))};
     // SQHD is an index; the fetched count moves forward by its distance from our count's slot.
     const cuda::std::uint32_t sqhd = dw2 & 0xffffu;
@@ -100,8 +100,8 @@ template <class Doorbell>
   if (n != 0) {
     // The SQ head goes first: a CID freed below must find its command's slot already free
     // (the room argument in slots.cuh depends on it).
-    shared_word<cuda::std::uint64_t>(c.sq_head).store(sq_head, cuda::std::memory_order_release);
-    shared_word<cuda::std::uint64_t>(c.cq_head).store(head, cuda::std::memory_order_relaxed);
+    bookkeeping_word<cuda::std::uint64_t>(c.sq_head).store(sq_head, cuda::std::memory_order_release);
+    bookkeeping_word<cuda::std::uint64_t>(c.cq_head).store(head, cuda::std::memory_order_relaxed);
     // Rule 3: the CQ head doorbell once per batch, after the entries were read (the doorbell
     // store orders the reads before it), before waiters are told: a waiter that submits again
     // at once must not find the controller still seeing a full CQ.
@@ -161,7 +161,7 @@ struct poller {
   CUNVME_HOST_DEVICE static cuda::std::uint64_t run(const queue_view& q, cuda::std::uint32_t& stop) noexcept {
     cuda::std::uint64_t consumed = 0;
     cuda::std::uint32_t idle = 0;
-    while (shared_word<cuda::std::uint32_t>(stop).load(cuda::std::memory_order_acquire) == 0) {
+    while (system_word<cuda::std::uint32_t>(stop).load(cuda::std::memory_order_acquire) == 0) {
       const cuda::std::uint32_t n = drain<Doorbell>(q);
       consumed += n;
       idle = n == 0 ? idle + 1 : 0;

@@ -34,7 +34,7 @@ concept policy = requires(const queue_view& q, which w, cuda::std::uint32_t valu
 };
 
 namespace detail {
-CUNVME_HOST_DEVICE inline void count(cuda::std::uint64_t& counter) noexcept { shared_word<cuda::std::uint64_t>(counter).fetch_add(1, cuda::std::memory_order_relaxed); }
+CUNVME_HOST_DEVICE inline void count(cuda::std::uint64_t& counter) noexcept { bookkeeping_word<cuda::std::uint64_t>(counter).fetch_add(1, cuda::std::memory_order_relaxed); }
 }  // namespace detail
 
 /// Direct MMIO: every update is one store to the BAR.
@@ -66,7 +66,7 @@ struct shadow {
   }
   CUNVME_HOST_DEVICE static void ring(const queue_view& q, which w, cuda::std::uint32_t value, cuda::std::uint32_t old) noexcept {
     const bool sq = w == which::sq_tail;
-    using ref = shared_word<cuda::std::uint32_t>;
+    using ref = system_word<cuda::std::uint32_t>;
     // seq_cst on both: the shadow store must be visible before EventIdx is read, or host and
     // controller can each miss the other's update (Linux and SPDK put a full barrier here).
     // The shadow store also publishes the SQE (or the consumed CQ slots), as a doorbell does.

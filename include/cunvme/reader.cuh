@@ -269,7 +269,7 @@ class block_io {
   /// Takes the completion of `h` if it has come: fills `h.result` and gives the CID back.
   [[nodiscard]] CUNVME_HOST_DEVICE bool take_record(io_handle& h) const noexcept {
     completion_record& r = q_.records[h.cid];
-    if (shared_word<cuda::std::uint32_t>(r.state).load(cuda::std::memory_order_acquire) != static_cast<cuda::std::uint32_t>(record_state::done)) return false;
+    if (bookkeeping_word<cuda::std::uint32_t>(r.state).load(cuda::std::memory_order_acquire) != static_cast<cuda::std::uint32_t>(record_state::done)) return false;
     const auto status = static_cast<spec::status>(r.status);
     h.result = status == spec::status::successful_completion ? io_result{} : io_result::failure(io_error::nvme_status, h.lba, h.blocks, status);
     cid_pool::give_back(q_, h.cid);
@@ -282,7 +282,7 @@ class block_io {
     for (cuda::std::uint32_t round = 0; !test(h); ++round) {
       if (access::now_ns() > deadline) {
         cuda::std::uint32_t expected = static_cast<cuda::std::uint32_t>(record_state::pending);
-        const bool abandoned = shared_word<cuda::std::uint32_t>(q_.records[h.cid].state)
+        const bool abandoned = bookkeeping_word<cuda::std::uint32_t>(q_.records[h.cid].state)
                                    .compare_exchange_strong(expected, static_cast<cuda::std::uint32_t>(record_state::abandoned), cuda::std::memory_order_acq_rel);
         if (!abandoned && expected == static_cast<cuda::std::uint32_t>(record_state::done)) continue;  // the completion came just now
         // Abandoned (its late completion frees the CID), or neither pending nor done: the record

@@ -38,7 +38,7 @@ namespace slots {
 
 namespace detail {
 [[nodiscard]] CUNVME_HOST_DEVICE inline bool has_room(const queue_view& q, cuda::std::uint64_t reserved, cuda::std::uint32_t count) noexcept {
-  const cuda::std::uint64_t head = shared_word<cuda::std::uint64_t>(q.counters->sq_head).load(cuda::std::memory_order_acquire);
+  const cuda::std::uint64_t head = bookkeeping_word<cuda::std::uint64_t>(q.counters->sq_head).load(cuda::std::memory_order_acquire);
   return reserved + count - head <= q.entries - 1;
 }
 
@@ -49,7 +49,7 @@ CUNVME_EXEC_CHECK_DISABLE
 template <class Progress>
 [[nodiscard]] CUNVME_HOST_DEVICE bool take_shared(const queue_view& q, cuda::std::uint32_t count, cuda::std::uint64_t deadline, Progress& progress,
                                                   cuda::std::uint64_t& ticket) {
-  shared_word<cuda::std::uint64_t> reserved(q.counters->sq_reserved);
+  bookkeeping_word<cuda::std::uint64_t> reserved(q.counters->sq_reserved);
   cuda::std::uint64_t seen = reserved.load(cuda::std::memory_order_relaxed);
   for (cuda::std::uint32_t round = 0;; ++round) {
     if (has_room(q, seen, count)) {
@@ -74,24 +74,26 @@ template <class Doorbell>
 CUNVME_HOST_DEVICE void ring_published(const queue_view& q) noexcept {
   queue_counters& c = *q.counters;
   for (;;) {
-    if (shared_word<cuda::std::uint32_t>(c.ring_lock).exchange(1, cuda::std::memory_order_seq_cst) != 0) return;
-    const cuda::std::uint64_t from = shared_word<cuda::std::uint64_t>(c.sq_rung).load(cuda::std::memory_order_relaxed);
+    if (bookkeeping_word<cuda::std::uint32_t>(c.ring_lock).exchange(1, cuda::std::memory_order_seq_cst) != 0) return;
+    const cuda::std::uint64_t from = bookkeeping_word<cuda::std::uint64_t>(c.sq_rung).load(cuda::std::memory_order_relaxed);
     cuda::std::uint64_t to = from;
-    while (to - from < q.entries && shared_word<cuda::std::uint64_t>(q.turns[q.slot(to)]).load(cuda::std::memory_order_acquire) == to + 1) ++to;
+    while (to - from < q.entries && bookkeeping_word<cuda::std::uint64_t>(q.turns[q.slot(to)]).load(cuda::std::memory_order_acquire) == to + 1) ++to;
     if (to != from) {
       Doorbell::ring(q, doorbell::which::sq_tail, q.slot(to),
                      q.slot(from));
-      shared_word<cuda::std::uint64_t>(c.sq_rung).store(to, cuda::std::memory_order_release);
+      // Relaxed: the unlock below (seq_cst) publishes it to the next holder, and `rung` only
+      // spares a waiter a redundant ring.
+      bookkeeping_word<cuda::std::uint64_t>(c.sq_rung).store(to, cuda::std::memory_order_relaxed);
     }
-    shared_word<cuda::std::uint32_t>(c.ring_lock).store(0, cuda::std::memory_order_seq_cst);
-    if (shared_word<cuda::std::uint64_t>(q.turns[q.slot(to)]).load(cuda::std::memory_order_seq_cst) != to + 1) return;
+    bookkeeping_word<cuda::std::uint32_t>(c.ring_lock).store(0, cuda::std::memory_order_seq_cst);
+    if (bookkeeping_word<cuda::std::uint64_t>(q.turns[q.slot(to)]).load(cuda::std::memory_order_seq_cst) != to + 1) return;
   }
 }
 
 /// Publishes `count` SQEs from `ticket` on, written by this thread.
 CUNVME_HOST_DEVICE inline void publish(const queue_view& q, cuda::std::uint64_t ticket, cuda::std::uint32_t count) noexcept {
   for (cuda::std::uint32_t i = 0; i < count; ++i) {
-    shared_word<cuda::std::uint64_t>(q.turns[q.slot(ticket + i)]).store(ticket + i + 1, cuda::std::memory_order_seq_cst);
+    bookkeeping_word<cuda::std::uint64_t>(q.turns[q.slot(ticket + i)]).store(ticket + i + 1, cuda::std::memory_order_seq_cst);
   }
 }
 
@@ -100,15 +102,18 @@ CUNVME_HOST_DEVICE inline void publish(const queue_view& q, cuda::std::uint64_t 
 template <class Doorbell>
 CUNVME_HOST_DEVICE void ring_after_publish(const queue_view& q, cuda::std::uint32_t count) noexcept {
   if constexpr (Doorbell::coalesces) {
-    const cuda::std::uint64_t published = shared_word<cuda::std::uint64_t>(q.counters->sq_published).fetch_add(count, cuda::std::memory_order_seq_cst) + count;
-    if (published != shared_word<cuda::std::uint64_t>(q.counters->sq_reserved).load(cuda::std::memory_order_seq_cst)) return;
+    // acq_rel: a publisher that counts past another's publication also sees that one's
+    // reservation, so whoever publishes last reads the full reserved count and rings (the
+    // turn words, not these counters, carry the SQEs to the ringer).
+    const cuda::std::uint64_t published = bookkeeping_word<cuda::std::uint64_t>(q.counters->sq_published).fetch_add(count, cuda::std::memory_order_acq_rel) + count;
+    if (published != bookkeeping_word<cuda::std::uint64_t>(q.counters->sq_reserved).load(cuda::std::memory_order_relaxed)) return;
   }
   ring_published<Doorbell>(q);
 }
 
 /// Whether the doorbell already covers `ticket`.
 [[nodiscard]] CUNVME_HOST_DEVICE inline bool rung(const queue_view& q, cuda::std::uint64_t ticket) noexcept {
-  return shared_word<cuda::std::uint64_t>(q.counters->sq_rung).load(cuda::std::memory_order_acquire) > ticket;
+  return bookkeeping_word<cuda::std::uint64_t>(q.counters->sq_rung).load(cuda::std::memory_order_acquire) > ticket;
 }
 }  // namespace detail
 
@@ -137,7 +142,7 @@ struct exclusive {
     const cuda::std::uint32_t below = g.exclusive_sum(count, total);
     cuda::std::uint64_t base = ~cuda::std::uint64_t{0};
     if (g.rank() == 0 && total != 0) {
-      shared_word<cuda::std::uint64_t> reserved(q.counters->sq_reserved);
+      bookkeeping_word<cuda::std::uint64_t> reserved(q.counters->sq_reserved);
       const cuda::std::uint64_t at = reserved.load(cuda::std::memory_order_relaxed);
       for (cuda::std::uint32_t round = 0; base == ~cuda::std::uint64_t{0}; ++round) {
         if (detail::has_room(q, at, total)) {
@@ -162,9 +167,9 @@ struct exclusive {
     cuda::std::uint32_t total = 0;
     (void)g.exclusive_sum(count, total);  // also orders every member's SQE before the leader rings
     if (g.rank() == 0 && total != 0) {
-      shared_word<cuda::std::uint64_t> rung(q.counters->sq_rung);
+      bookkeeping_word<cuda::std::uint64_t> rung(q.counters->sq_rung);
       const cuda::std::uint64_t from = rung.load(cuda::std::memory_order_relaxed);
-      const cuda::std::uint64_t to = shared_word<cuda::std::uint64_t>(q.counters->sq_reserved).load(cuda::std::memory_order_relaxed);
+      const cuda::std::uint64_t to = bookkeeping_word<cuda::std::uint64_t>(q.counters->sq_reserved).load(cuda::std::memory_order_relaxed);
       Doorbell::ring(q, doorbell::which::sq_tail, q.slot(to), q.slot(from));
       rung.store(to, cuda::std::memory_order_release);
     }

@@ -195,6 +195,7 @@ TEST_CASE("queues in GPU memory: the controller fetches SQEs from and posts CQEs
 }
 
 int main(int argc, char** argv) {
+  cunvme::emu::prepare_cuda_environment();  // before any CUDA call: kernels wait for emulated I/O
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::puts("skipped: no CUDA device");

@@ -670,10 +670,9 @@ TEST_CASE("copy_n moves blocks between the namespace and raw pointers, device_pt
 }
 
 int main(int argc, char** argv) {
-  // A dedicated poller kernel spins until the reader kernel beside it is done. With CUDA's lazy
-  // module loading, the reader's first launch loads its code and that waits for the running
-  // poller: a deadlock. Load every kernel up front instead (before the first CUDA call).
-  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  // Poller kernels spin beside reader kernels, and the emulator's copies must not queue
+  // behind a running kernel (see prepare_cuda_environment).
+  emu::prepare_cuda_environment();
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA GPU: the gpu suite is skipped\n");

@@ -105,6 +105,7 @@ std::uint64_t arg(int argc, char** argv, const char* name, std::uint64_t fallbac
 }  // namespace
 
 int main(int argc, char** argv) {
+  cunvme::emu::prepare_cuda_environment();  // before any CUDA call: kernels wait for emulated I/O
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA GPU: soak skipped\n");

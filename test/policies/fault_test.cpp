@@ -204,7 +204,7 @@ TEST_CASE("a wait whose completion record was freed under it ends at the queue's
   cunvme::io_handle h = reader.submit_read(0, 8, contiguous_of(buf), 0);
   REQUIRE(h.state == cunvme::io_handle::phase::in_flight);
   // Break the invariant the wait relies on, as a stray give_back would: the record is free.
-  cunvme::shared_word<std::uint32_t>(q.view().records[h.cid].state).store(static_cast<std::uint32_t>(cunvme::record_state::free));
+  cunvme::bookkeeping_word<std::uint32_t>(q.view().records[h.cid].state).store(static_cast<std::uint32_t>(cunvme::record_state::free));
   const auto start = std::chrono::steady_clock::now();
   const io_result res = reader.wait(h);
   const auto waited = std::chrono::steady_clock::now() - start;

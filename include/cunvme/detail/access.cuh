@@ -8,8 +8,9 @@
 // - Host (CPU threads, also under TSan): a release store through a volatile pointer with the
 //   compiler's atomic builtins, so the store is neither elided nor torn and the sanitizer
 //   sees the synchronisation (a standalone fence is invisible to TSan).
-// Memory shared with the controller and other submitters (CQ phase words, counters, records)
-// is accessed with `cuda::atomic_ref` at system scope elsewhere; no fence is needed there.
+// Memory shared with the controller (CQ entries, shadow doorbells) is accessed with
+// `system_word` elsewhere, queue bookkeeping with `bookkeeping_word` (device scope); no fence
+// is needed there. The doorbell fence below is the one system-scope fence of a submit.
 #pragma once
 
 #include <cunvme/config.cuh>

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <stdlib.h>
 #include <unistd.h>
 
 CUNVME_NAMESPACE_BEGIN
@@ -64,6 +65,22 @@ inline std::size_t physical_memory_bytes() {
 }
 
 }  // namespace detail
+
+/// Call first in `main`, before any CUDA call, in a program whose kernels wait for emulated
+/// I/O. It sets two things the CUDA driver reads once, at the program's first CUDA call, each
+/// only if the environment does not already say:
+/// - `CUDA_DEVICE_MAX_CONNECTIONS=32`. The driver feeds streams to the GPU through this many
+///   hardware work queues (8 by default), handed out round robin as streams are created.
+///   Every emulator thread copies on a stream of its own; once streams outnumber the work
+///   queues, a worker's copy can wait in one queue behind the very kernel that waits for
+///   that copy, and the kernel's reads end in timeouts. On the H100 with 12 workers, 5 of
+///   12 queue pairs stopped this way (4 KiB reads); with 32 work queues none did.
+/// - `CUDA_MODULE_LOADING=EAGER`. With lazy loading, a kernel's first launch waits for the
+///   kernels already running; a poller or a null controller spinning beside it never ends.
+inline void prepare_cuda_environment() {
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  ::setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+}
 
 /// `memory_hooks` for a controller whose BAR and CMB GPU threads can write to, and whose
 /// DMA reaches GPU memory registered as `memory_kind::device`.
