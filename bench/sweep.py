@@ -31,9 +31,11 @@ def figures(quick):
                       "--queues", str(queues), "--entries", "1024", "--qd", str(qd), "--null-blocks", str(null_blocks), "--time", t,
                       "--buffer", "256M"]))
     # P1 with one queue pair per thread (no shared-slot atomics), 32 commands in flight each.
-    runs.append(("P1", "null 512B exclusive 1024 thr 1024 q qd32 ctrl32",
-                 ["--device", "gpu-null", "--rw", "randread", "--bs", "512", "--threads", "1024", "--block-threads", "32", "--queues", "1024",
-                  "--entries", "64", "--qd", "32", "--null-blocks", "32", "--time", t, "--buffer", "256M", "--slots", "exclusive", "--doorbell", "mmio"]))
+    for threads, qd, null_blocks in [(1024, 32, 32), (2048, 16, 64), (2048, 32, 64)]:
+        runs.append(("P1", f"null 512B exclusive {threads} thr {threads} q qd{qd} ctrl{null_blocks}",
+                     ["--device", "gpu-null", "--rw", "randread", "--bs", "512", "--threads", str(threads), "--block-threads", "32",
+                      "--queues", str(threads), "--entries", "64", "--qd", str(qd), "--null-blocks", str(null_blocks), "--time", t,
+                      "--buffer", "256M", "--slots", "exclusive", "--doorbell", "mmio"]))
     # P2: four modelled SSDs (datacenter-gen4: 1.5 M IOPS, 80 µs each), no data movement.
     for threads in [32, 64, 128, 256, 512, 1024, 2048]:
         runs.append(("P2", f"4 SSDs 4K randread {threads} threads qd4",
