@@ -136,8 +136,9 @@ struct cooperative {
 };
 
 /// A dedicated poller drains the CQ for everybody; waiters only watch their records. Run
-/// `poller<Doorbell>::run` in one thread (or a warp's lane 0, or a CPU thread) per queue for
-/// as long as commands are outstanding.
+/// `poller<Doorbell>::run` in one thread (or a warp's lane 0) per queue for as long as commands
+/// are outstanding, on the side that submits: a GPU thread for kernels, a CPU thread for CPU
+/// submitters (bookkeeping is device-scope, see `bookkeeping_word`).
 ///
 /// When to choose it: very many waiters per queue, where cooperative waiters would contend
 /// for the drain lock, or when the submitting threads should not spend time on completions

@@ -21,7 +21,7 @@ CUNVME_NAMESPACE_BEGIN
 /// the threads of one GPU, or CPU threads, never both at once and never two GPUs (give each
 /// GPU queue pairs of its own). So device scope is enough, and it matters: every seq_cst or
 /// release operation is a fence, 340 ns at device scope and 700 ns at system scope on the
-/// H100 (bench notes), and a QD1 submit went from 10.3 to 6.8 µs when bookkeeping left
+/// H100 (bench/RESULTS.md), and a QD1 submit went from 10.3 to 6.8 µs when bookkeeping left
 /// system scope.
 /// The controller and the host never read bookkeeping while kernels run; what they share with
 /// the GPU goes through `system_word` and the access layer. On the host the scope is moot.
