@@ -495,3 +495,72 @@ TEST_CASE("without data movement bad reads and writes fail with the statuses the
                                            spec::status::invalid_field_in_command});
   CHECK(statuses(false) == moved);
 }
+
+namespace {
+/// A controller whose `memory_kind::device` regions are reached through a fake copier that
+/// counts its waits and can be told to fail them, with a 64 KiB "device" buffer mapped.
+struct device_copy_fixture {
+  static emu::controller_config config(std::atomic<int>& waits, std::atomic<bool>& fail_waits) {
+    emu::controller_config c;
+    c.workers = 1;
+    c.memory.device_copy.copy = [](void* dst, const void* src, std::uint64_t n, bool) {
+      std::memcpy(dst, src, n);
+      return true;
+    };
+    c.memory.device_copy.wait = [&waits, &fail_waits] {
+      waits.fetch_add(1);
+      return !fail_waits.load();
+    };
+    return c;
+  }
+  device_copy_fixture() : f(config(waits, fail_waits)) {
+    device = static_cast<std::byte*>(std::aligned_alloc(4096, 64 * 1024));
+    std::memset(device, 0, 64 * 1024);
+    bus = f.ctrl.dma().map(device, 64 * 1024, emu::memory_kind::device);
+  }
+  ~device_copy_fixture() {
+    f.ctrl.dma().unmap(bus);
+    std::free(device);
+  }
+  /// Places `n` 4 KiB reads into the device buffer and rings once; returns their statuses.
+  std::vector<spec::status> burst_of_reads(std::uint32_t n) {
+    for (std::uint32_t i = 0; i < n; ++i) f.host.place(*f.q, spec::make_rw(spec::nvm_opcode::read, 1, 8 * i, 8, bus + 4096 * i));
+    f.host.ring_sq(*f.q);
+    std::vector<spec::status> statuses;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const auto cqe = f.host.next_completion(*f.q);
+      REQUIRE(cqe.has_value());
+      statuses.push_back(cqe->status());
+    }
+    return statuses;
+  }
+  std::atomic<int> waits{0};
+  std::atomic<bool> fail_waits{false};
+  io_fixture f;
+  std::byte* device = nullptr;
+  std::uint64_t bus = 0;
+};
+}  // namespace
+
+TEST_CASE("a burst of reads into device memory waits once for all its copies, not once per command") {
+  device_copy_fixture d;
+  std::vector<std::byte> expect(16 * 4096);
+  fill_pattern(expect.data(), expect.size(), 9);
+  d.f.ctrl.store(1).write(0, expect.data(), expect.size());
+  const int before = d.waits.load();
+  const auto statuses = d.burst_of_reads(16);
+  CHECK(std::count(statuses.begin(), statuses.end(), spec::status::successful_completion) == 16);
+  CHECK(std::memcmp(d.device, expect.data(), expect.size()) == 0);
+  // One burst (or a few, if the worker looked before all 16 were placed), never 16 waits.
+  CHECK(d.waits.load() - before >= 1);
+  CHECK(d.waits.load() - before < 16);
+}
+
+TEST_CASE("reads whose copies into device memory fail at the burst's wait complete with Data Transfer Error") {
+  device_copy_fixture d;
+  d.fail_waits = true;
+  const auto statuses = d.burst_of_reads(4);
+  CHECK(std::count(statuses.begin(), statuses.end(), spec::status::data_transfer_error) == 4);
+  d.fail_waits = false;
+  CHECK(d.burst_of_reads(1).front() == spec::status::successful_completion);
+}
