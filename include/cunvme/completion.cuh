@@ -73,18 +73,13 @@ template <class Doorbell>
   const cuda::std::uint64_t first = bookkeeping_word<cuda::std::uint64_t>(c.cq_head).load(cuda::std::memory_order_relaxed);
   cuda::std::uint64_t head = first;
   cuda::std::uint64_t sq_head = bookkeeping_word<cuda::std::uint64_t>(c.sq_head).load(cuda::std::memory_order_relaxed);
-  // One CQE per rung SQE: once every rung command's CQE is consumed, the next slot is not
-  // read. That read crosses PCIe when the CQ is in host memory, a round trip (about 1.4 µs on
-  // the H100) that a queue at low depth paid on every drain. A stale count only ends this
-  // drain early; the waiter drains again.
-  const cuda::std::uint64_t rung = bookkeeping_word<cuda::std::uint64_t>(c.sq_rung).load(cuda::std::memory_order_relaxed);
   detail::drained_entry taken[max_batch];
   cuda::std::uint32_t n = 0;
   // Rolled loops: an unrolled batch only multiplies code; the loads wait on memory anyway.
 #if defined(CUNVME_DEVICE_COMPILATION)
 #  pragma unroll 1
 #endif
-  for (; n < max_batch && head != rung; ++n) {
+  for (; n < max_batch; ++n) {
     const cuda::std::uint32_t slot = q.slot(head);
     // The controller writes phase 1 on the first pass through the queue (memory zeroed at
     // creation), 0 on the second, and so on.
