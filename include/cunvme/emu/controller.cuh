@@ -705,7 +705,8 @@ class controller {
   /// posted: a CUDA synchronize per command capped the emulator at about 110 k commands/s
   /// (bench/RESULTS.md, P3). Reads whose copies failed complete with Data Transfer Error.
   /// Deferring the wait past later commands of the burst is allowed: commands in flight
-  /// together have no order (NVMe 2.0, 6.3), so a later write may overlap an earlier read.
+  /// together have no order (NVMe 2.0 base specification, "Command Ordering Requirements"),
+  /// so a later write may overlap an earlier read.
   void settle_copies(engine& e, const dma_space::view& mem) {
     if (e.awaiting.empty()) return;
     if (!mem.finish_device_writes()) {
