@@ -218,7 +218,6 @@ class controller {
       std::uint32_t nsid;
     };
     std::vector<awaiting_copy> awaiting;
-    bool read_copied = false;  // set by read_write, taken by serve_sq
     prp_walker walker;
     std::vector<std::byte> scratch;
     std::mt19937_64 rng;
@@ -290,6 +289,7 @@ class controller {
     bool is_write = false;
     std::uint64_t lba = 0;
     std::uint32_t nsid = 0;
+    bool copies_in_flight = false;  // a read whose copies into device memory `settle_copies` waits for
   };
   static constexpr outcome fail(spec::status s) { return outcome{s}; }
 
@@ -692,7 +692,7 @@ class controller {
       const std::size_t before = e.batch.size();
       const outcome o = execute_io(e, mem, sqe);
       complete(e, qid, sq.cqid, sqe, o, sequence);
-      if (std::exchange(e.read_copied, false) && e.batch.size() > before) e.awaiting.push_back({before, o.lba, o.nsid});
+      if (o.copies_in_flight && e.batch.size() > before) e.awaiting.push_back({before, o.lba, o.nsid});
       if (fatal_.load(std::memory_order_acquire)) return true;
     }
     publish_event_index(mem, qid, false, sq.tail);
@@ -1515,7 +1515,7 @@ class controller {
       }
       // Copies into GPU memory may still be in flight: serve_sq waits for the whole burst's
       // before any completion is posted (settle_copies).
-      if (!is_write) e.read_copied = true;
+      o.copies_in_flight = !is_write;
     }
     o.bytes = bytes;
     if (is_write) {

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/prp.cuh>
 #include <cunvme/queue_view.cuh>
 #include <cunvme/reader.cuh>
@@ -225,7 +226,7 @@ void prepare_kernels_to_run_beside(Kernels... kernels) {
   auto inspect = [&](auto kernel) {
     cudaFuncAttributes a{};
     if (const cudaError_t e = cudaFuncGetAttributes(&a, kernel); e != cudaSuccess) {
-      throw std::runtime_error(std::string("prepare_kernels_to_run_beside: ") + cudaGetErrorString(e));
+      throw cuda_error(e, "prepare_kernels_to_run_beside: reading a kernel's attributes");
     }
     need = std::max(need, a.localSizeBytes);
   };
@@ -238,7 +239,7 @@ void prepare_kernels_to_run_beside(Kernels... kernels) {
   std::size_t stack = 0;
   if (cudaDeviceGetLimit(&stack, cudaLimitStackSize) == cudaSuccess && need + 1024 > stack) {
     if (const cudaError_t e = cudaDeviceSetLimit(cudaLimitStackSize, need + 1024); e != cudaSuccess) {
-      throw std::runtime_error(std::string("prepare_kernels_to_run_beside: reserving local memory: ") + cudaGetErrorString(e));
+      throw cuda_error(e, "prepare_kernels_to_run_beside: reserving local memory");
     }
   }
 }
@@ -344,7 +345,7 @@ class gpu_null_controller {
 
  private:
   static void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) throw std::runtime_error(std::string("gpu_null_controller: ") + what + ": " + cudaGetErrorString(e));
+    if (e != cudaSuccess) throw cuda_error(e, std::string("gpu_null_controller: ") + what);
   }
   static void* allocate(std::size_t bytes, const char* what) {
     void* p = nullptr;
