@@ -53,6 +53,30 @@ TEST_CASE("Identify Namespace reports size and the formatted LBA size") {
   CHECK(ns.lba_size_bytes() == 512);
 }
 
+TEST_CASE("Identify Namespace reports a metadata format: LBAF.MS, FLBAS bit 4 for extended LBAs, MC for the mode") {
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 64).with_metadata(8, true),
+                       emu::namespace_config::in_memory(4096, 64).with_metadata(64, false),
+                       emu::namespace_config::in_memory(512, 64)};
+  ready_controller r(config);
+  dma_buffer page(r.ctrl, 4096);
+  const auto& ns = *page.as<spec::identify_namespace>();
+  REQUIRE(r.host.admin_status(spec::make_identify(spec::identify_cns::namespace_data, 1, page.bus)) == spec::status::successful_completion);
+  CHECK(ns.lba_size_bytes() == 512);
+  CHECK(ns.metadata_size_bytes() == 8);
+  CHECK(ns.metadata_at_end_of_lba());
+  CHECK(ns.mc == 0x01);
+  CHECK(ns.dps == 0);
+  REQUIRE(r.host.admin_status(spec::make_identify(spec::identify_cns::namespace_data, 2, page.bus)) == spec::status::successful_completion);
+  CHECK(ns.lba_size_bytes() == 4096);
+  CHECK(ns.metadata_size_bytes() == 64);
+  CHECK_FALSE(ns.metadata_at_end_of_lba());
+  CHECK(ns.mc == 0x02);
+  REQUIRE(r.host.admin_status(spec::make_identify(spec::identify_cns::namespace_data, 3, page.bus)) == spec::status::successful_completion);
+  CHECK(ns.metadata_size_bytes() == 0);
+  CHECK_FALSE(ns.metadata_at_end_of_lba());
+}
+
 TEST_CASE("Identify with a namespace that does not exist is Invalid Namespace or Format") {
   ready_controller r;
   dma_buffer page(r.ctrl, 4096);
@@ -356,6 +380,65 @@ TEST_CASE("with shadow doorbells the controller reads the shadow tail and publis
   }
   CHECK(r.host.read32(spec::sq_tail_doorbell_offset(1, 0)) == 0);
   CHECK(r.ctrl.stats().doorbell_errors == 0);
+}
+
+TEST_CASE("a queue re-created on a deleted queue's identifier does not execute the stale shadow tail") {
+  ready_controller r;
+  dma_buffer shadow(r.ctrl, 4096);
+  dma_buffer event_index(r.ctrl, 4096);
+  REQUIRE(r.host.admin_status(spec::make_doorbell_buffer_config(shadow.bus, event_index.bus)) == spec::status::successful_completion);
+  auto* shadow_sq_tail = shadow.as<std::uint32_t>() + 2;  // SQ 1 tail: slot 2 at DSTRD 0
+  auto* shadow_cq_head = shadow.as<std::uint32_t>() + 3;
+  auto* event_sq_tail = event_index.as<std::uint32_t>() + 2;
+  auto* event_cq_head = event_index.as<std::uint32_t>() + 3;
+  dma_buffer data(r.ctrl, 4096);
+  {
+    auto q = r.host.create_pair(1, 8);
+    for (int i = 0; i < 5; ++i) {
+      const std::uint16_t cid = r.host.place(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, data.bus));
+      std::atomic_ref<std::uint32_t>(*shadow_sq_tail).store(q->sq_tail, std::memory_order_release);
+      const auto cqe = r.host.next_completion(*q);  // rings the CQ head by MMIO; the shadow follows
+      std::atomic_ref<std::uint32_t>(*shadow_cq_head).store(q->cq_head, std::memory_order_release);
+      REQUIRE(cqe.has_value());
+      CHECK(cqe->cid == cid);
+    }
+    REQUIRE(r.host.admin_status(spec::make_delete_io_sq(1)) == spec::status::successful_completion);
+    REQUIRE(r.host.admin_status(spec::make_delete_io_cq(1)) == spec::status::successful_completion);
+  }
+  const std::uint64_t commands = r.ctrl.stats().io_commands;
+  // The host leaves the old queue's shadow values (5, 5) in place: the new queue's SQ is all
+  // zeroes, so fetching up to a stale tail of 5 would run five commands nobody submitted.
+  auto q = r.host.create_pair(1, 8);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(r.ctrl.stats().io_commands == commands);
+  CHECK(r.ctrl.stats().doorbell_errors == 0);
+  CHECK(std::atomic_ref<std::uint32_t>(*event_sq_tail).load() == 0);
+  CHECK(std::atomic_ref<std::uint32_t>(*event_cq_head).load() == 0);
+  const std::uint16_t cid = r.host.place(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, data.bus));
+  std::atomic_ref<std::uint32_t>(*shadow_sq_tail).store(q->sq_tail, std::memory_order_release);
+  r.host.ring_sq(*q);
+  const auto cqe = r.host.next_completion(*q);
+  REQUIRE(cqe.has_value());
+  CHECK(cqe->cid == cid);
+  CHECK(cqe->status() == spec::status::successful_completion);
+  CHECK(r.ctrl.stats().io_commands == commands + 1);
+}
+
+TEST_CASE("Doorbell Buffer Config on queues that already moved does not take their tails back to the shadow buffer's zeroes") {
+  ready_controller r;
+  auto q = r.host.create_pair(1, 8);
+  dma_buffer data(r.ctrl, 4096);
+  for (int i = 0; i < 3; ++i) (void)r.host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, data.bus));
+  const std::uint64_t commands = r.ctrl.stats().io_commands;
+  dma_buffer shadow(r.ctrl, 4096);
+  dma_buffer event_index(r.ctrl, 4096);
+  REQUIRE(r.host.admin_status(spec::make_doorbell_buffer_config(shadow.bus, event_index.bus)) == spec::status::successful_completion);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // A tail read back as 0 from the zeroed buffer would send the controller around the ring.
+  CHECK(r.ctrl.stats().io_commands == commands);
+  CHECK(r.ctrl.stats().doorbell_errors == 0);
+  CHECK(std::atomic_ref<std::uint32_t>(shadow.as<std::uint32_t>()[2]).load() == 3);
+  CHECK(std::atomic_ref<std::uint32_t>(shadow.as<std::uint32_t>()[3]).load() == 3);
 }
 
 TEST_CASE("deleting a submission queue completes its commands in flight as Command Aborted due to SQ Deletion") {

@@ -352,6 +352,96 @@ TEST_CASE("4 KiB-block namespaces move 4 KiB per logical block") {
   CHECK(std::memcmp(out.data, in.data, 4096) == 0);
 }
 
+TEST_CASE("extended-LBA namespaces move lba_size + ms bytes per block, data and metadata interleaved") {
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 64).with_metadata(8, true)};
+  io_fixture f(config);
+  constexpr std::size_t bytes = 7 * 520;
+  dma_buffer out(f.ctrl, 3 * 4096), in(f.ctrl, 3 * 4096);
+  fill_pattern(out.data, bytes, 11);
+  std::memset(in.data, 0xa5, in.size);
+  REQUIRE(f.io(spec::make_rw(spec::nvm_opcode::write, 1, 10, 7, out.bus)) == spec::status::successful_completion);
+  REQUIRE(f.io(spec::make_rw(spec::nvm_opcode::read, 1, 10, 7, in.bus)) == spec::status::successful_completion);
+  CHECK(std::memcmp(out.data, in.data, bytes) == 0);
+  CHECK(std::all_of(in.data + bytes, in.data + in.size, [](std::byte b) { return b == std::byte{0xa5}; }));
+  std::vector<std::byte> direct(bytes);
+  f.ctrl.store(1).read(10 * 520, direct.data(), direct.size());
+  CHECK(std::memcmp(out.data, direct.data(), bytes) == 0);
+}
+
+TEST_CASE("MDTS counts interleaved metadata: as many 520-byte blocks as 512-byte ones are Invalid Field") {
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 4096).with_metadata(8, true)};
+  io_fixture f(config);
+  dma_buffer buf(f.ctrl, 4096);
+  const std::uint32_t mdts_blocks = (512u << 10) / 512;  // fits MDTS as plain 512-byte blocks
+  CHECK(f.io(spec::make_rw(spec::nvm_opcode::read, 1, 0, mdts_blocks, buf.bus)) == spec::status::invalid_field_in_command);
+}
+
+TEST_CASE("separate-metadata namespaces move ms bytes per block through MPTR and lba_size through the PRPs") {
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 64).with_metadata(8, false)};
+  io_fixture f(config);
+  dma_buffer out(f.ctrl, 4096), in(f.ctrl, 4096), meta_out(f.ctrl, 4096), meta_in(f.ctrl, 4096);
+  fill_pattern(out.data, 7 * 512, 12);
+  fill_pattern(meta_out.data, 7 * 8, 13);
+  std::memset(in.data, 0xa5, in.size);
+  std::memset(meta_in.data, 0xa5, meta_in.size);
+  auto write = spec::make_rw(spec::nvm_opcode::write, 1, 20, 7, out.bus);
+  write.mptr = meta_out.bus;
+  REQUIRE(f.io(write) == spec::status::successful_completion);
+  auto read = spec::make_rw(spec::nvm_opcode::read, 1, 20, 7, in.bus);
+  read.mptr = meta_in.bus + 4;
+  REQUIRE(f.io(read) == spec::status::successful_completion);
+  CHECK(std::memcmp(out.data, in.data, 7 * 512) == 0);
+  CHECK(std::all_of(in.data + 7 * 512, in.data + in.size, [](std::byte b) { return b == std::byte{0xa5}; }));
+  CHECK(std::memcmp(meta_out.data, meta_in.data + 4, 7 * 8) == 0);
+  CHECK(std::all_of(meta_in.data, meta_in.data + 4, [](std::byte b) { return b == std::byte{0xa5}; }));
+  CHECK(std::all_of(meta_in.data + 4 + 7 * 8, meta_in.data + meta_in.size, [](std::byte b) { return b == std::byte{0xa5}; }));
+  // The store keeps data, then metadata (namespace_config).
+  std::vector<std::byte> direct(7 * 8);
+  f.ctrl.store(1).read(64 * 512 + 20 * 8, direct.data(), direct.size());
+  CHECK(std::memcmp(meta_out.data, direct.data(), direct.size()) == 0);
+}
+
+TEST_CASE("an MPTR that is not dword aligned is Invalid Field; one outside registered memory is Data Transfer Error") {
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 64).with_metadata(8, false)};
+  io_fixture f(config);
+  dma_buffer data(f.ctrl, 4096), meta(f.ctrl, 4096);
+  std::memset(meta.data, 0xa5, meta.size);
+  auto read = spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, data.bus);
+  read.mptr = meta.bus + 2;
+  CHECK(f.io(read) == spec::status::invalid_field_in_command);
+  read.mptr = meta.bus + 4096 - 4;  // the 8 bytes run past the registered page
+  CHECK(f.io(read) == spec::status::data_transfer_error);
+  CHECK(std::all_of(meta.data, meta.data + meta.size, [](std::byte b) { return b == std::byte{0xa5}; }));
+}
+
+TEST_CASE("Write Zeroes on a separate-metadata namespace zeroes the blocks' metadata too") {
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 64).with_metadata(8, false)};
+  io_fixture f(config);
+  dma_buffer data(f.ctrl, 4096), meta(f.ctrl, 4096);
+  std::memset(meta.data, 0x5a, 16);
+  auto write = spec::make_rw(spec::nvm_opcode::write, 1, 3, 2, data.bus);
+  write.mptr = meta.bus;
+  REQUIRE(f.io(write) == spec::status::successful_completion);
+  REQUIRE(f.io(spec::make_rw(spec::nvm_opcode::write_zeroes, 1, 3, 2)) == spec::status::successful_completion);
+  auto read = spec::make_rw(spec::nvm_opcode::read, 1, 3, 2, data.bus);
+  read.mptr = meta.bus;
+  REQUIRE(f.io(read) == spec::status::successful_completion);
+  CHECK(std::all_of(meta.data, meta.data + 16, [](std::byte b) { return b == std::byte{0}; }));
+}
+
+TEST_CASE("a metadata size above 4096 or a namespace of more than 2^64 bytes is refused at construction") {
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 64).with_metadata(4097, true)};
+  CHECK_THROWS_AS(emu::controller{config}, std::invalid_argument);
+  config.namespaces = {emu::namespace_config::in_memory(512, (~std::uint64_t{0} / 512)).with_metadata(8, true)};
+  CHECK_THROWS_AS(emu::controller{config}, std::invalid_argument);
+}
+
 TEST_CASE("submission queues and PRP lists may live in the controller memory buffer") {
   emu::controller_config config;
   config.cmb_bytes = 64 * 1024;

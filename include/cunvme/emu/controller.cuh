@@ -277,8 +277,21 @@ class controller {
     std::uint8_t lbads;
     std::uint64_t lba_count;
     bool read_only;
+    std::uint16_t ms;  // metadata bytes per block (LBAF.MS)
+    bool extended;     // metadata at the end of each block (FLBAS bit 4), else through MPTR
     // Declared after `store`, so destroyed (unregistered) before the store is unmapped.
     host_registration registration;
+
+    /// Store (and data buffer) bytes per block: extended LBAs carry their metadata inline.
+    [[nodiscard]] std::uint64_t data_stride() const noexcept { return std::uint64_t{lba_size} + (extended ? ms : 0u); }
+    [[nodiscard]] bool separate_metadata() const noexcept { return ms != 0 && !extended; }
+    /// Separate metadata lives after all the data in the store (namespace_config says why).
+    [[nodiscard]] std::uint64_t metadata_offset(std::uint64_t lba) const noexcept { return lba_count * lba_size + lba * ms; }
+    /// Write Zeroes and deallocation: data and metadata of the blocks read back as zeros.
+    void zero_blocks(std::uint64_t slba, std::uint64_t blocks) {
+      store.zero(slba * data_stride(), blocks * data_stride());
+      if (separate_metadata()) store.zero(metadata_offset(slba), blocks * ms);
+    }
   };
   /// What executing a command produced.
   struct outcome {
@@ -313,21 +326,27 @@ class controller {
       const auto& n = config_.namespaces[i];
       if (n.lba_size != 512 && n.lba_size != 4096) bad("namespace " + std::to_string(i + 1) + ": lba_size must be 512 or 4096");
       if (n.file.empty() && n.lba_count == 0) bad("namespace " + std::to_string(i + 1) + ": lba_count must not be 0");
+      if (n.metadata_size > 4096) bad("namespace " + std::to_string(i + 1) + ": metadata_size must be 0..4096");
+      if (n.lba_count > ~std::uint64_t{0} / n.stored_block_bytes()) {
+        bad("namespace " + std::to_string(i + 1) + ": lba_count blocks of " + std::to_string(n.stored_block_bytes()) + " bytes exceed 2^64 bytes");
+      }
     }
   }
 
   void open_namespaces() {
     for (const auto& n : config_.namespaces) {
+      const std::uint64_t per_block = n.stored_block_bytes();
       backing_store store = n.file.empty()
-                                ? backing_store::in_memory(n.lba_count * n.lba_size)
-                                : backing_store::from_file(n.file, n.lba_count * n.lba_size, n.read_only);
-      const std::uint64_t blocks = store.size() / n.lba_size;
+                                ? backing_store::in_memory(n.lba_count * per_block)
+                                : backing_store::from_file(n.file, n.lba_count * per_block, n.read_only);
+      const std::uint64_t blocks = store.size() / per_block;
       if (blocks == 0) {
         throw std::invalid_argument("emu::controller: namespace file '" + n.file + "' is smaller than one " +
-                                    std::to_string(n.lba_size) + "-byte block");
+                                    std::to_string(per_block) + "-byte block");
       }
       const std::uint8_t lbads = n.lba_size == 512 ? 9 : 12;
-      namespace_state& added = namespaces_.emplace_back(namespace_state{std::move(store), n.lba_size, lbads, blocks, n.read_only, {}});
+      namespace_state& added = namespaces_.emplace_back(
+          namespace_state{std::move(store), n.lba_size, lbads, blocks, n.read_only, n.metadata_size, n.extended_lba && n.metadata_size != 0, {}});
       // Before any worker thread starts: the store's pinned flag is then fixed while they run.
       added.registration = host_registration(added.store, config_.memory);
     }
@@ -903,6 +922,21 @@ class controller {
     }
   }
 
+  /// A queue created while shadow doorbells are in effect starts from 0 on both sides: its
+  /// shadow slot and EventIdx are set to the queue's initial value before the queue goes live
+  /// (DESIGN.md rule 5). A value left in the slot for an earlier queue with this identifier was
+  /// never rung for this one: read as a tail it runs zeroed SQEs nobody submitted, read as a
+  /// head it is an invalid doorbell value. The NVMe 2.0 base specification (5.8, Doorbell
+  /// Buffer Config) has the controller keep its doorbell state in the host's buffer and does
+  /// not carry a deleted queue's state over to a new one; QEMU likewise writes its own state
+  /// into the buffer (hw/nvme nvme_dbbuf_config), and Linux zeroes both buffers on every reset.
+  void start_shadow_doorbell(const dma_space::view& mem, std::uint16_t qid, bool is_cq) {
+    if (const std::uint64_t shadow = shadow_doorbells_.load(std::memory_order_acquire); shadow != 0) {
+      (void)mem.store32(shadow + doorbell_slot(qid, is_cq), 0);
+    }
+    publish_event_index(mem, qid, is_cq, 0);
+  }
+
   [[nodiscard]] std::uint32_t read_sq_tail(const dma_space::view* mem, std::uint16_t qid, sq_state& sq) {
     const std::uint32_t value = read_doorbell(mem, qid, false);
     if (value < sq.size) return value;
@@ -1131,11 +1165,19 @@ class controller {
     if (!namespace_active(nsid)) return;  // allocated-but-inactive reads as zeros
     const namespace_state& n = namespaces_[nsid - 1];
     id.nsze = id.ncap = id.nuse = n.lba_count;
-    id.nlbaf = 1;  // formats 0 (512 B) and 1 (4 KiB)
-    id.flbas = n.lba_size == 512 ? 0 : 1;
+    // Formats 0 (512 B) and 1 (4 KiB); a namespace with metadata adds 2 and 3, the same with
+    // MS bytes of metadata, and MC names the one way (extended or separate) it was made with.
+    id.nlbaf = n.ms == 0 ? 1 : 3;
+    id.set_formatted_lba_index(static_cast<std::uint8_t>((n.lba_size == 512 ? 0 : 1) + (n.ms == 0 ? 0 : 2)));
+    id.set_metadata_at_end_of_lba(n.extended);
+    id.mc = n.ms == 0 ? 0 : n.extended ? 0x01 : 0x02;
     id.dlfeat = 0x01;  // deallocated blocks read as zeros
     id.lbaf[0] = spec::lba_format{}.set_lbads(9);
     id.lbaf[1] = spec::lba_format{}.set_lbads(12);
+    if (n.ms != 0) {
+      id.lbaf[2] = spec::lba_format{}.set_lbads(9).set_ms(n.ms);
+      id.lbaf[3] = spec::lba_format{}.set_lbads(12).set_ms(n.ms);
+    }
     if (n.read_only) id.nsattr = 1;  // write protected
   }
 
@@ -1238,7 +1280,9 @@ class controller {
     if (!region) return fail(error);
     // The CMB holds submission queues only (CMBSZ.CQS = 0): a GPU should never read a BAR.
     if (region->kind == memory_kind::cmb) return fail(spec::status::invalid_use_of_controller_memory_buffer);
+    const dma_space::view mem = dma_.pin();  // before the CQ mutex: the lock order is view → CQ mutex
     std::scoped_lock lock(cqs_[qid].mutex);
+    start_shadow_doorbell(mem, qid, true);
     init_cq(cqs_[qid], entries, sqe.prp1);
     store32(cq_doorbell(qid), 0);
     stray_doorbells_[2u * qid + 1u] = 0;
@@ -1273,11 +1317,11 @@ class controller {
       ++cqs_[cqid].sq_refs;
     }
     std::scoped_lock lock(sqs_[qid].mutex);
+    const dma_space::view mem = dma_.pin();
+    start_shadow_doorbell(mem, qid, false);
     init_sq(sqs_[qid], cqid, entries, sqe.prp1);
     store32(sq_doorbell(qid), 0);
     stray_doorbells_[2u * qid] = 0;
-    const dma_space::view mem = dma_.pin();
-    publish_event_index(mem, qid, false, 0);
     return outcome{};
   }
 
@@ -1386,11 +1430,17 @@ class controller {
     }
     const dma_space::view mem = dma_.pin();
     // Existing queues get EventIdx equal to the state the controller already has, so a host
-    // applying the EventIdx rule rings MMIO on its next update (QEMU 7.2 leaves them at 0).
+    // applying the EventIdx rule rings MMIO on its next update (QEMU 7.2 leaves them at 0),
+    // and their shadow slots get the values last rung (as QEMU's nvme_dbbuf_config does): from
+    // now on the controller reads the slots, and a tail read back as the buffer's 0 would send
+    // it around the ring again.
     for (std::uint32_t q = 1; q <= config_.max_io_queues; ++q) {
       const auto qid = static_cast<std::uint16_t>(q);
-      (void)mem.store32(sqe.prp2 + doorbell_slot(qid, false), load32(sq_doorbell(qid)));
-      (void)mem.store32(sqe.prp2 + doorbell_slot(qid, true), load32(cq_doorbell(qid)));
+      for (const bool is_cq : {false, true}) {
+        const std::uint32_t rung = load32(is_cq ? cq_doorbell(qid) : sq_doorbell(qid));
+        (void)mem.store32(sqe.prp1 + doorbell_slot(qid, is_cq), rung);
+        (void)mem.store32(sqe.prp2 + doorbell_slot(qid, is_cq), rung);
+      }
     }
     event_indexes_.store(sqe.prp2, std::memory_order_release);
     shadow_doorbells_.store(sqe.prp1, std::memory_order_release);
@@ -1493,15 +1543,26 @@ class controller {
     };
     namespace_state* n = checked_range(sqe.nsid, slba, blocks, o.status);
     if (n == nullptr) return o;
-    const std::uint64_t bytes = blocks * n->lba_size;
+    // MDTS counts metadata that is interleaved with the data (extended LBAs), not a separate
+    // metadata buffer (Identify Controller, MDTS). blocks <= 65536 and the stride <= 8192: no wrap.
+    const std::uint64_t bytes = blocks * n->data_stride();
     if (bytes > max_transfer_bytes()) return failed(spec::status::invalid_field_in_command);
     if (is_write && n->read_only) return failed(spec::status::namespace_is_write_protected);
+    // Separate metadata: MPTR is the address of one contiguous, dword-aligned buffer of MS
+    // bytes per block (NVMe 2.0 4.1.1, PSDT 00b).
+    const std::uint64_t metadata_bytes = n->separate_metadata() ? blocks * n->ms : 0;
+    std::optional<dma_region> metadata;
+    if (metadata_bytes != 0) {
+      if ((sqe.mptr & 3u) != 0) return failed(spec::status::invalid_field_in_command);
+      metadata = mem.find(sqe.mptr, metadata_bytes);
+      if (!metadata) return failed(spec::status::data_transfer_error);
+    }
     o.status = e.walker.walk(mem, sqe.prp1, sqe.prp2, bytes, page_size_, config_.cmb_mixed_data_locations);
     if (o.status != spec::status::successful_completion) return o;
     // Without data movement every check above has run and the command completes as it
     // would have; only the copies (which, not attempted, cannot fail) are left out.
     if (config_.move_data) {
-      std::uint64_t at = slba * n->lba_size;
+      std::uint64_t at = slba * n->data_stride();
       bool ok = true;
       for (const auto& seg : e.walker.segments()) {
         if (is_write) {
@@ -1512,6 +1573,17 @@ class controller {
         }
         if (!ok) return failed(spec::status::data_transfer_error);
         at += seg.length;
+      }
+      if (metadata) {
+        const std::uint64_t from = sqe.mptr - metadata->bus;
+        if (is_write) {
+          n->store.with_write_access(n->metadata_offset(slba), metadata_bytes,
+                                     [&](std::byte* p) { ok = mem.copy_out(*metadata, from, p, metadata_bytes); });
+        } else {
+          n->store.with_read_access(n->metadata_offset(slba), metadata_bytes,
+                                    [&](const std::byte* p) { ok = mem.copy_in(*metadata, from, p, metadata_bytes); });
+        }
+        if (!ok) return failed(spec::status::data_transfer_error);
       }
       // Copies into GPU memory may still be in flight: serve_sq waits for the whole burst's
       // before any completion is posted (settle_copies).
@@ -1565,7 +1637,7 @@ class controller {
       o.status = spec::status::namespace_is_write_protected;
       return o;
     }
-    n->store.zero(slba * n->lba_size, blocks * n->lba_size);
+    n->zero_blocks(slba, blocks);
     return o;
   }
 
@@ -1589,7 +1661,7 @@ class controller {
       }
     }
     for (const auto& r : ranges) {
-      if (r.length_in_logical_blocks != 0) n.store.zero(r.starting_lba * n.lba_size, std::uint64_t{r.length_in_logical_blocks} * n.lba_size);
+      if (r.length_in_logical_blocks != 0) n.zero_blocks(r.starting_lba, r.length_in_logical_blocks);
     }
     return outcome{};
   }

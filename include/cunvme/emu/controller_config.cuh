@@ -17,12 +17,25 @@
 CUNVME_NAMESPACE_BEGIN
 namespace emu {
 
-/// One namespace: its LBA size, its capacity and where its bytes live.
+/// One namespace: its LBA size, its metadata, its capacity and where its bytes live.
+///
+/// With metadata (`metadata_size` > 0) every block carries `metadata_size` bytes besides its
+/// `lba_size` data bytes (LBAF.MS). `extended_lba` picks where they travel (FLBAS bit 4):
+/// true — at the end of each block in the data buffer, `lba_size + metadata_size` bytes per
+/// block (QEMU's `mset=1`); false — in a separate contiguous buffer MPTR points to (`mset=0`).
+/// The backing store (RAM or file) then holds `lba_count × (lba_size + metadata_size)` bytes:
+/// blocks with their metadata interleaved (extended), or all data followed by all metadata
+/// (separate), so each mode's transfers are single ranges of the store.
 struct namespace_config {
   std::uint32_t lba_size = 512;          ///< 512 or 4096 bytes
   std::uint64_t lba_count = 1ull << 21;  ///< 1 GiB of 512-byte blocks (RAM is reserved lazily)
   std::string file;                      ///< empty: RAM; else a file backs the namespace
   bool read_only = false;                ///< a file namespace that writes fail on (Write Fault)
+  std::uint16_t metadata_size = 0;       ///< metadata bytes per block, 0..4096 (0: none)
+  bool extended_lba = false;             ///< with metadata: at the end of each block (true) or through MPTR (false)
+
+  /// Bytes the backing store holds per block: data and metadata.
+  [[nodiscard]] std::uint64_t stored_block_bytes() const noexcept { return std::uint64_t{lba_size} + metadata_size; }
 
   /// `lba_count` blocks of `lba_size` bytes in RAM.
   [[nodiscard]] static namespace_config in_memory(std::uint32_t lba_size, std::uint64_t lba_count) {
@@ -40,6 +53,14 @@ struct namespace_config {
     n.file = std::move(path);
     n.lba_size = lba_size;
     n.lba_count = lba_count;
+    return n;
+  }
+
+  /// This namespace formatted with `bytes` of metadata per block, extended LBAs or not.
+  [[nodiscard]] namespace_config with_metadata(std::uint16_t bytes, bool extended) const {
+    namespace_config n = *this;
+    n.metadata_size = bytes;
+    n.extended_lba = extended;
     return n;
   }
 };
