@@ -32,8 +32,8 @@ namespace host {
   for (std::size_t i : {0, 1, 2, 3, 5, 6, 8, 9, 11}) {
     if (!std::isxdigit(static_cast<unsigned char>(bdf[i]))) return false;
   }
-  // The function number is 3 bits.
-  return bdf[11] >= '0' && bdf[11] <= '7';
+  // The device number is 5 bits (00..1f), the function number 3 bits.
+  return (bdf[8] == '0' || bdf[8] == '1') && bdf[11] >= '0' && bdf[11] <= '7';
 }
 
 /// BAR0 of an NVMe controller that no kernel driver owns, mapped through sysfs; DMA memory from

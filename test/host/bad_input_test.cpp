@@ -1,0 +1,123 @@
+// The host API's bad-input contract: URI keys and sizes a caller gets wrong come back as a
+// `host::error` naming what was wrong, never a truncated value, a wrapped size or an overflow.
+#include <cunvme/host/controller.cuh>
+#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/open.cuh>
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+
+namespace host = cunvme::host;
+namespace emu = cunvme::emu;
+namespace spec = cunvme::spec;
+
+namespace {
+
+emu::controller& emulator(std::unique_ptr<host::controller>& c) { return dynamic_cast<host::emu_backend&>(c->backend()).controller(); }
+
+/// The message of the host::error `uri` is refused with ("" when it opens).
+std::string refusal(const std::string& uri) {
+  try {
+    auto c = host::open(uri);
+  } catch (const host::error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+/// Whether opening `uri` is refused with a host::error whose message holds every one of `parts`.
+template <class... Parts>
+bool refused_naming(const std::string& uri, const Parts&... parts) {
+  const std::string what = refusal(uri);
+  INFO(uri, " -> '", what, "'");
+  return !what.empty() && ((what.find(parts) != std::string::npos) && ...);
+}
+
+}  // namespace
+
+TEST_CASE("URI numbers beyond their key's range are refused, naming key and value, not truncated") {
+  CHECK(refused_naming("emu:lba=4294967808", "lba", "4294967808"));
+  CHECK(refused_naming("emu:lba=1024", "lba", "1024"));
+  CHECK(refused_naming("emu:blocks=36028797018963969", "blocks", "36028797018963969"));  // 2^55 + 1 blocks of 512 B: 2^64 + 512 bytes
+  CHECK(refused_naming("emu:blocks=18446744073709551616", "blocks", "18446744073709551616"));  // 2^64
+  CHECK(refused_naming("emu:blocks=0", "blocks", "0"));
+  CHECK(refused_naming("emu:workers=4294967297", "workers", "4294967297"));
+  CHECK(refused_naming("emu:workers=0", "workers", "0"));
+  CHECK(refused_naming("emu:cmb_mb=17592186044416", "cmb_mb", "17592186044416"));  // 2^44 MiB: << 20 wraps to 0
+  CHECK(refused_naming("emu:cmb_mb=4096", "cmb_mb", "4096"));
+  CHECK(refused_naming("emu:namespaces=4294967297", "namespaces", "4294967297"));
+  CHECK(refused_naming("emu:namespaces=0", "namespaces"));
+}
+
+TEST_CASE("URI numbers that are not plain decimal numbers are refused") {
+  CHECK(refused_naming("emu:blocks=-1", "blocks", "-1"));
+  CHECK(refused_naming("emu:blocks=+8", "blocks", "+8"));
+  CHECK(refused_naming("emu:blocks=8k", "blocks", "8k"));
+  CHECK(refused_naming("emu:blocks= 8", "blocks"));
+  CHECK(refused_naming("emu:workers=0x4", "workers", "0x4"));
+}
+
+TEST_CASE("valued flags honour their value; other values are refused") {
+  auto on = host::open("emu:blocks=1000,nodata=1,spin=true");
+  CHECK_FALSE(emulator(on).moves_data());
+  CHECK(emulator(on).config().idle.spins == ~std::uint32_t{0});
+  auto off = host::open("emu:blocks=1000,nodata=0,spin=false,pattern=0,readonly=0");
+  CHECK(emulator(off).moves_data());
+  CHECK(emulator(off).config().idle.spins == emu::idle_policy{}.spins);
+  CHECK_FALSE(emulator(off).config().namespaces[0].read_only);
+  CHECK(refused_naming("emu:readonly=2", "readonly", "2"));
+  CHECK(refused_naming("emu:nodata=yes please", "nodata", "yes please"));
+}
+
+TEST_CASE("a key given twice, an empty value and an empty item are refused") {
+  CHECK(refused_naming("emu:blocks=8,blocks=16", "blocks", "twice"));
+  CHECK(refused_naming("emu:spin,spin", "spin", "twice"));
+  CHECK(refused_naming("emu:blocks=", "blocks"));
+  CHECK(refused_naming("emu:lba", "lba"));
+  CHECK(refused_naming("emu:file=", "file"));
+  CHECK(refused_naming("emu:timing=", "timing"));
+  CHECK(refused_naming("emu:blocks=8,,spin", "empty"));
+  CHECK(refused_naming("emu:blocks=8,", "empty"));
+  CHECK(refused_naming("emu:=8", "empty"));
+}
+
+TEST_CASE("unknown keys and unknown values of known keys are refused, naming them") {
+  CHECK(refused_naming("emu:blokcs=8", "blokcs"));
+  CHECK(refused_naming("emu:timing=warp-speed", "timing", "warp-speed"));
+}
+
+TEST_CASE("a configuration the emulator refuses comes back as a host::error naming the URI") {
+  // 2^54 blocks of 4 KiB is 2^66 bytes: every number is in range, the product is not.
+  CHECK(refused_naming("emu:lba=4096,blocks=18014398509481984", "blocks"));
+}
+
+TEST_CASE("valid URIs still open with the values they name") {
+  auto c = host::open("emu:lba=4096,blocks=4096,namespaces=2,workers=3,cmb_mb=4,timing=none");
+  const auto& config = emulator(c).config();
+  CHECK(config.namespaces.size() == 2);
+  CHECK(config.namespaces[1].lba_size == 4096);
+  CHECK(config.namespaces[1].lba_count == 4096);
+  CHECK(config.workers == 3);
+  CHECK(config.cmb_bytes == 4u << 20);
+  auto plain = host::open("emu");
+  CHECK(emulator(plain).config().namespaces.size() == 1);
+  auto empty = host::open("emu:");
+  CHECK(emulator(empty).config().namespaces.size() == 1);
+}
+
+TEST_CASE("malformed PCI addresses in sysfs:, vfio: and kmod: URIs are refused before any device is touched") {
+  for (const std::string scheme : {"sysfs", "vfio", "kmod"}) {
+    CAPTURE(scheme);
+    CHECK(refused_naming(scheme + ":", "not a PCI address"));
+    CHECK(refused_naming(scheme, "not a PCI address"));
+    CHECK(refused_naming(scheme + ":0000:01:00.8", "0000:01:00.8", "not a PCI address"));
+    CHECK(refused_naming(scheme + ":0000:01:00.0,lba=512", "0000:01:00.0,lba=512", "not a PCI address"));
+    CHECK(refused_naming(scheme + ":01:00.0", "01:00.0", "not a PCI address"));
+    CHECK(refused_naming(scheme + ":0000:01:0g.0", "0000:01:0g.0", "not a PCI address"));
+    CHECK(refused_naming(scheme + ":0000:01:20.0", "0000:01:20.0", "not a PCI address"));  // the device number is 5 bits: 00..1f
+  }
+  CHECK(refused_naming("nvme:0000:01:00.0", "unknown"));
+  CHECK(refused_naming("", "unknown"));
+}
