@@ -46,13 +46,80 @@ struct controller_options {
   std::chrono::milliseconds command_timeout{10'000};
 };
 
-/// A namespace as Identify Namespace describes it.
+/// A namespace as Identify Namespace describes it (`describe_namespace`).
+///
+/// Metadata (LBAF.MS > 0) travels one of two ways, fixed when the namespace was formatted
+/// (FLBAS bit 4): with extended LBAs each block's metadata follows its data in the data
+/// buffer (`block_bytes()` = lba_size + metadata_size per block); otherwise it lives in a
+/// separate buffer the command's MPTR points to, which `queue_pair::read`/`write` take in
+/// their metadata overloads.
 struct namespace_info {
   std::uint32_t nsid = 0;
-  std::uint32_t lba_size = 0;
-  std::uint64_t lba_count = 0;
-  [[nodiscard]] std::uint64_t bytes() const noexcept { return lba_size * lba_count; }
+  std::uint32_t lba_size = 0;         ///< data bytes per block (2^LBADS)
+  std::uint64_t lba_count = 0;        ///< NSZE
+  std::uint16_t metadata_size = 0;    ///< LBAF.MS: metadata bytes per block; 0: none
+  bool extended_lba = false;          ///< with metadata: it is at the end of each block in the data buffer (FLBAS bit 4)
+  std::uint8_t protection_type = 0;   ///< DPS bits 2:0: end-to-end protection information type; 0: none
+
+  /// Data bytes of the namespace (metadata not counted). `describe_namespace` refuses
+  /// namespaces whose data and metadata do not fit 64 bits, so this cannot wrap for them.
+  [[nodiscard]] std::uint64_t bytes() const noexcept { return std::uint64_t{lba_size} * lba_count; }
+  /// Bytes one block occupies in the data buffer: its data, and its metadata with extended LBAs.
+  [[nodiscard]] std::uint64_t block_bytes() const noexcept { return std::uint64_t{lba_size} + (extended_lba ? metadata_size : 0u); }
+  /// Whether I/O needs a separate metadata buffer (MPTR).
+  [[nodiscard]] bool separate_metadata() const noexcept { return metadata_size != 0 && !extended_lba; }
 };
+
+/// The namespace `nsid`'s Identify Namespace data as a `namespace_info`. Throws `host::error`
+/// (naming `device`) for data no I/O can be built on: FLBAS selecting a format past NLBAF,
+/// an LBADS below 9 (the spec's minimum, 512 bytes) or above 31, or a capacity whose bytes
+/// (data and metadata) do not fit 64 bits.
+[[nodiscard]] inline namespace_info describe_namespace(std::uint32_t nsid, const spec::identify_namespace& id, const std::string& device) {
+  const std::string operation = "Identify Namespace " + std::to_string(nsid);
+  const unsigned index = id.formatted_lba_index();
+  if (index >= id.number_of_lba_formats()) {
+    throw error(operation, device, "FLBAS selects LBA format " + std::to_string(index) + " but NLBAF lists only " +
+                                       std::to_string(id.number_of_lba_formats()));
+  }
+  const spec::lba_format format = id.current_lba_format();
+  if (format.lbads() < 9 || format.lbads() > 31) {
+    throw error(operation, device, "LBA format " + std::to_string(index) + " has LBADS " + std::to_string(format.lbads()) +
+                                       " (data size 2^LBADS must be 512 bytes to 2 GiB)");
+  }
+  namespace_info info;
+  info.nsid = nsid;
+  info.lba_size = std::uint32_t{1} << format.lbads();
+  info.lba_count = id.nsze;
+  info.metadata_size = format.ms();
+  info.extended_lba = info.metadata_size != 0 && id.metadata_at_end_of_lba();
+  info.protection_type = static_cast<std::uint8_t>(id.dps & 0x7u);
+  const std::uint64_t stored = std::uint64_t{info.lba_size} + info.metadata_size;
+  if (info.lba_count > ~std::uint64_t{0} / stored) {
+    throw error(operation, device, std::to_string(info.lba_count) + " blocks of " + std::to_string(stored) + " bytes exceed 2^64 bytes");
+  }
+  return info;
+}
+
+/// Throws `host::error` unless `operation` (Read, Write) can be done right on namespace `ns`
+/// by this library, before anything is sent: end-to-end protection information is not
+/// handled (PRACT and PRCHK are never set, so the controller would check or return PI the
+/// caller did not ask for); separate metadata needs a metadata buffer, and a metadata buffer
+/// needs a namespace with separate metadata.
+inline void require_transferable(const namespace_info& ns, bool with_metadata_buffer, const std::string& operation, const std::string& device) {
+  const std::string what = "namespace " + std::to_string(ns.nsid);
+  if (ns.protection_type != 0) {
+    throw error(operation, device, what + " has end-to-end protection information enabled (DPS type " + std::to_string(ns.protection_type) +
+                                       "), which cunvme does not handle: format it without protection information");
+  }
+  if (ns.separate_metadata() && !with_metadata_buffer) {
+    throw error(operation, device, what + " keeps " + std::to_string(ns.metadata_size) +
+                                       " bytes of metadata per block in a separate buffer (MPTR): pass a metadata buffer");
+  }
+  if (!ns.separate_metadata() && with_metadata_buffer) {
+    throw error(operation, device, what + (ns.metadata_size == 0 ? " has no metadata" : " carries its metadata in the data buffer (extended LBAs)") +
+                                       ": a separate metadata buffer does not apply");
+  }
+}
 
 /// Where a queue pair's queues live.
 enum class queue_placement : std::uint8_t {
@@ -125,13 +192,28 @@ class queue_pair {
 
   /// Reads `blocks` logical blocks at `lba` of namespace `nsid` into `buffer` at `offset`,
   /// split into commands of at most MDTS. Returns the first failing status, or success.
+  /// Each block takes `namespace_info::block_bytes()` of the buffer: its data, and with
+  /// extended LBAs its metadata after it. A namespace with separate metadata needs the
+  /// overload with a metadata buffer, and one with protection information is refused
+  /// (`require_transferable`); both throw `host::error` before anything is sent.
   [[nodiscard]] spec::status read(std::uint32_t nsid, std::uint64_t lba, std::uint64_t blocks, const dma_buffer& buffer,
                                   std::size_t offset = 0) {
-    return transfer(spec::nvm_opcode::read, nsid, lba, blocks, buffer, offset);
+    return transfer(spec::nvm_opcode::read, nsid, lba, blocks, buffer, offset, nullptr, 0);
   }
   [[nodiscard]] spec::status write(std::uint32_t nsid, std::uint64_t lba, std::uint64_t blocks, const dma_buffer& buffer,
                                    std::size_t offset = 0) {
-    return transfer(spec::nvm_opcode::write, nsid, lba, blocks, buffer, offset);
+    return transfer(spec::nvm_opcode::write, nsid, lba, blocks, buffer, offset, nullptr, 0);
+  }
+  /// The same on a namespace with separate metadata: `metadata` at `metadata_offset` holds
+  /// `metadata_size` bytes per block, dword aligned and contiguous in bus address space (one
+  /// MPTR per command).
+  [[nodiscard]] spec::status read(std::uint32_t nsid, std::uint64_t lba, std::uint64_t blocks, const dma_buffer& buffer, std::size_t offset,
+                                  const dma_buffer& metadata, std::size_t metadata_offset = 0) {
+    return transfer(spec::nvm_opcode::read, nsid, lba, blocks, buffer, offset, &metadata, metadata_offset);
+  }
+  [[nodiscard]] spec::status write(std::uint32_t nsid, std::uint64_t lba, std::uint64_t blocks, const dma_buffer& buffer, std::size_t offset,
+                                   const dma_buffer& metadata, std::size_t metadata_offset = 0) {
+    return transfer(spec::nvm_opcode::write, nsid, lba, blocks, buffer, offset, &metadata, metadata_offset);
   }
   [[nodiscard]] spec::status flush(std::uint32_t nsid) { return execute(spec::make_flush(nsid), "Flush").status(); }
 
@@ -141,7 +223,7 @@ class queue_pair {
              spec::submission_entry* sq, std::uint64_t sq_bus, dma_buffer lists);
 
   spec::status transfer(spec::nvm_opcode opcode, std::uint32_t nsid, std::uint64_t lba, std::uint64_t blocks, const dma_buffer& buffer,
-                        std::size_t offset);
+                        std::size_t offset, const dma_buffer* metadata, std::size_t metadata_offset);
 
   controller& ctrl_;
   std::uint16_t qid_;
@@ -156,6 +238,8 @@ class queue_pair {
   std::uint32_t cq_head_ = 0;
   bool phase_ = true;
   std::uint16_t next_cid_ = 0;
+  bool sq_doorbell_rung_ = false;  // DESIGN.md rule 5: a new queue's first doorbell write is MMIO
+  bool cq_doorbell_rung_ = false;
 };
 
 /// A controller brought up over a register backend.
@@ -228,12 +312,14 @@ class controller {
   spec::completion_entry admin_command(spec::submission_entry sqe, const std::string& operation) {
     std::scoped_lock lock(admin_mutex_);
     require_ready(operation);
-    sqe.set_cid(admin_cid_++);
+    const std::uint16_t cid = admin_cid_++;
+    sqe.set_cid(cid);
     admin_sq()[admin_tail_] = sqe;
     admin_tail_ = (admin_tail_ + 1) % options_.admin_queue_entries;
     // Rule 1 of DESIGN.md: the SQE is complete before the doorbell (release store).
     backend_->write32(spec::sq_tail_doorbell_offset(0, cap_.dstrd()), admin_tail_);
-    return await(admin_cq_.data(), admin_head_, admin_phase_, options_.admin_queue_entries, 0, operation);
+    bool cq_rung = true;  // the admin queue has no shadow doorbell: every write is MMIO
+    return await(admin_cq_.data(), admin_head_, admin_phase_, options_.admin_queue_entries, 0, cid, cq_rung, operation);
   }
 
   /// `admin_command`, throwing `host::error` with the NVMe status when it is not success.
@@ -293,6 +379,7 @@ class controller {
       const std::uint32_t list_entries = std::max<std::uint32_t>(
           1, prp::list_entries_needed(0, max_transfer_bytes() + (std::uint64_t{1} << page_shift_), page_shift_));
       dma_buffer lists = memory().allocate(std::size_t{list_entries} * 8);
+      start_shadow_doorbells(qid);
       admin(spec::make_create_io_cq(qid, entries, cq.bus()), "Create I/O CQ " + std::to_string(qid));
       try {
         admin(spec::make_create_io_sq(qid, entries, sq_bus, qid), "Create I/O SQ " + std::to_string(qid));
@@ -339,7 +426,10 @@ class controller {
 
   // ---- used by queue_pair ------------------------------------------------------------------
   /// Writes a doorbell: through the shadow buffer and only then, if EventIdx asks, MMIO (5.8).
-  void ring(std::uint16_t qid, bool is_cq, std::uint32_t new_value, std::uint32_t old_value) {
+  /// `first`: the queue's first write, which goes to MMIO whatever EventIdx says (DESIGN.md
+  /// rule 5): a controller may not look at a new queue's shadow slot before it is rung once
+  /// (QEMU does not), and an EventIdx it has not written yet for this queue proves nothing.
+  void ring(std::uint16_t qid, bool is_cq, std::uint32_t new_value, std::uint32_t old_value, bool first = false) {
     const std::uint32_t mmio = is_cq ? spec::cq_head_doorbell_offset(qid, cap_.dstrd()) : spec::sq_tail_doorbell_offset(qid, cap_.dstrd());
     if (!shadow_ || qid == 0) {
       backend_->write32(mmio, new_value);
@@ -353,8 +443,8 @@ class controller {
     // operations are never reordered store-before-load.
     std::atomic_ref<std::uint32_t>(*shadow).store(new_value, std::memory_order_seq_cst);
     const std::uint32_t ev = std::atomic_ref<std::uint32_t>(*event).load(std::memory_order_seq_cst);
-    if (spec::shadow_doorbell_needs_mmio(static_cast<std::uint16_t>(ev), static_cast<std::uint16_t>(new_value),
-                                         static_cast<std::uint16_t>(old_value))) {
+    if (first || spec::shadow_doorbell_needs_mmio(static_cast<std::uint16_t>(ev), static_cast<std::uint16_t>(new_value),
+                                                  static_cast<std::uint16_t>(old_value))) {
       backend_->write32(mmio, new_value);
       mmio_doorbell_writes_.fetch_add(1, std::memory_order_relaxed);
     } else {
@@ -365,6 +455,9 @@ class controller {
   /// host skip (queue pairs on several threads update these at once).
   [[nodiscard]] std::uint64_t mmio_doorbell_writes() const noexcept { return mmio_doorbell_writes_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t skipped_doorbell_writes() const noexcept { return skipped_doorbell_writes_.load(std::memory_order_relaxed); }
+  /// CQEs the host's own waits (admin commands, `queue_pair::execute`) consumed and dropped
+  /// because their CID (or SQ identifier) was not the command in flight (DESIGN.md rule 4).
+  [[nodiscard]] std::uint64_t unexpected_completions() const noexcept { return unexpected_completions_.load(std::memory_order_relaxed); }
 
   /// The shadow doorbell and EventIdx slots of a queue's doorbell; nullptrs without them.
   [[nodiscard]] std::pair<std::uint32_t*, std::uint32_t*> shadow_slots(std::uint16_t qid, bool is_cq) const {
@@ -373,26 +466,36 @@ class controller {
     return {reinterpret_cast<std::uint32_t*>(shadow_->data()) + slot, reinterpret_cast<std::uint32_t*>(event_index_->data()) + slot};
   }
 
-  /// Waits for the CQE at `head`; consumes it and rings the CQ head doorbell.
+  /// Waits for the completion of command `cid` (the only one in flight) on the CQ of queue
+  /// `qid`, consuming CQEs from `head` and ringing the CQ head doorbell after each. A CQE for
+  /// any other CID or SQ is counted and dropped, never returned (DESIGN.md rule 4), and the
+  /// wait goes on; the whole wait is bounded by the command timeout. `cq_rung`: whether the
+  /// CQ head doorbell was written before (the first write is MMIO, rule 5).
   spec::completion_entry await(std::byte* cq_memory, std::uint32_t& head, bool& phase, std::uint32_t entries, std::uint16_t qid,
-                               const std::string& operation) {
-    auto* slot = cq_memory + std::size_t{head} * sizeof(spec::completion_entry);
-    auto& dw3 = *reinterpret_cast<std::uint32_t*>(slot + 12);
-    // Rule 2: the phase tag (in DW3) is read with acquire before any other field.
-    const auto arrived = [&] { return ((std::atomic_ref<std::uint32_t>(dw3).load(std::memory_order_acquire) >> 16) & 1u) == (phase ? 1u : 0u); };
-    if (!wait_until(arrived, options_.command_timeout)) {
-      const auto status = csts();
-      throw error(operation, name_,
-                  status.cfs() ? std::string("controller fatal status (CSTS.CFS) while waiting for the completion")
-                               : "no completion within " + std::to_string(options_.command_timeout.count()) + " ms");
+                               std::uint16_t cid, bool& cq_rung, const std::string& operation) {
+    const auto until = std::chrono::steady_clock::now() + options_.command_timeout;
+    for (;;) {
+      auto* slot = cq_memory + std::size_t{head} * sizeof(spec::completion_entry);
+      auto& dw3 = *reinterpret_cast<std::uint32_t*>(slot + 12);
+      // Rule 2: the phase tag (in DW3) is read with acquire before any other field.
+      const auto arrived = [&] { return ((std::atomic_ref<std::uint32_t>(dw3).load(std::memory_order_acquire) >> 16) & 1u) == (phase ? 1u : 0u); };
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      if (!wait_until(arrived, std::max(left, std::chrono::milliseconds(0)))) {
+        const auto status = csts();
+        throw error(operation, name_,
+                    status.cfs() ? std::string("controller fatal status (CSTS.CFS) while waiting for the completion")
+                                 : "no completion within " + std::to_string(options_.command_timeout.count()) + " ms");
+      }
+      spec::completion_entry cqe;
+      std::memcpy(&cqe, slot, sizeof cqe);
+      const std::uint32_t old = head;
+      head = head + 1 == entries ? 0 : head + 1;
+      if (head == 0) phase = !phase;
+      ring(qid, true, head, old, !cq_rung);
+      cq_rung = true;
+      if (cqe.cid == cid && cqe.sqid == qid) return cqe;
+      unexpected_completions_.fetch_add(1, std::memory_order_relaxed);
     }
-    spec::completion_entry cqe;
-    std::memcpy(&cqe, slot, sizeof cqe);
-    const std::uint32_t old = head;
-    head = head + 1 == entries ? 0 : head + 1;
-    if (head == 0) phase = !phase;
-    ring(qid, true, head, old);
-    return cqe;
   }
 
   /// PRP1/PRP2 for `bytes` of `buffer` at `offset`, with a list in `lists` (page-aligned
@@ -429,6 +532,19 @@ class controller {
   }
 
   [[nodiscard]] spec::submission_entry* admin_sq() const { return reinterpret_cast<spec::submission_entry*>(admin_sq_.data()); }
+
+  /// A new queue's shadow doorbell and EventIdx slots start from the host's values (DESIGN.md
+  /// rule 5), written before the queue exists: a deleted queue with the same identifier left
+  /// its own there, and a stale EventIdx makes the EventIdx rule skip MMIO writes the
+  /// controller is waiting for (QEMU then never runs the first command).
+  void start_shadow_doorbells(std::uint16_t qid) {
+    if (!shadow_) return;
+    for (const bool is_cq : {false, true}) {
+      const auto [shadow, event] = shadow_slots(qid, is_cq);
+      std::atomic_ref<std::uint32_t>(*shadow).store(0, std::memory_order_seq_cst);
+      std::atomic_ref<std::uint32_t>(*event).store(0, std::memory_order_seq_cst);
+    }
+  }
 
   void require_ready(const std::string& operation) const {
     const auto status = csts();
@@ -494,7 +610,7 @@ class controller {
       admin(spec::make_identify(spec::identify_cns::namespace_data, nsid, page.bus()), "Identify Namespace " + std::to_string(nsid));
       spec::identify_namespace ns;
       std::memcpy(&ns, page.data(), sizeof ns);
-      namespaces_.push_back(namespace_info{nsid, static_cast<std::uint32_t>(ns.lba_size_bytes()), ns.nsze});
+      namespaces_.push_back(describe_namespace(nsid, ns, name_));
     }
   }
 
@@ -583,7 +699,7 @@ class controller {
   std::uint16_t granted_ = 0;
   std::vector<bool> used_qids_;
   std::unique_ptr<dma_buffer> shadow_, event_index_;
-  std::atomic<std::uint64_t> mmio_doorbell_writes_{0}, skipped_doorbell_writes_{0};
+  std::atomic<std::uint64_t> mmio_doorbell_writes_{0}, skipped_doorbell_writes_{0}, unexpected_completions_{0};
   std::size_t cmb_used_ = 0;
   bool shut_down_ = false;
 };
@@ -631,36 +747,57 @@ inline spec::completion_entry queue_pair::execute(spec::submission_entry sqe, co
   sq_[sq_tail_] = sqe;
   const std::uint32_t old = sq_tail_;
   sq_tail_ = sq_tail_ + 1 == entries_ ? 0 : sq_tail_ + 1;
-  ctrl_.ring(qid_, false, sq_tail_, old);
-  auto cqe = ctrl_.await(cq_.data(), cq_head_, phase_, entries_, qid_, operation + " on I/O queue " + std::to_string(qid_));
-  if (cqe.cid != sqe.cid()) {
-    throw error(operation, ctrl_.name(), "completion for CID " + std::to_string(cqe.cid) + " where " + std::to_string(sqe.cid()) + " was waited for");
-  }
-  return cqe;
+  ctrl_.ring(qid_, false, sq_tail_, old, !sq_doorbell_rung_);
+  sq_doorbell_rung_ = true;
+  return ctrl_.await(cq_.data(), cq_head_, phase_, entries_, qid_, sqe.cid(), cq_doorbell_rung_,
+                     operation + " on I/O queue " + std::to_string(qid_));
 }
 
 inline spec::status queue_pair::transfer(spec::nvm_opcode opcode, std::uint32_t nsid, std::uint64_t lba, std::uint64_t blocks,
-                                         const dma_buffer& buffer, std::size_t offset) {
+                                         const dma_buffer& buffer, std::size_t offset, const dma_buffer* metadata, std::size_t metadata_offset) {
+  const std::string operation = opcode == spec::nvm_opcode::read ? "Read" : "Write";
   const namespace_info& ns = ctrl_.namespace_by_id(nsid);
-  if (offset > buffer.size() || blocks * ns.lba_size > buffer.size() - offset) {
-    throw error(opcode == spec::nvm_opcode::read ? "Read" : "Write", ctrl_.name(),
-                std::to_string(blocks) + " blocks of " + std::to_string(ns.lba_size) + " bytes do not fit the buffer at offset " +
-                    std::to_string(offset));
+  require_transferable(ns, metadata != nullptr, operation, ctrl_.name());
+  // Extended LBAs: the controller moves data and metadata, block_bytes() per block, through
+  // the PRPs. The comparisons divide, so no product can wrap.
+  const std::uint64_t block = ns.block_bytes();
+  if (offset > buffer.size() || blocks > (buffer.size() - offset) / block) {
+    throw error(operation, ctrl_.name(),
+                std::to_string(blocks) + " blocks of " + std::to_string(block) + " bytes" +
+                    (ns.extended_lba ? " (" + std::to_string(ns.lba_size) + " data + " + std::to_string(ns.metadata_size) + " metadata)" : "") +
+                    " do not fit the buffer of " + std::to_string(buffer.size()) + " bytes at offset " + std::to_string(offset));
   }
-  const std::uint64_t per_command = std::min<std::uint64_t>(ctrl_.max_transfer_bytes() / ns.lba_size, spec::rw_fields::max_blocks);
+  const std::uint64_t metadata_block = metadata != nullptr ? ns.metadata_size : 0u;
+  if (metadata != nullptr && blocks > 0) {
+    if (metadata_offset % 4 != 0) throw error(operation, ctrl_.name(), "the metadata buffer offset is not dword aligned (MPTR)");
+    if (metadata_offset > metadata->size() || blocks > (metadata->size() - metadata_offset) / metadata_block) {
+      throw error(operation, ctrl_.name(), std::to_string(blocks) + " blocks of " + std::to_string(metadata_block) +
+                                               " metadata bytes do not fit the metadata buffer of " + std::to_string(metadata->size()) +
+                                               " bytes at offset " + std::to_string(metadata_offset));
+    }
+    // One MPTR per command addresses one bus range (PSDT 00b).
+    if (!metadata->contiguous(metadata_offset, blocks * metadata_block)) {
+      throw error(operation, ctrl_.name(), "the metadata buffer's " + std::to_string(blocks * metadata_block) +
+                                               " bytes are not contiguous in bus address space (MPTR addresses one range)");
+    }
+  }
+  // MDTS counts metadata interleaved with the data, not a separate metadata buffer.
+  const std::uint64_t per_command = std::min<std::uint64_t>(ctrl_.max_transfer_bytes() / block, spec::rw_fields::max_blocks);
   if (per_command == 0) {
-    throw error("Read/Write", ctrl_.name(), "MDTS (" + std::to_string(ctrl_.max_transfer_bytes()) + " bytes) is smaller than one " +
-                                                std::to_string(ns.lba_size) + "-byte block");
+    throw error(operation, ctrl_.name(), "MDTS (" + std::to_string(ctrl_.max_transfer_bytes()) + " bytes) is smaller than one " +
+                                             std::to_string(block) + "-byte block");
   }
   while (blocks > 0) {
     const std::uint64_t n = std::min(blocks, per_command);
     auto sqe = spec::make_rw(opcode, nsid, lba, static_cast<std::uint32_t>(n));
-    ctrl_.fill_prps(sqe, buffer, offset, n * ns.lba_size, lists_);
-    const auto cqe = execute(sqe, opcode == spec::nvm_opcode::read ? "Read" : "Write");
+    ctrl_.fill_prps(sqe, buffer, offset, n * block, lists_);
+    if (metadata != nullptr) sqe.mptr = metadata->bus(metadata_offset);
+    const auto cqe = execute(sqe, operation);
     if (cqe.status() != spec::status::successful_completion) return cqe.status();
     lba += n;
     blocks -= n;
-    offset += n * ns.lba_size;
+    offset += n * block;
+    metadata_offset += n * metadata_block;
   }
   return spec::status::successful_completion;
 }
