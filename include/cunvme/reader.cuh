@@ -37,14 +37,30 @@
 
 CUNVME_NAMESPACE_BEGIN
 
+/// Where a namespace's metadata (LBAF.MS bytes per block) travels.
+enum class metadata_layout : cuda::std::uint8_t {
+  none,      ///< no metadata
+  extended,  ///< at the end of each block, in the data buffer (extended LBAs, FLBAS bit 4): readers move it with the data
+  separate,  ///< in a separate buffer MPTR points to: readers refuse (io_error::metadata_unsupported)
+};
+
 /// The namespace a reader addresses, as Identify Namespace and MDTS describe it.
 struct namespace_view {
   cuda::std::uint32_t nsid = 1;
-  cuda::std::uint32_t lba_shift = 9;     ///< log2 of the LBA size
-  cuda::std::uint32_t max_blocks = 0;    ///< blocks one command may carry: min(MDTS / LBA size, 65536)
+  cuda::std::uint32_t lba_shift = 9;     ///< log2 of the LBA data size
+  cuda::std::uint32_t max_blocks = 0;    ///< blocks one command may carry: min(MDTS / block_bytes(), 65536)
   cuda::std::uint64_t lba_count = 0;
+  cuda::std::uint16_t metadata_size = 0;  ///< LBAF.MS: metadata bytes per block
+  metadata_layout metadata = metadata_layout::none;
+  bool protection = false;               ///< end-to-end protection information enabled (DPS): refused, like separate metadata
 
   [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint32_t lba_size() const noexcept { return 1u << lba_shift; }
+  /// Bytes one block occupies in the data buffer: its data, and with extended LBAs its metadata.
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint64_t block_bytes() const noexcept {
+    return cuda::std::uint64_t{lba_size()} + (metadata == metadata_layout::extended ? metadata_size : 0u);
+  }
+  /// Whether readers and writers can address the namespace (no MPTR, no protection information).
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr bool transferable() const noexcept { return metadata != metadata_layout::separate && !protection; }
 };
 static_assert(cuda::std::is_trivially_copyable_v<namespace_view>);
 
@@ -92,7 +108,7 @@ class block_io {
       const cuda::std::uint32_t n = want ? static_cast<cuda::std::uint32_t>((lba + blocks - first < ns_.max_blocks ? lba + blocks - first : ns_.max_blocks)) : 0;
       io_handle h = issue(g, want, [&](cuda::std::uint16_t cid, spec::submission_entry& sqe) {
         sqe = spec::make_rw(opcode, ns_.nsid, first, n);
-        return build_prps(data, offset + ((first - lba) << ns_.lba_shift), cuda::std::uint64_t{n} << ns_.lba_shift, cid, sqe);
+        return build_prps(data, offset + (first - lba) * ns_.block_bytes(), cuda::std::uint64_t{n} * ns_.block_bytes(), cid, sqe);
       });
       if (!want) continue;
       if (h.state == io_handle::phase::in_flight) {
@@ -176,7 +192,7 @@ class block_io {
     for (int attempt = 0; attempt < 2; ++attempt) {
       h = issue(self, true, [&](cuda::std::uint16_t cid, spec::submission_entry& sqe) {
         sqe = spec::make_rw(opcode, ns_.nsid, lba, blocks);
-        return build_prps(data, offset, cuda::std::uint64_t{blocks} << ns_.lba_shift, cid, sqe);
+        return build_prps(data, offset, cuda::std::uint64_t{blocks} * ns_.block_bytes(), cid, sqe);
       });
       if (h.state != io_handle::phase::empty || !h.result.ok()) break;
       if (attempt == 0) completion::template progress<Doorbell>(q_);
@@ -207,8 +223,9 @@ class block_io {
  protected:
   [[nodiscard]] CUNVME_HOST_DEVICE io_result check(cuda::std::uint64_t lba, cuda::std::uint64_t blocks) const noexcept {
     if (!Doorbell::usable(q_)) return io_result::failure(io_error::doorbell_unusable, lba, 0);
+    if (!ns_.transferable()) return io_result::failure(io_error::metadata_unsupported, lba, 0);
     // Zero blocks, or a byte count that does not fit 64 bits, or an LBA range that wraps.
-    if (blocks == 0 || ns_.max_blocks == 0 || blocks > (~cuda::std::uint64_t{0} >> ns_.lba_shift) || lba + blocks < lba) {
+    if (blocks == 0 || ns_.max_blocks == 0 || blocks > ~cuda::std::uint64_t{0} / ns_.block_bytes() || lba + blocks < lba) {
       return io_result::failure(io_error::invalid_request, lba, 0);
     }
     return io_result{};
@@ -225,6 +242,11 @@ class block_io {
       case prp::build_result::unaligned_start: return io_error::unaligned_buffer;
       case prp::build_result::pages_misaligned: return io_error::buffer_pages_misaligned;
       case prp::build_result::list_too_small: return io_error::prp_list_too_small;
+      // A queue's lists are page aligned and its page size valid; an offset + length past
+      // 2^64 is a bad request.
+      case prp::build_result::list_misaligned:
+      case prp::build_result::invalid_page_size:
+      case prp::build_result::range_overflow: return io_error::invalid_request;
     }
     sqe.prp1 = e.prp1;
     sqe.prp2 = e.prp2;
@@ -239,7 +261,9 @@ class block_io {
   [[nodiscard]] CUNVME_HOST_DEVICE io_handle issue(Group& g, bool want, Prepare&& prepare) const {
     io_handle h;
     spec::submission_entry sqe{};
-    bool go = want && cid_pool::try_take(q_, hint(g), h.cid);
+    // Reserved, not in flight, until its SQE is written: a completion drained meanwhile (by
+    // this thread's own progress while it waits for a slot) naming this CID is not ours.
+    bool go = want && cid_pool::try_reserve(q_, hint(g), h.cid);
     if (go) {
       if (const io_error e = prepare(h.cid, sqe); e != io_error::none) {
         cid_pool::give_back(q_, h.cid);
@@ -256,6 +280,7 @@ class block_io {
       go = false;
     }
     if (go) {
+      cid_pool::mark_in_flight(q_, h.cid);
       sqe.set_cid(h.cid);
       q_.sq[q_.slot(h.ticket)] = sqe;
       h.lba = spec::starting_lba(sqe);

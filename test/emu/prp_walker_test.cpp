@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 namespace emu = cunvme::emu;
@@ -95,4 +96,70 @@ TEST_CASE("data in CMB and host memory in one command is refused unless mixing i
   CHECK(w.walk(host.dma.pin(), host.bus, 0x4000'0000, 8192, 4096, false) == spec::status::invalid_use_of_controller_memory_buffer);
   CHECK(w.walk(host.dma.pin(), host.bus, 0x4000'0000, 8192, 4096, true) == ok);
   CHECK(w.walk(host.dma.pin(), 0x4000'0000, 0x4000'1000, 8192, 4096, false) == ok);
+}
+
+TEST_CASE("a list pointer four bytes before its page end leaves no room for an entry: PRP Offset Invalid") {
+  pages p(8);
+  emu::prp_walker w;
+  // dword aligned (so not refused for its alignment) but no whole 8-byte entry fits in its page.
+  CHECK(w.walk(p.dma.pin(), p.bus + 2 * 4096, p.bus + 4096 - 4, 3 * 4096, 4096, false) == spec::status::prp_offset_invalid);
+  CHECK(w.walk(p.dma.pin(), p.bus + 2 * 4096, p.bus + 4096 - 4, 600 * 4096, 4096, false) == spec::status::prp_offset_invalid);
+}
+
+TEST_CASE("a list pointer with one slot left chains at once and still maps the data") {
+  pages p(8);
+  p.entries(0)[511] = p.bus + 4096;  // the only slot is the chain pointer
+  p.entries(1)[0] = p.bus + 3 * 4096;
+  p.entries(1)[1] = p.bus + 4 * 4096;
+  emu::prp_walker w;
+  CHECK(w.walk(p.dma.pin(), p.bus + 2 * 4096, p.bus + 511 * 8, 3 * 4096, 4096, false) == ok);
+  REQUIRE(w.segments().size() == 1);
+  CHECK(w.segments()[0].length == 3 * 4096);
+}
+
+TEST_CASE("a length near 2^64 ends in an error, not an endless walk") {
+  pages p(8);
+  emu::prp_walker w;
+  // PRP1 four bytes before its page end leaves 2^64 - 5 bytes: rounding that up to pages wraps.
+  CHECK(w.walk(p.dma.pin(), p.bus + 4096 - 4, p.bus + 4096, ~std::uint64_t{0}, 4096, false) == spec::status::data_transfer_error);
+}
+
+TEST_CASE("entries and lists at the very top of the bus address space do not wrap") {
+  pages p(2);
+  emu::prp_walker w;
+  const std::uint64_t top = ~std::uint64_t{0} - 4095;  // the last page of the 64-bit space
+  CHECK(w.walk(p.dma.pin(), p.bus, top, 2 * 4096, 4096, false) == spec::status::data_transfer_error);
+  CHECK(w.walk(p.dma.pin(), p.bus, top, 3 * 4096, 4096, false) == spec::status::data_transfer_error);
+  CHECK(w.walk(p.dma.pin(), top + 4092, 0, 8, 4096, false) == spec::status::data_transfer_error);
+}
+
+TEST_CASE("a page size that is not a power of two of at least 4 KiB is Invalid Field") {
+  pages p(2);
+  emu::prp_walker w;
+  CHECK(w.walk(p.dma.pin(), p.bus, 0, 4096, 0, false) == spec::status::invalid_field_in_command);
+  CHECK(w.walk(p.dma.pin(), p.bus, 0, 4096, 3000, false) == spec::status::invalid_field_in_command);
+  CHECK(w.walk(p.dma.pin(), p.bus, 0, 4096, 2048, false) == spec::status::invalid_field_in_command);
+}
+
+TEST_CASE("a chained list that points back at itself ends when the data is mapped") {
+  pages p(8);
+  for (int i = 0; i < 511; ++i) p.entries(0)[i] = p.bus + 4096;  // every entry the same data page
+  p.entries(0)[511] = p.bus;                                      // and the chain back to this list
+  emu::prp_walker w;
+  CHECK(w.walk(p.dma.pin(), p.bus + 4096, p.bus, 2000 * 4096, 4096, false) == ok);
+  std::uint64_t total = 0;
+  for (const auto& s : w.segments()) total += s.length;
+  CHECK(total == 2000 * 4096);
+}
+
+TEST_CASE("a list pointer that is dword but not qword aligned is a valid list with an offset") {
+  pages p(8);
+  auto* list = reinterpret_cast<std::uint64_t*>(reinterpret_cast<std::byte*>(p.entries(0)) + 4);
+  const std::uint64_t first = p.bus + 4 * 4096, second = p.bus + 5 * 4096;
+  std::memcpy(list, &first, 8);
+  std::memcpy(list + 1, &second, 8);
+  emu::prp_walker w;
+  CHECK(w.walk(p.dma.pin(), p.bus + 3 * 4096, p.bus + 4, 3 * 4096, 4096, false) == ok);
+  REQUIRE(w.segments().size() == 1);
+  CHECK(w.segments()[0].length == 3 * 4096);
 }

@@ -103,6 +103,67 @@ TEST_CASE("scattered buffer pages that do not start on a page boundary are refus
   CHECK(prp::build(prp::page_list{pages, 12}, 0, 8192, 12, l.memory(), e) == prp::build_result::pages_misaligned);
 }
 
+TEST_CASE("list_entries_needed counts lengths near 2^64 without wrapping or truncating") {
+  // PRP1 four bytes before a page end: 2^64 - 5 bytes remain, 2^52 list entries and their chains.
+  const std::uint64_t data_entries = (~std::uint64_t{0} - 4) / 4096 + 1;
+  const std::uint64_t expected = data_entries + (data_entries - 2) / 511;
+  CHECK(std::uint64_t{prp::list_entries_needed(4092, ~std::uint64_t{0}, 12)} == expected);
+  CHECK(std::uint64_t{prp::list_entries_needed(0, std::uint64_t{1} << 46, 12)} == (std::uint64_t{1} << 34) - 1 + ((std::uint64_t{1} << 34) - 3) / 511);
+}
+
+TEST_CASE("a length near 2^64 is list_too_small and writes nothing past the list memory") {
+  list_page l;
+  prp::prp_entries e;
+  // PRP1 four bytes before a page end: rounding the rest up to whole pages wraps 64 bits.
+  CHECK(prp::build(prp::contiguous{0x10ffc}, 0, ~std::uint64_t{0} - 8, 12, l.memory(8), e) == prp::build_result::list_too_small);
+  for (std::size_t i = 8; i < l.entries.size(); ++i) REQUIRE(l.entries[i] == 0);
+}
+
+TEST_CASE("a list address that is not page aligned is list_misaligned") {
+  list_page l;
+  prp::prp_entries e;
+  const prp::list_memory unaligned{l.entries.data(), 0x900100, 1024};
+  CHECK(prp::build(prp::contiguous{0x10000}, 0, 600 * 4096, 12, unaligned, e) == prp::build_result::list_misaligned);
+  CHECK(l.entries[0] == 0);
+}
+
+TEST_CASE("a controller page size outside 4 KiB..128 MiB, or a buffer page shift past 63, is invalid_page_size") {
+  list_page l;
+  prp::prp_entries e;
+  CHECK(prp::build(prp::contiguous{0x10000}, 0, 4096, 11, l.memory(), e) == prp::build_result::invalid_page_size);
+  CHECK(prp::build(prp::contiguous{0x10000}, 0, 4096, 64, l.memory(), e) == prp::build_result::invalid_page_size);
+  const std::uint64_t pages[] = {0x1000};
+  CHECK(prp::build(prp::page_list{pages, 64}, 0, 4096, 12, l.memory(), e) == prp::build_result::invalid_page_size);
+}
+
+TEST_CASE("an offset plus length that wraps 64 bits is range_overflow") {
+  list_page l;
+  prp::prp_entries e;
+  CHECK(prp::build(prp::contiguous{0}, ~std::uint64_t{0} - 4095, 3 * 4096, 12, l.memory(), e) == prp::build_result::range_overflow);
+}
+
+TEST_CASE("a list whose bus range wraps 64 bits is range_overflow") {
+  list_page l;
+  prp::prp_entries e;
+  const prp::list_memory top{l.entries.data(), ~std::uint64_t{0} - 4095, 1024};
+  CHECK(prp::build(prp::contiguous{0x10000}, 0, 600 * 4096, 12, top, e) == prp::build_result::range_overflow);
+}
+
+TEST_CASE("buffer pages smaller than the controller page that are not contiguous are refused even inside PRP1") {
+  list_page l;
+  prp::prp_entries e;
+  const std::uint64_t scattered[] = {0x10000, 0x5000, 0x3000};
+  CHECK(prp::build(prp::page_list{scattered, 12}, 0, 3 * 4096, 16, l.memory(), e) == prp::build_result::pages_misaligned);
+}
+
+TEST_CASE("a buffer page that does not start page aligned cannot hide a break inside a PRP entry") {
+  list_page l;
+  prp::prp_entries e;
+  // Page 0 starts 16 bytes into a controller page: PRP1 would cover 16 bytes of page 1's range.
+  const std::uint64_t pages[] = {0x5010, 0x9000, 0xb000};
+  CHECK(prp::build(prp::page_list{pages, 12}, 0, 4080 + 4096, 12, l.memory(), e) == prp::build_result::pages_misaligned);
+}
+
 #ifdef __CUDACC__
 __global__ void build_on_device(std::uint64_t* list, std::uint64_t* out) {
   prp::prp_entries e;

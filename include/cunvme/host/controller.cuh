@@ -376,9 +376,12 @@ class controller {
       }
       require_contiguous(cq, "Create I/O CQ " + std::to_string(qid));
       if (sq_memory) require_contiguous(sq_memory, "Create I/O SQ " + std::to_string(qid));
-      const std::uint32_t list_entries = std::max<std::uint32_t>(
-          1, prp::list_entries_needed(0, max_transfer_bytes() + (std::uint64_t{1} << page_shift_), page_shift_));
-      dma_buffer lists = memory().allocate(std::size_t{list_entries} * 8);
+      // The worst-case start needs one page more than MDTS; an unlimited MDTS saturates
+      // instead of wrapping to a tiny list.
+      const std::uint64_t page = std::uint64_t{1} << page_shift_;
+      const std::uint64_t span = max_transfer_bytes() > ~std::uint64_t{0} - page ? ~std::uint64_t{0} : max_transfer_bytes() + page;
+      const std::uint64_t list_entries = std::max<std::uint64_t>(1, prp::list_entries_needed(0, span, page_shift_));
+      dma_buffer lists = memory().allocate(static_cast<std::size_t>(list_entries * 8));
       start_shadow_doorbells(qid);
       admin(spec::make_create_io_cq(qid, entries, cq.bus()), "Create I/O CQ " + std::to_string(qid));
       try {
@@ -416,8 +419,8 @@ class controller {
   /// Reads `bytes` of log page `lid` (Get Log Page) into host memory.
   [[nodiscard]] std::vector<std::byte> log_page(spec::log_page_id lid, std::size_t bytes, std::uint32_t nsid = 0xffffffffu) {
     dma_buffer buf = memory().allocate(bytes);
-    const std::uint32_t entries = prp::list_entries_needed(buf.bus(), bytes, page_shift_);
-    dma_buffer list = memory().allocate(std::size_t{std::max<std::uint32_t>(entries, 1)} * 8);
+    const std::uint64_t entries = prp::list_entries_needed(buf.bus(), bytes, page_shift_);  // ≤ 2^53 for any valid page
+    dma_buffer list = memory().allocate(static_cast<std::size_t>(std::max<std::uint64_t>(entries, 1) * 8));
     auto sqe = spec::make_get_log_page(lid, bytes, 0, 0, 0, nsid);
     fill_prps(sqe, buf, 0, bytes, list);
     admin(sqe, "Get Log Page " + std::to_string(static_cast<unsigned>(lid)));
@@ -501,19 +504,43 @@ class controller {
   /// PRP1/PRP2 for `bytes` of `buffer` at `offset`, with a list in `lists` (page-aligned
   /// DMA memory that must outlive the command) when the transfer spans more than two pages.
   void fill_prps(spec::submission_entry& sqe, const dma_buffer& buffer, std::size_t offset, std::uint64_t bytes, const dma_buffer& lists) {
-    const prp::list_memory list{reinterpret_cast<std::uint64_t*>(lists.data()), lists.bus(), static_cast<std::uint32_t>(lists.size() / 8)};
+    // page_list reads the page of every byte it maps: the range must lie inside the buffer.
+    if (offset > buffer.size() || bytes > buffer.size() - offset) {
+      throw error("Build PRPs", name_, std::to_string(bytes) + " bytes at offset " + std::to_string(offset) + " do not fit the " +
+                                           std::to_string(buffer.size()) + "-byte buffer");
+    }
+    if (buffer.page_size() == 0 || (buffer.page_size() & (buffer.page_size() - 1)) != 0) {
+      throw error("Build PRPs", name_, "the buffer's page size " + std::to_string(buffer.page_size()) + " is not a power of two");
+    }
+    const std::uint64_t list_capacity = std::min<std::uint64_t>(lists.size() / 8, ~std::uint32_t{0});
+    const prp::list_memory list{reinterpret_cast<std::uint64_t*>(lists.data()), lists.bus(), static_cast<std::uint32_t>(list_capacity)};
     unsigned buffer_shift = 0;
     while ((std::size_t{1} << buffer_shift) < buffer.page_size()) ++buffer_shift;
     prp::prp_entries e;
     const auto r = prp::build(prp::page_list{buffer.pages().data(), buffer_shift}, offset, bytes, page_shift_, list, e);
-    if (r != prp::build_result::ok) {
-      throw error("Build PRPs", name_,
-                  r == prp::build_result::unaligned_start ? "the buffer offset is not dword aligned"
-                  : r == prp::build_result::list_too_small ? "the PRP list memory is too small"
-                                                           : "the buffer's pages do not line up with the controller's page size");
-    }
+    if (r != prp::build_result::ok) throw error("Build PRPs", name_, build_failure(r, buffer.page_size(), lists.size()));
     sqe.prp1 = e.prp1;
     sqe.prp2 = e.prp2;
+  }
+
+  /// Why `prp::build` refused, for a `host::error` (every result named: a new one must be added here).
+  [[nodiscard]] std::string build_failure(prp::build_result r, std::size_t buffer_page, std::size_t list_bytes) const {
+    const std::string controller_page = std::to_string(std::uint64_t{1} << page_shift_);
+    switch (r) {
+      case prp::build_result::ok: return "no error";
+      case prp::build_result::unaligned_start: return "the buffer offset is not dword aligned (PRP1 bits 1:0 must be zero)";
+      case prp::build_result::pages_misaligned:
+        return "the buffer's " + std::to_string(buffer_page) + "-byte pages do not line up with the controller's " + controller_page +
+               "-byte pages (smaller, or not aligned to them)";
+      case prp::build_result::list_too_small:
+        return "the transfer needs more PRP list entries than the " + std::to_string(list_bytes) + "-byte PRP list memory holds";
+      case prp::build_result::list_misaligned: return "the PRP list memory is not aligned to the controller's " + controller_page + "-byte page";
+      case prp::build_result::invalid_page_size:
+        return "page sizes out of range (controller page " + controller_page + " bytes, buffer page " + std::to_string(buffer_page) +
+               " bytes; 4 KiB..128 MiB and 4 KiB..2^63 allowed)";
+      case prp::build_result::range_overflow: return "the buffer range or the PRP list's bus range does not fit 64 bits";
+    }
+    return "unknown PRP build result " + std::to_string(static_cast<unsigned>(r));
   }
 
   void release_queue_id(std::uint16_t qid) {
