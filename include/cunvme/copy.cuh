@@ -80,7 +80,8 @@ class device {
   [[nodiscard]] host::io_queue& queue() noexcept { return *queues_.front(); }
   [[nodiscard]] std::uint32_t queue_count() const noexcept { return static_cast<std::uint32_t>(queues_.size()); }
   [[nodiscard]] const namespace_view& ns() const noexcept { return ns_; }
-  [[nodiscard]] std::uint64_t block_bytes() const noexcept { return ns_.lba_size(); }
+  /// Bytes per block in the caller's buffer: data, and with extended LBAs the block's metadata.
+  [[nodiscard]] std::uint64_t block_bytes() const noexcept { return ns_.block_bytes(); }
   [[nodiscard]] reader make_reader() const { return reader(queues_.front()->view(), ns_); }
   [[nodiscard]] writer make_writer() const { return writer(queues_.front()->view(), ns_); }
   [[nodiscard]] io_set<reader> readers() const { return make_set<reader>(); }
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(copy_warps_per_block * 32)
   const cuda::std::uint64_t first = warp * per_warp;
   if (first >= blocks) return;  // whole warps only: `first` is the same for every lane
   const cuda::std::uint64_t n = blocks - first < per_warp ? blocks - first : per_warp;
-  const cuda::std::uint64_t at = offset + (first << io.ns().lba_shift);
+  const cuda::std::uint64_t at = offset + first * io.ns().block_bytes();
   io_result r;
   if constexpr (Write) {
     r = io.write(g, lba + first, n, buffer, at);
@@ -138,9 +139,11 @@ template <bool Write>
 [[nodiscard]] io_result transfer(device& dev, cuda::std::uint64_t lba, cuda::std::uint64_t blocks, void* gpu, std::size_t capacity,
                                  cudaStream_t stream) {
   const namespace_view& ns = dev.ns();
+  // Refused before anything is mapped or launched: separate metadata needs MPTR.
+  if (!ns.transferable()) return io_result::failure(io_error::metadata_unsupported, lba, 0);
   if (blocks == 0 || gpu == nullptr) return io_result::failure(io_error::invalid_request, lba, 0);
-  const std::uint64_t bytes = blocks << ns.lba_shift;
-  if ((blocks >> (64 - ns.lba_shift)) != 0 || bytes > capacity) return io_result::failure(io_error::invalid_request, lba, 0);
+  if (blocks > capacity / ns.block_bytes()) return io_result::failure(io_error::invalid_request, lba, 0);
+  const std::uint64_t bytes = blocks * ns.block_bytes();
   // The buffer's pages, mapped for the controller for the duration of the call.
   constexpr std::uintptr_t page = 64 * 1024;
   const auto address = reinterpret_cast<std::uintptr_t>(gpu);

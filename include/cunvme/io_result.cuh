@@ -21,6 +21,8 @@ enum class io_error : cuda::std::uint8_t {
   buffer_pages_misaligned,  ///< the buffer's pages are smaller than, or not aligned to, the controller's pages
   prp_list_too_small,       ///< the queue's per-command PRP lists cannot describe this much data
   doorbell_unusable,        ///< the doorbell policy needs what the queue lacks (shadow doorbell slots)
+  metadata_unsupported,     ///< the namespace keeps metadata in a separate buffer (MPTR), which readers and writers do not
+                            ///< supply, or has end-to-end protection information enabled: use host::queue_pair's metadata overloads
 };
 
 /// Names for `io_error`, for messages.
@@ -36,6 +38,7 @@ enum class io_error : cuda::std::uint8_t {
     case io_error::buffer_pages_misaligned: return "buffer pages do not line up with the controller's pages";
     case io_error::prp_list_too_small: return "PRP list memory too small";
     case io_error::doorbell_unusable: return "doorbell policy unusable on this queue";
+    case io_error::metadata_unsupported: return "namespace needs a separate metadata buffer or protection information handling";
   }
   return "unknown io_error";
 }

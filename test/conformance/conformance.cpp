@@ -1,10 +1,14 @@
 // Host-path conformance: the same cases against any controller `host::open` reaches — the
 // emulator in CI, QEMU's NVMe controller inside a Linux guest, a real SSD.
 //
-//   conformance URI [--pattern] [--expect-cmb]
+//   conformance URI [--pattern] [--expect-cmb] [--metadata MS:extended|MS:separate] [--only-metadata]
 //
 // --pattern: the namespace was filled with host::pattern_word (QEMU harness disks, emu:pattern).
 // --expect-cmb: the controller has a CMB; a queue pair places its SQ there.
+// --metadata: namespace 1 is formatted with MS bytes of metadata per block, as extended LBAs
+//   or in a separate buffer; the "metadata:" cases check that it is reported and handled.
+// --only-metadata: run only the "metadata:" cases (a separate-metadata namespace refuses the
+//   plain reads and writes the other cases make).
 // Prints one line per case ("PASS name" / "FAIL name: why") and a summary; exits 0 when all passed.
 #include <cunvme/host/open.cuh>
 
@@ -36,6 +40,9 @@ struct context {
   std::string uri;
   bool pattern = false;
   bool expect_cmb = false;
+  int expect_ms = -1;          // --metadata: MS expected on namespace 1; -1: not checked
+  bool expect_extended = false;
+  bool only_metadata = false;
   std::unique_ptr<host::controller> ctrl;
   std::uint32_t nsid = 1;
   std::uint32_t lba = 512;
@@ -43,6 +50,22 @@ struct context {
   // Writes go to the second half of the namespace so the pattern in the first half stays.
   std::uint64_t scratch_lba = 0;
 };
+
+constexpr std::byte guard_byte{0xa5};
+
+/// The first `bytes` of `memory` as a buffer of its own (not owning): the bytes after it are
+/// a guard region that a transfer past the buffer's end would change.
+host::dma_buffer guarded(const host::dma_buffer& memory, std::size_t bytes) {
+  std::memset(memory.data(), static_cast<int>(guard_byte), memory.size());
+  return host::dma_buffer(memory.data(), nullptr, bytes, memory.page_size(), memory.pages(), memory.location(), {});
+}
+
+bool guard_intact(const host::dma_buffer& memory, std::size_t from) {
+  for (std::size_t i = from; i < memory.size(); ++i) {
+    if (memory.data()[i] != guard_byte) return false;
+  }
+  return true;
+}
 
 void fill_random(std::byte* p, std::size_t n, std::uint32_t seed) {
   std::mt19937_64 rng(seed);
@@ -89,6 +112,89 @@ const std::vector<std::pair<std::string, case_fn>>& cases() {
          expect(!spec::trimmed(id.mn).empty(), "empty model number");
          expect(id.sqes_min() == 6 && id.cqes_min() == 4, "SQES/CQES minimum is not 64/16 bytes");
          expect(id.nn >= 1, "NN is 0");
+       }},
+      {"metadata: the namespace info carries the metadata size and where metadata travels",
+       [](context& c) {
+         if (c.expect_ms < 0) return;
+         const auto& ns = c.ctrl->namespace_by_id(c.nsid);
+         expect(ns.metadata_size == static_cast<unsigned>(c.expect_ms),
+                "MS is " + std::to_string(ns.metadata_size) + ", want " + std::to_string(c.expect_ms));
+         expect(ns.extended_lba == c.expect_extended, std::string("FLBAS bit 4 (extended LBAs) reads ") + (ns.extended_lba ? "1" : "0"));
+         expect(ns.block_bytes() == ns.lba_size + (c.expect_extended ? ns.metadata_size : 0u), "block_bytes() does not match the format");
+       }},
+      {"metadata: a 7-block read into a buffer of 7 data blocks writes nothing past the buffer",
+       [](context& c) {
+         const std::uint32_t data = c.ctrl->namespace_by_id(c.nsid).lba_size;
+         auto qp = c.ctrl->create_queue_pair(4);
+         auto memory = c.ctrl->memory().allocate(7 * data + 4096);
+         const auto view = guarded(memory, 7 * data);
+         try {
+           (void)qp->read(c.nsid, 0, 7, view);
+         } catch (const host::error&) {
+           // Refused (a namespace with metadata): nothing may have been written at all.
+           expect(guard_intact(memory, 0), "a refused read changed the buffer");
+           return;
+         }
+         expect(guard_intact(memory, 7 * data), "the read wrote past the end of its " + std::to_string(7 * data) + "-byte buffer");
+       }},
+      {"metadata: extended LBAs round-trip data and metadata, block_bytes() per block, and stop at the buffer's end",
+       [](context& c) {
+         if (c.expect_ms < 0 || !c.expect_extended) return;
+         const std::uint64_t block = c.ctrl->namespace_by_id(c.nsid).block_bytes();
+         auto qp = c.ctrl->create_queue_pair(8);
+         const std::uint64_t sizes[] = {1, 7, c.ctrl->max_transfer_bytes() / block + 3};
+         std::uint32_t seed = 70;
+         for (const std::uint64_t n : sizes) {
+           auto out = c.ctrl->memory().allocate(n * block);
+           fill_random(out.data(), out.size(), seed++);
+           auto memory = c.ctrl->memory().allocate(n * block + 4096);
+           const auto in = guarded(memory, n * block);
+           expect_status(qp->write(c.nsid, c.scratch_lba, n, out), spec::status::successful_completion, "extended write of " + std::to_string(n));
+           expect_status(qp->read(c.nsid, c.scratch_lba, n, in), spec::status::successful_completion, "extended read of " + std::to_string(n));
+           expect(std::memcmp(out.data(), in.data(), out.size()) == 0, "data and metadata read back differ (" + std::to_string(n) + " blocks)");
+           expect(guard_intact(memory, n * block), "the read wrote past its buffer (" + std::to_string(n) + " blocks)");
+         }
+       }},
+      {"metadata: separate metadata round-trips through a metadata buffer (MPTR), data and metadata verified",
+       [](context& c) {
+         if (c.expect_ms < 0 || c.expect_extended) return;
+         const auto& ns = c.ctrl->namespace_by_id(c.nsid);
+         auto qp = c.ctrl->create_queue_pair(8);
+         const std::uint64_t sizes[] = {1, 7, c.ctrl->max_transfer_bytes() / ns.lba_size + 3};
+         std::uint32_t seed = 80;
+         for (const std::uint64_t n : sizes) {
+           auto out = c.ctrl->memory().allocate(n * ns.lba_size);
+           auto meta_out = c.ctrl->memory().allocate(n * ns.metadata_size);
+           fill_random(out.data(), out.size(), seed++);
+           fill_random(meta_out.data(), meta_out.size(), seed++);
+           auto memory = c.ctrl->memory().allocate(n * ns.lba_size + 4096);
+           auto meta_memory = c.ctrl->memory().allocate(n * ns.metadata_size + 4096);
+           const auto in = guarded(memory, n * ns.lba_size);
+           const auto meta_in = guarded(meta_memory, n * ns.metadata_size);
+           expect_status(qp->write(c.nsid, c.scratch_lba, n, out, 0, meta_out), spec::status::successful_completion,
+                         "write with metadata of " + std::to_string(n));
+           expect_status(qp->read(c.nsid, c.scratch_lba, n, in, 0, meta_in), spec::status::successful_completion,
+                         "read with metadata of " + std::to_string(n));
+           expect(std::memcmp(out.data(), in.data(), out.size()) == 0, "data read back differs (" + std::to_string(n) + " blocks)");
+           expect(std::memcmp(meta_out.data(), meta_in.data(), meta_out.size()) == 0, "metadata read back differs (" + std::to_string(n) + " blocks)");
+           expect(guard_intact(memory, n * ns.lba_size), "the read wrote past its data buffer");
+           expect(guard_intact(meta_memory, n * ns.metadata_size), "the read wrote past its metadata buffer");
+         }
+       }},
+      {"metadata: a plain read on a separate-metadata namespace is refused, naming the metadata buffer",
+       [](context& c) {
+         if (c.expect_ms < 0 || c.expect_extended) return;
+         auto qp = c.ctrl->create_queue_pair(4);
+         auto memory = c.ctrl->memory().allocate(8192);
+         const auto view = guarded(memory, 4096);
+         try {
+           (void)qp->read(c.nsid, 0, 1, view);
+         } catch (const host::error& e) {
+           expect(std::string(e.what()).find("metadata buffer") != std::string::npos, std::string("wrong error: ") + e.what());
+           expect(guard_intact(memory, 0), "a refused read changed the buffer");
+           return;
+         }
+         throw failure{"a read without a metadata buffer was accepted"};
        }},
       {"every active namespace has 512-byte or 4 KiB blocks and a capacity",
        [](context& c) {
@@ -233,7 +339,7 @@ const std::vector<std::pair<std::string, case_fn>>& cases() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s URI [--pattern] [--expect-cmb]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s URI [--pattern] [--expect-cmb] [--metadata MS:extended|MS:separate] [--only-metadata]\n", argv[0]);
     return 2;
   }
   context c;
@@ -244,6 +350,18 @@ int main(int argc, char** argv) {
       c.pattern = true;
     } else if (arg == "--expect-cmb") {
       c.expect_cmb = true;
+    } else if (arg == "--only-metadata") {
+      c.only_metadata = true;
+    } else if (arg == "--metadata" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      const auto colon = v.find(':');
+      const std::string mode = colon == std::string::npos ? "" : v.substr(colon + 1);
+      if (mode != "extended" && mode != "separate") {
+        std::fprintf(stderr, "%s: --metadata takes MS:extended or MS:separate, not %s\n", argv[0], v.c_str());
+        return 2;
+      }
+      c.expect_ms = std::stoi(v.substr(0, colon));
+      c.expect_extended = mode == "extended";
     } else {
       std::fprintf(stderr, "%s: unknown option %s\n", argv[0], arg.c_str());
       return 2;
@@ -256,13 +374,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto& ns = c.ctrl->namespace_by_id(c.nsid);
-  c.lba = ns.lba_size;
+  c.lba = static_cast<std::uint32_t>(ns.block_bytes());  // extended LBAs: data and metadata per block in the buffer
   c.blocks = ns.lba_count;
   c.scratch_lba = ns.lba_count / 2;
   std::printf("conformance on %s: %s %s, %zu namespace(s), %u-byte blocks\n", c.uri.c_str(), spec::trimmed(c.ctrl->identify().mn).c_str(),
               spec::trimmed(c.ctrl->identify().fr).c_str(), c.ctrl->namespaces().size(), c.lba);
   int passed = 0, failed = 0;
   for (const auto& [name, run] : cases()) {
+    if (c.only_metadata && name.rfind("metadata: ", 0) != 0) continue;
     try {
       if (!c.ctrl) c.ctrl = host::open(c.uri);
       run(c);

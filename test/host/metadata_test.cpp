@@ -3,6 +3,7 @@
 // cannot be done right is refused before any DMA. Never a transfer past the caller's buffer.
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/open.cuh>
 
 #include <doctest/doctest.h>
 
@@ -214,4 +215,23 @@ TEST_CASE("a namespace with end-to-end protection information is refused for I/O
   CHECK_THROWS_WITH_AS(host::require_transferable(info, false, "Read", "t"), doctest::Contains("protection information"), host::error);
   id.dps = 0x08;  // PI in the first bytes of the metadata, but no type: no protection
   CHECK_NOTHROW(host::require_transferable(host::describe_namespace(1, id, "t"), false, "Read", "t"));
+}
+
+TEST_CASE("emu:ms=8,mset=1 opens an extended-LBA namespace and emu:ms=8,mset=0 a separate-metadata one") {
+  auto extended = host::open("emu:blocks=64,ms=8,mset=1");
+  CHECK(extended->namespace_by_id(1).metadata_size == 8);
+  CHECK(extended->namespace_by_id(1).extended_lba);
+  auto separate = host::open("emu:blocks=64,ms=8,mset=0");
+  CHECK(separate->namespace_by_id(1).metadata_size == 8);
+  CHECK(separate->namespace_by_id(1).separate_metadata());
+  auto by_default = host::open("emu:blocks=64,ms=16");
+  CHECK(by_default->namespace_by_id(1).separate_metadata());
+}
+
+TEST_CASE("emu:ms above 4096 and emu:mset other than 0 or 1 are refused, naming the key and value") {
+  CHECK_THROWS_WITH_AS((void)host::open("emu:ms=4097"), doctest::Contains("'ms'"), host::error);
+  CHECK_THROWS_WITH_AS((void)host::open("emu:ms=65544"), doctest::Contains("65544"), host::error);
+  CHECK_THROWS_WITH_AS((void)host::open("emu:ms=8,mset=2"), doctest::Contains("'mset'"), host::error);
+  CHECK_THROWS_WITH_AS((void)host::open("emu:ms=8,mset="), doctest::Contains("'mset'"), host::error);
+  CHECK_THROWS_WITH_AS((void)host::open("emu:mset=1"), doctest::Contains("'ms'"), host::error);
 }

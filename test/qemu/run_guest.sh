@@ -2,7 +2,7 @@
 # Boots a small Linux guest under QEMU (TCG) with QEMU's emulated NVMe controller and runs
 # static test programs in it against that controller, through sysfs (see shared/QEMU.md).
 #
-#   run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096] \
+#   run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096] [--ns-args 'ARGS'] \
 #                [--kernel VMLINUZ] [--module cunvme.ko [--module-args 'ARGS']] [--iommu] \
 #                -- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]...
 #
@@ -10,6 +10,10 @@
 #                     (--nvme-args is the same option under its old name)
 # --disk-mb N         size of the namespace's disk image in MiB (default 64)
 # --lba 512|4096      logical block size (4096 puts the namespace on an nvme-ns device)
+# --ns-args ARGS      appended to the namespace's '-device nvme-ns,...' option (the namespace is
+#                     then an nvme-ns device at either block size), e.g. 'ms=8,mset=1' (8 bytes of
+#                     metadata per block, extended LBAs) or 'ms=8,mset=0' (separate metadata). QEMU
+#                     keeps metadata after the data in the disk image (disk-mb then holds both).
 # --kernel VMLINUZ    the guest kernel (default: the newest /boot/vmlinuz-*)
 # --module KO         the cunvme kernel module (kmod/), built for that kernel: before the
 #                     programs the guest insmods it (with --module-args), binds the controller
@@ -49,13 +53,14 @@ usage() {
   exit 2
 }
 
-name=guest device_args="" disk_mb=64 lba=512 kernel="" module="" module_args="" iommu=""
+name=guest device_args="" ns_args="" disk_mb=64 lba=512 kernel="" module="" module_args="" iommu=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) [ $# -ge 2 ] || usage; name=$2; shift 2 ;;
     --qemu-device-args|--nvme-args) [ $# -ge 2 ] || usage; device_args=$2; shift 2 ;;
     --disk-mb) [ $# -ge 2 ] || usage; disk_mb=$2; shift 2 ;;
     --lba) [ $# -ge 2 ] || usage; lba=$2; shift 2 ;;
+    --ns-args) [ $# -ge 2 ] || usage; ns_args=$2; shift 2 ;;
     --kernel) [ $# -ge 2 ] || usage; kernel=$2; shift 2 ;;
     --module) [ $# -ge 2 ] || usage; module=$2; shift 2 ;;
     --module-args) [ $# -ge 2 ] || usage; module_args=$2; shift 2 ;;
@@ -67,6 +72,7 @@ done
 [ $# -gt 0 ] || { echo "run_guest.sh: no program given" >&2; usage; }
 [[ $disk_mb =~ ^[1-9][0-9]*$ ]] || { echo "run_guest.sh: --disk-mb needs a positive number" >&2; exit 2; }
 [ "$lba" = 512 ] || [ "$lba" = 4096 ] || { echo "run_guest.sh: --lba is 512 or 4096" >&2; exit 2; }
+[[ $ns_args =~ ^[A-Za-z0-9_=,]*$ ]] || { echo "run_guest.sh: --ns-args has odd characters" >&2; exit 2; }
 timeout_s=${CUNVME_QEMU_TIMEOUT:-100}
 if [ -n "$module" ]; then
   [ -f "$module" ] || { echo "run_guest.sh: module '$module' not found" >&2; exit 2; }
@@ -240,14 +246,14 @@ if [ -n "$iommu" ]; then
   nvme=(-device intel-iommu,intremap=off)
   append="$append intel_iommu=on iommu.strict=1"
 fi
-if [ "$lba" = 4096 ]; then
+if [ "$lba" = 4096 ] || [ -n "$ns_args" ]; then
   nvme+=(-device "nvme,id=nvme0,serial=deadbeef${device_args:+,$device_args}"
-        -device nvme-ns,drive=nvm,bus=nvme0,nsid=1,logical_block_size=4096,physical_block_size=4096)
+        -device "nvme-ns,drive=nvm,bus=nvme0,nsid=1,logical_block_size=$lba,physical_block_size=$lba${ns_args:+,$ns_args}")
 else
   nvme+=(-device "nvme,serial=deadbeef,drive=nvm${device_args:+,$device_args}")
 fi
 
-echo "== $name: $(basename "$kernel"), QEMU NVMe (${device_args:-default options}, $lba-byte blocks," \
+echo "== $name: $(basename "$kernel"), QEMU NVMe (${device_args:-default options}, $lba-byte blocks${ns_args:+ ($ns_args)}," \
      "$disk_mb MiB${iommu:+, Intel IOMMU}), running: ${programs[*]}"
 start_ms=$(( $(date +%s%N) / 1000000 ))
 # QEMU runs in the background (timeout makes it its own process group, out of reach of a

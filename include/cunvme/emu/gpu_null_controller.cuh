@@ -25,6 +25,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/emu/prp_walk.cuh>
 #include <cunvme/prp.cuh>
 #include <cunvme/queue_view.cuh>
 #include <cunvme/reader.cuh>
@@ -55,7 +56,7 @@ struct queue_state {
   cuda::std::uint32_t sq_head;
   cuda::std::uint32_t cq_tail;
   cuda::std::uint32_t odd_lap;  ///< 0 while the CQ is on an even pass (phase tag 1: memory starts zeroed)
-  cuda::std::uint32_t reserved;
+  cuda::std::uint32_t cq_head;  ///< the last valid CQ head doorbell value (memory starts zeroed: the CQ's start)
 };
 
 struct queue {
@@ -80,52 +81,35 @@ struct controller_view {
   cuda::std::uint32_t* stop;  ///< mapped host memory: non-zero ends the kernel
 };
 
-/// Copies `bytes` between the namespace at `at` and the pages the PRPs describe (NVMe 2.0
-/// section 4.1.1: PRP1 may start anywhere dword-aligned; later entries are page-aligned; the
-/// last entry of a list page points to the next list page when more entries remain).
+/// Copies `bytes` between the namespace at `at` and the pages the PRPs describe, by the
+/// emulator's own PRP rules (`walk_prps`, NVMe 2.0 section 4.1.1): list entries and data are
+/// reached directly at their bus addresses, which here are GPU virtual addresses.
 __device__ inline spec::status move_data(const controller_view& c, const spec::submission_entry& sqe, cuda::std::byte* at, cuda::std::uint64_t bytes,
                                          bool to_host) {
-  const cuda::std::uint64_t page = cuda::std::uint64_t{1} << c.page_shift;
-  if ((sqe.prp1 & 3u) != 0) return spec::status::prp_offset_invalid;
-  auto segment = [&](cuda::std::uint64_t address, cuda::std::uint64_t length) {
-    if (c.data == nullptr) return;
-    auto* p = reinterpret_cast<cuda::std::byte*>(address);
-    if (to_host) {
-      memcpy(p, at, length);
+  const auto read_entries = [](cuda::std::uint64_t bus, cuda::std::uint64_t* out, cuda::std::uint64_t count) {
+    if ((bus & 7u) != 0) {
+      // A list pointer need only be dword aligned: a 64-bit load there would be misaligned.
+      const auto* words = reinterpret_cast<const cuda::std::uint32_t*>(bus);
+      for (cuda::std::uint64_t i = 0; i < count; ++i) out[i] = words[2 * i] | cuda::std::uint64_t{words[2 * i + 1]} << 32;
     } else {
-      memcpy(at, p, length);
+      const auto* entries = reinterpret_cast<const cuda::std::uint64_t*>(bus);
+      for (cuda::std::uint64_t i = 0; i < count; ++i) out[i] = entries[i];
     }
-    at += length;
+    return true;
   };
-  cuda::std::uint64_t first = page - (sqe.prp1 & (page - 1));
-  if (first > bytes) first = bytes;
-  segment(sqe.prp1, first);
-  cuda::std::uint64_t left = bytes - first;
-  if (left == 0) return spec::status::successful_completion;
-  if (left <= page) {
-    if ((sqe.prp2 & (page - 1)) != 0) return spec::status::prp_offset_invalid;
-    segment(sqe.prp2, left);
-    return spec::status::successful_completion;
-  }
-  if ((sqe.prp2 & 7u) != 0) return spec::status::prp_offset_invalid;
-  const cuda::std::uint64_t* list = reinterpret_cast<const cuda::std::uint64_t*>(sqe.prp2);
-  const cuda::std::uint64_t per_page = page / 8;
-  cuda::std::uint64_t index = (sqe.prp2 & (page - 1)) / 8;
-  while (left != 0) {
-    if (index == per_page - 1 && left > page) {  // the page's last entry chains to the next list page
-      const cuda::std::uint64_t next = list[index];
-      if ((next & (page - 1)) != 0) return spec::status::prp_offset_invalid;
-      list = reinterpret_cast<const cuda::std::uint64_t*>(next);
-      index = 0;
-      continue;
+  const auto segment = [&](cuda::std::uint64_t address, cuda::std::uint64_t length) {
+    if (c.data != nullptr) {
+      auto* p = reinterpret_cast<cuda::std::byte*>(address);
+      if (to_host) {
+        memcpy(p, at, length);
+      } else {
+        memcpy(at, p, length);
+      }
+      at += length;
     }
-    const cuda::std::uint64_t entry = list[index++];
-    if ((entry & (page - 1)) != 0) return spec::status::prp_offset_invalid;
-    const cuda::std::uint64_t length = left < page ? left : page;
-    segment(entry, length);
-    left -= length;
-  }
-  return spec::status::successful_completion;
+    return spec::status::successful_completion;
+  };
+  return walk_prps<1>(sqe.prp1, sqe.prp2, bytes, cuda::std::uint64_t{1} << c.page_shift, read_entries, segment);
 }
 
 /// Executes one I/O command; returns its status.
@@ -144,24 +128,38 @@ __device__ inline spec::status execute(const controller_view& c, const spec::sub
   return move_data(c, sqe, at, bytes, opcode == spec::nvm_opcode::read);
 }
 
+/// The CQ head after the host rang `rung`: `rung` when it lies in the queue and frees no
+/// more entries than are posted (from `head` up to `tail`), else `head` unchanged.
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint32_t cq_head_after_doorbell(cuda::std::uint32_t rung, cuda::std::uint32_t head,
+                                                                                   cuda::std::uint32_t tail, cuda::std::uint32_t entries) noexcept {
+  if (rung >= entries || head >= entries || tail >= entries) return head;
+  const cuda::std::uint32_t posted = (tail + entries - head) % entries;
+  const cuda::std::uint32_t advance = (rung + entries - head) % entries;
+  return advance <= posted ? rung : head;
+}
+
 /// One pass over one queue by a whole warp (every lane calls it). Returns whether it found work.
 __device__ inline bool serve(const controller_view& c, const queue& q) {
   constexpr unsigned all_lanes = 0xffffffffu;
   const unsigned lane = threadIdx.x % 32;
   queue_state& st = *q.state;
-  const cuda::std::uint32_t head = st.sq_head, tail_cq = st.cq_tail, odd_lap = st.odd_lap;
+  const cuda::std::uint32_t head = st.sq_head, tail_cq = st.cq_tail, odd_lap = st.odd_lap, last_cq_head = st.cq_head;
   // One lane reads the doorbells and every lane uses its values: lanes reading them on their
   // own could see different values (a submitter rings in between) and disagree on the batch.
   // The acquire load, then the warp barrier, orders every lane's SQE reads after the
   // submitters' writes (they fenced before ringing).
-  cuda::std::uint32_t tail = 0, cq_head = 0;
+  cuda::std::uint32_t tail = 0, rung_cq_head = 0;
   if (lane == 0) {
     tail = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.sq_tail_doorbell).load(cuda::std::memory_order_acquire);
-    cq_head = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.cq_head_doorbell).load(cuda::std::memory_order_relaxed);
+    rung_cq_head = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.cq_head_doorbell).load(cuda::std::memory_order_relaxed);
   }
   tail = __shfl_sync(all_lanes, tail, 0);
-  cq_head = __shfl_sync(all_lanes, cq_head, 0);
+  rung_cq_head = __shfl_sync(all_lanes, rung_cq_head, 0);
   __syncwarp();
+  // A CQ head outside the queue, or past CQEs not yet posted, is ignored and the last valid
+  // one kept (as the CPU emulator's refresh_cq_head does: Invalid Doorbell Write Value):
+  // trusting it would let the controller overwrite CQEs the host has not consumed.
+  const cuda::std::uint32_t cq_head = cq_head_after_doorbell(rung_cq_head, last_cq_head, tail_cq, q.entries);
   if (tail >= q.entries || tail == head) return false;  // an invalid value is ignored, as a controller would
   const cuda::std::uint32_t waiting = (tail + q.entries - head) % q.entries;
   const cuda::std::uint32_t posted = (tail_cq + q.entries - cq_head) % q.entries;
@@ -187,6 +185,7 @@ __device__ inline bool serve(const controller_view& c, const queue& q) {
   }
   __syncwarp();
   if (lane == 0) {
+    st.cq_head = cq_head;
     st.sq_head = new_head;
     st.cq_tail = (tail_cq + n) % q.entries;
     if (tail_cq + n >= q.entries) st.odd_lap = odd_lap ^ 1u;
@@ -337,7 +336,12 @@ class gpu_null_controller {
   [[nodiscard]] const std::vector<queue_view>& views() const noexcept { return views_; }
   [[nodiscard]] cunvme::namespace_view namespace_view() const noexcept {
     const std::uint64_t blocks = std::uint64_t{o_.max_transfer_bytes} >> o_.lba_shift;
-    return cunvme::namespace_view{1, o_.lba_shift, static_cast<std::uint32_t>(blocks < 65536 ? blocks : 65536), o_.lba_count};
+    cunvme::namespace_view v;  // no metadata: the null controller's blocks are data only
+    v.nsid = 1;
+    v.lba_shift = o_.lba_shift;
+    v.max_blocks = static_cast<std::uint32_t>(blocks < 65536 ? blocks : 65536);
+    v.lba_count = o_.lba_count;
+    return v;
   }
   /// Namespace 1's bytes in GPU memory (nullptr unless `move_data`): fill it before reading.
   [[nodiscard]] std::byte* data() const noexcept { return data_; }

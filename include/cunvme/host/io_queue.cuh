@@ -24,20 +24,25 @@
 CUNVME_NAMESPACE_BEGIN
 namespace host {
 
-/// How a reader addresses namespace `nsid` of `ctrl`: LBA size, capacity, and the blocks one
-/// command may carry (MDTS, and NLB's 65536).
+/// How a reader addresses namespace `nsid` of `ctrl`: LBA size, metadata, capacity, and the
+/// blocks one command may carry (MDTS, which counts extended LBAs' metadata, and NLB's 65536).
+/// A namespace with separate metadata or protection information gets a view its readers
+/// refuse (io_error::metadata_unsupported); host::queue_pair handles separate metadata.
 [[nodiscard]] inline namespace_view make_namespace_view(const controller& ctrl, std::uint32_t nsid) {
   const namespace_info& ns = ctrl.namespace_by_id(nsid);
-  const std::uint64_t per_command = std::min<std::uint64_t>(ctrl.max_transfer_bytes() / ns.lba_size, spec::rw_fields::max_blocks);
+  const std::uint64_t per_command = std::min<std::uint64_t>(ctrl.max_transfer_bytes() / ns.block_bytes(), spec::rw_fields::max_blocks);
   if (per_command == 0) {
     throw error("Prepare namespace " + std::to_string(nsid), ctrl.name(),
-                "MDTS (" + std::to_string(ctrl.max_transfer_bytes()) + " bytes) is smaller than one " + std::to_string(ns.lba_size) + "-byte block");
+                "MDTS (" + std::to_string(ctrl.max_transfer_bytes()) + " bytes) is smaller than one " + std::to_string(ns.block_bytes()) + "-byte block");
   }
   namespace_view v;
   v.nsid = nsid;
   v.lba_shift = static_cast<std::uint32_t>(std::countr_zero(ns.lba_size));
   v.max_blocks = static_cast<std::uint32_t>(per_command);
   v.lba_count = ns.lba_count;
+  v.metadata_size = ns.metadata_size;
+  v.metadata = ns.metadata_size == 0 ? metadata_layout::none : ns.extended_lba ? metadata_layout::extended : metadata_layout::separate;
+  v.protection = ns.protection_type != 0;
   return v;
 }
 

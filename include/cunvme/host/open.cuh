@@ -137,7 +137,9 @@ class uri_options {
 /// =0/false) pattern, readonly (a file namespace opened read-only: writes fail with Write
 /// Fault), spin (worker threads poll without ever sleeping: for latency measurements, at a
 /// busy core per thread), nodata (Read and Write are checked and complete but copy no data:
-/// `emu::controller_config::move_data`, for command-rate measurements).
+/// `emu::controller_config::move_data`, for command-rate measurements); ms=0..4096 (metadata
+/// bytes per block, LBAF.MS) with mset=1 (extended LBAs: metadata at the end of each block) or
+/// mset=0 (the default: a separate metadata buffer through MPTR), as QEMU's nvme-ns options.
 [[nodiscard]] inline emu::controller_config parse_emu(std::string_view options, std::string_view uri, bool& fill_pattern) {
   constexpr std::uint64_t max = ~std::uint64_t{0};
   uri_options o(options, uri);
@@ -165,6 +167,11 @@ class uri_options {
   fill_pattern = o.flag("pattern");
   config.move_data = !o.flag("nodata");
   ns.read_only = o.flag("readonly");
+  if (const auto ms = o.number("ms", 0, 4096)) ns.metadata_size = static_cast<std::uint16_t>(*ms);
+  if (const auto mset = o.number("mset", 0, 1)) {
+    if (ns.metadata_size == 0) o.refuse("mset", "'mset' needs metadata: give 'ms' (bytes per block) too");
+    ns.extended_lba = *mset == 1;
+  }
   if (o.flag("spin")) config.idle.spins = ~std::uint32_t{0};  // workers never sleep between polls: lowest latency, a core each
   o.finish();
   if (ns.lba_count > max / ns.stored_block_bytes()) {
