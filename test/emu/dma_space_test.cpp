@@ -90,6 +90,7 @@ TEST_CASE("device regions move through the installed copier, and fault without o
                                              ++waits;
                                              return true;
                                            },
+                                           {},
                                            {}});
   CHECK(dma.write(bus, &value, sizeof value));
   int back = 0;

@@ -73,12 +73,9 @@ class test_host {
   explicit test_host(emu::controller& c) : ctrl(c) {}
 
   // ---- registers ---------------------------------------------------------------------------
-  [[nodiscard]] std::uint32_t read32(std::uint32_t offset) const {
-    return std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(ctrl.bar() + offset)).load(std::memory_order_acquire);
-  }
-  void write32(std::uint32_t offset, std::uint32_t value) const {
-    std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(ctrl.bar() + offset)).store(value, std::memory_order_release);
-  }
+  // MMIO: registers through the controller's register file, doorbells into the BAR memory.
+  [[nodiscard]] std::uint32_t read32(std::uint32_t offset) const { return ctrl.read_register(offset); }
+  void write32(std::uint32_t offset, std::uint32_t value) const { ctrl.write_register(offset, value); }
   [[nodiscard]] std::uint32_t reg(spec::register_offset r) const { return read32(spec::to_underlying(r)); }
   void set_reg(spec::register_offset r, std::uint32_t v) const { write32(spec::to_underlying(r), v); }
   [[nodiscard]] std::uint64_t reg64(spec::register_offset r) const {

@@ -15,6 +15,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <stdexcept>
 #include <string>
@@ -255,10 +256,49 @@ class backing_store {
   /// (the sweep's unlock publishes it), lets its stripes go and waits on `whole`. Afterwards no
   /// other access runs until the long one is done. A thread never waits for `whole` while
   /// holding a stripe, so the two lock orders cannot deadlock.
+  struct try_only_t {};
+
   template <lock_mode Mode>
   class range_lock {
    public:
+    /// Takes the range only if that needs no waiting: every stripe free for `Mode` at once, no
+    /// long access in progress, at most 32 chunks. Otherwise `owns()` is false, nothing held.
+    range_lock(lock_table* table, std::uint64_t offset, std::uint64_t len, try_only_t) : table_(table) {
+      if (len == 0) {
+        owns_ = true;
+        return;
+      }
+      const std::uint64_t first = offset / chunk_bytes;
+      const std::uint64_t chunks = (offset + len - 1) / chunk_bytes - first + 1;
+      if (chunks > max_striped_chunks) return;
+      first_ = static_cast<std::size_t>(first % stripe_count);
+      count_ = static_cast<std::size_t>(chunks);
+      std::size_t locked = 0;
+      bool all = true;
+      for_each_stripe([&](std::shared_mutex& m) {
+        if (all && (Mode == lock_mode::shared ? m.try_lock_shared() : m.try_lock())) {
+          ++locked;
+        } else {
+          all = false;
+        }
+      });
+      if (all && !table_->whole_held.load(std::memory_order_acquire)) {
+        owns_ = true;
+        return;
+      }
+      std::size_t i = 0;
+      for_each_stripe([&](std::shared_mutex& m) {
+        if (i++ < locked) Mode == lock_mode::shared ? m.unlock_shared() : m.unlock();
+      });
+      count_ = 0;
+    }
+
+    [[nodiscard]] bool owns() const noexcept { return owns_; }
+    /// Mutexes held (stripes, or 1 for the whole store).
+    [[nodiscard]] std::size_t locks_held() const noexcept { return whole_ ? 1 : count_; }
+
     range_lock(lock_table* table, std::uint64_t offset, std::uint64_t len) : table_(table) {
+      owns_ = true;
       // Nothing is touched: nothing to lock (a moved-from store has no lock table).
       if (len == 0) return;
       const std::uint64_t first = offset / chunk_bytes;
@@ -323,7 +363,42 @@ class backing_store {
     std::size_t first_ = 0;
     std::size_t count_ = 0;
     bool whole_ = false;
+    bool owns_ = false;
   };
+
+ public:
+  /// A shared lock on a range that outlives the call that took it (`try_hold_for_read`):
+  /// the emulator keeps one while copies out of the range into GPU memory are in flight.
+  class read_hold {
+   public:
+    read_hold() = default;
+    /// The store's bytes at the held range's start.
+    [[nodiscard]] const std::byte* data() const noexcept { return data_; }
+    /// Mutexes it holds (ThreadSanitizer allows a thread 64 at once).
+    [[nodiscard]] std::size_t locks_held() const noexcept { return lock_ ? lock_->locks_held() : 0; }
+
+   private:
+    friend class backing_store;
+    std::unique_ptr<range_lock<lock_mode::shared>> lock_;
+    const std::byte* data_ = nullptr;
+  };
+
+  /// Holds [offset, offset + len) against writers until the returned hold is destroyed, if
+  /// that needs no waiting (see `range_lock`'s try form); std::nullopt otherwise. A caller that
+  /// keeps holds must not wait for any other access while it does (that could deadlock with a
+  /// writer waiting for its range): it tries, and lets its holds go before waiting. Throws
+  /// std::out_of_range outside the store.
+  [[nodiscard]] std::optional<read_hold> try_hold_for_read(std::uint64_t offset, std::uint64_t len) const {
+    check_range(offset, len, "read");
+    auto lock = std::make_unique<range_lock<lock_mode::shared>>(locks_.get(), offset, len, try_only_t{});
+    if (!lock->owns()) return std::nullopt;
+    read_hold hold;
+    hold.lock_ = std::move(lock);
+    hold.data_ = data_ + offset;
+    return hold;
+  }
+
+ private:
 
   backing_store(std::byte* data, std::uint64_t size, int fd, std::string path, bool read_only)
       : data_(data),

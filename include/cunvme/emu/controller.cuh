@@ -37,6 +37,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -55,6 +56,7 @@ struct controller_stats {
   std::uint64_t dma_faults = 0;       ///< accesses outside every registered region
   std::uint64_t errors_logged = 0;    ///< Error Information log entries created
   std::uint64_t completions_dropped = 0;  ///< lost by fault injection or by a deleted queue
+  std::uint64_t thread_failures = 0;  ///< exceptions caught on controller threads (each made it fatal)
 };
 
 /// A strict software NVMe controller.
@@ -73,26 +75,16 @@ class controller {
     if (config_.memory.device_copy) dma_.set_device_copier(config_.memory.device_copy);
     bar_size_ = round_up(spec::bar_size_for_queues(config_.max_io_queues, config_.doorbell_stride), 4096);
     bar_ = allocate(bar_size_);
-    if (config_.cmb_bytes != 0) cmb_ = allocate(config_.cmb_bytes);
-    sqs_ = std::make_unique<sq_state[]>(config_.max_io_queues + 1u);
-    cqs_ = std::make_unique<cq_state[]>(config_.max_io_queues + 1u);
-    stray_doorbells_.assign(2u * (config_.max_io_queues + 1u), 0);
-    faults_ = std::make_unique<fault_injector>(config_.faults, config_.fault_seed);
-    timing_ = std::make_unique<timing_scheduler>(config_.timing);
-    allocated_sqs_ = allocated_cqs_ = config_.max_io_queues;
-    volatile_write_cache_enabled_.store(config_.volatile_write_cache);
-    write_capability_registers();
-    engines_.reserve(config_.workers + 1);
-    for (unsigned i = 0; i <= config_.workers; ++i) engines_.push_back(std::make_unique<engine>(config_.seed + i));
-    threads_.emplace_back([this] {
-      start_thread();
-      run_admin();
-    });
-    for (unsigned w = 0; w < config_.workers; ++w) {
-      threads_.emplace_back([this, w] {
-        start_thread();
-        run_io_worker(w);
-      });
+    try {
+      if (config_.cmb_bytes != 0) cmb_ = allocate(config_.cmb_bytes);
+      start();
+    } catch (...) {
+      // The destructor does not run for a constructor that throws: undo here.
+      stop_.store(true, std::memory_order_release);
+      for (auto& t : threads_) t.join();
+      if (cmb_ != nullptr) release(cmb_, config_.cmb_bytes);
+      release(bar_, bar_size_);
+      throw;
     }
   }
 
@@ -113,9 +105,68 @@ class controller {
     if (cmb_ != nullptr) release(cmb_, config_.cmb_bytes);
   }
 
-  /// BAR0: the registers (offsets in `spec::register_offset`) followed by the doorbells.
+ private:
+  void start() {
+    sqs_ = std::make_unique<sq_state[]>(config_.max_io_queues + 1u);
+    cqs_ = std::make_unique<cq_state[]>(config_.max_io_queues + 1u);
+    stray_doorbells_.assign(2u * (config_.max_io_queues + 1u), 0);
+    faults_ = std::make_unique<fault_injector>(config_.faults, config_.fault_seed);
+    timing_ = std::make_unique<timing_scheduler>(config_.timing);
+    allocated_sqs_ = allocated_cqs_ = config_.max_io_queues;
+    volatile_write_cache_enabled_.store(config_.volatile_write_cache);
+    write_capability_registers();
+    engines_.reserve(config_.workers + 1);
+    for (unsigned i = 0; i <= config_.workers; ++i) engines_.push_back(std::make_unique<engine>(config_.seed + i));
+    threads_.reserve(config_.workers + 1);
+    for (unsigned t = 0; t <= config_.workers; ++t) {
+      try {
+        threads_.emplace_back([this, t] { thread_main(t); });
+      } catch (const std::system_error& e) {
+        throw std::system_error(e.code(), "emu::controller: could not start thread " + std::to_string(t + 1) + " of " +
+                                              std::to_string(config_.workers + 1) + " (admin thread and " +
+                                              std::to_string(config_.workers) + " I/O workers)");
+      }
+    }
+  }
+
+ public:
+
+  /// BAR0's memory: the doorbells, from offset 1000h, are plain memory the host and GPU
+  /// threads store into (`spec::sq_tail_doorbell_offset`). The registers below them are not
+  /// here: they are reached through `read_register`/`write_register` only (the controller
+  /// keeps them, so a write to a read-only register is never visible); this memory's first
+  /// 4 KiB are never read by the controller.
   [[nodiscard]] std::byte* bar() const noexcept { return bar_; }
   [[nodiscard]] std::size_t bar_size() const noexcept { return bar_size_; }
+
+  /// A 32-bit MMIO read of BAR0 at `offset` (4-byte aligned, inside `bar_size()`): registers
+  /// from the controller's register file, doorbells from the BAR memory. Reserved and
+  /// unimplemented registers read as 0. Throws std::out_of_range for any other offset.
+  [[nodiscard]] std::uint32_t read_register(std::uint32_t offset) const {
+    check_register_offset(offset, "read_register");
+    if (offset >= spec::to_underlying(spec::register_offset::doorbells)) return load32(offset);
+    std::uint32_t value = register_word(offset).load(std::memory_order_acquire);
+    // A reset the host asked for (CC.EN 1 → 0) clears CSTS.CFS (3.7.2). Until the admin thread
+    // has done it, CFS reads 0 already, so a host that writes EN = 1 right after never sees the
+    // fatal status its reset cleared.
+    if (offset == spec::to_underlying(spec::register_offset::csts) &&
+        cc_disables_.load(std::memory_order_acquire) != cc_disables_done_.load(std::memory_order_acquire)) {
+      value &= ~spec::csts_register{}.set_cfs(true).raw;
+    }
+    return value;
+  }
+
+  /// A 32-bit MMIO write of BAR0 at `offset` (as `read_register`). Writes to read-only and
+  /// reserved registers are ignored; every write to CC is seen, however soon the next one
+  /// follows. A doorbell write here is the same as a store into `bar()`.
+  void write_register(std::uint32_t offset, std::uint32_t value) {
+    check_register_offset(offset, "write_register");
+    if (offset >= spec::to_underlying(spec::register_offset::doorbells)) {
+      store32(offset, value);
+      return;
+    }
+    write_register_file(offset, value);
+  }
   /// The Controller Memory Buffer (BAR2 in CMBLOC), or nullptr when the config has none.
   [[nodiscard]] std::byte* cmb() const noexcept { return cmb_; }
   [[nodiscard]] std::size_t cmb_size() const noexcept { return config_.cmb_bytes; }
@@ -161,6 +212,7 @@ class controller {
     s.dma_faults = dma_.faults();
     s.errors_logged = error_count_.load(std::memory_order_relaxed);
     s.completions_dropped = completions_dropped_.load(std::memory_order_relaxed);
+    s.thread_failures = thread_failures_.load(std::memory_order_relaxed);
     return s;
   }
   [[nodiscard]] fault_counters injected_faults() const { return faults_->counters(); }
@@ -218,6 +270,9 @@ class controller {
       std::uint32_t nsid;
     };
     std::vector<awaiting_copy> awaiting;
+    /// The store ranges those reads copy from, held until the copies are done (`read_from_store`).
+    std::vector<backing_store::read_hold> holds;
+    std::size_t held_locks = 0;
     prp_walker walker;
     std::vector<std::byte> scratch;
     std::mt19937_64 rng;
@@ -377,6 +432,12 @@ class controller {
   }
 
   // ---- register file ------------------------------------------------------------------------
+  void check_register_offset(std::uint32_t offset, const char* operation) const {
+    if (offset % 4 != 0 || offset >= bar_size_ || bar_size_ - offset < 4) {
+      throw std::out_of_range(std::string("emu::controller::") + operation + ": offset " + std::to_string(offset) +
+                              " is not a 4-byte aligned offset inside BAR0's " + std::to_string(bar_size_) + " bytes");
+    }
+  }
   // Registers and doorbells are shared with the host (and GPU): accessed atomically so that
   // the doorbell's release/acquire pairs order the SQE and data accesses around them.
   [[nodiscard]] std::uint32_t load32(std::uint32_t offset) const noexcept {
@@ -385,17 +446,26 @@ class controller {
   void store32(std::uint32_t offset, std::uint32_t value) const noexcept {
     std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(bar_ + offset)).store(value, std::memory_order_release);
   }
+  // The registers below the doorbells live in `registers_`, the controller's copy, never in
+  // the BAR memory the host can store into: a read-only register must never show a host's
+  // write, not even until the admin thread would notice it (read_register/write_register).
   [[nodiscard]] std::uint64_t load64(spec::register_offset r) const noexcept {
     const auto off = spec::to_underlying(r);
-    return std::uint64_t{load32(off)} | (std::uint64_t{load32(off + 4)} << 32);
+    return std::uint64_t{register_word(off).load(std::memory_order_acquire)} |
+           (std::uint64_t{register_word(off + 4).load(std::memory_order_acquire)} << 32);
   }
-  void store64(spec::register_offset r, std::uint64_t value) const noexcept {
+  void store64(spec::register_offset r, std::uint64_t value) noexcept {
     const auto off = spec::to_underlying(r);
-    store32(off, static_cast<std::uint32_t>(value));
-    store32(off + 4, static_cast<std::uint32_t>(value >> 32));
+    register_word(off).store(static_cast<std::uint32_t>(value), std::memory_order_release);
+    register_word(off + 4).store(static_cast<std::uint32_t>(value >> 32), std::memory_order_release);
   }
-  [[nodiscard]] std::uint32_t load(spec::register_offset r) const noexcept { return load32(spec::to_underlying(r)); }
-  void store(spec::register_offset r, std::uint32_t v) const noexcept { store32(spec::to_underlying(r), v); }
+  [[nodiscard]] std::uint32_t load(spec::register_offset r) const noexcept {
+    return register_word(spec::to_underlying(r)).load(std::memory_order_acquire);
+  }
+  void store(spec::register_offset r, std::uint32_t v) noexcept {
+    register_word(spec::to_underlying(r)).store(v, std::memory_order_release);
+  }
+  [[nodiscard]] std::atomic<std::uint32_t>& register_word(std::uint32_t offset) const noexcept { return registers_[offset / 4]; }
 
   void write_capability_registers() {
     cap_ = spec::cap_register{}
@@ -421,12 +491,40 @@ class controller {
     store(spec::register_offset::csts, csts_.raw);
   }
 
-  /// CAP, VS and CSTS are read-only to the host: a host write is ignored, as on hardware.
-  void guard_read_only_registers() {
-    if (load64(spec::register_offset::cap) != cap_.raw) store64(spec::register_offset::cap, cap_.raw);
-    if (load(spec::register_offset::vs) != vs_.raw) store(spec::register_offset::vs, vs_.raw);
-    std::scoped_lock lock(csts_mutex_);
-    if (load(spec::register_offset::csts) != csts_.raw) store(spec::register_offset::csts, csts_.raw);
+  /// The host's MMIO write to the register file (below the doorbells): only the read/write
+  /// fields take the value; read-only and reserved registers ignore it, as on hardware.
+  void write_register_file(std::uint32_t offset, std::uint32_t value) {
+    using spec::register_offset;
+    std::scoped_lock lock(register_write_mutex_);
+    const auto is = [offset](register_offset r, std::uint32_t words = 1) {
+      return offset >= spec::to_underlying(r) && offset < spec::to_underlying(r) + 4 * words;
+    };
+    if (is(register_offset::cc)) {
+      const spec::cc_register before{load(register_offset::cc)};
+      // Every 1 → 0 write of EN is a reset (3.7.2), even if EN is set again before the admin
+      // thread looks: it counts them, it does not sample EN.
+      if (before.en() && !spec::cc_register{value}.en()) cc_disables_.fetch_add(1, std::memory_order_acq_rel);
+      register_word(offset).store(value, std::memory_order_release);
+    } else if (is(register_offset::aqa) || is(register_offset::asq, 2) || is(register_offset::acq, 2)) {
+      register_word(offset).store(value, std::memory_order_release);
+    } else if (is(register_offset::cmbmsc, 2) && cmb_ != nullptr) {
+      register_word(offset).store(value, std::memory_order_release);
+      // CRE makes CMBLOC/CMBSZ readable at once (NVMe 1.4 CMBMSC); the mapping at CBA is the
+      // admin thread's (handle_cmb).
+      const bool cre = spec::cmbmsc_register{load64(register_offset::cmbmsc)}.cre();
+      const auto loc = spec::cmbloc_register{}.set_bir(2).set_cdpmls(config_.cmb_mixed_data_locations).set_cdpcils(true);
+      const auto sz = spec::cmbsz_register{}
+                          .set_sqs(true)
+                          .set_lists(true)
+                          .set_rds(true)
+                          .set_wds(true)
+                          .set_szu(spec::cmb_size_unit::kib_4)
+                          .set_sz(static_cast<std::uint32_t>(config_.cmb_bytes / 4096));
+      store(register_offset::cmbloc, cre ? loc.raw : 0);
+      store(register_offset::cmbsz, cre ? sz.raw : 0);
+    }
+    // Everything else (CAP, VS, CSTS, CMBLOC, CMBSZ, CMBSTS, CRTO, INTMS/INTMC under MSI-X,
+    // NSSR without CAP.NSSRS, boot partitions, reserved space) is read-only here.
   }
 
   [[nodiscard]] std::uint32_t sq_doorbell(std::uint16_t qid) const noexcept {
@@ -443,8 +541,15 @@ class controller {
     std::uint32_t scan = 0;
     while (!stop_.load(std::memory_order_acquire)) {
       bool busy = false;
-      guard_read_only_registers();
+      // The count first, then CC: a disable counted after this load is seen next pass.
+      const std::uint64_t disables = cc_disables_.load(std::memory_order_acquire);
       const spec::cc_register cc{load(spec::register_offset::cc)};
+      if (disables != cc_disables_seen_) {
+        reset();
+        cc_disables_seen_ = disables;
+        cc_disables_done_.store(disables, std::memory_order_release);
+        busy = true;
+      }
       if (cc.en() && !enabled_) {
         begin_enable(cc);
         busy = true;
@@ -479,7 +584,7 @@ class controller {
                        cc.ams() == spec::cc_ams::round_robin && aqa.asqs() >= 1 && aqa.acqs() >= 1 &&
                        (asq & (page_size_ - 1)) == 0 && (acq & (page_size_ - 1)) == 0 &&
                        attach_admin_queues(aqa.asqs() + 1u, asq, aqa.acqs() + 1u, acq);
-    if (!valid) {
+    if (!valid || setup_failed_.load(std::memory_order_acquire)) {
       go_fatal();
       return;
     }
@@ -582,24 +687,13 @@ class controller {
   void handle_cmb() {
     if (cmb_ == nullptr) return;
     const spec::cmbmsc_register msc{load64(spec::register_offset::cmbmsc)};
-    if (msc.cre() != cmb_registers_enabled_) {
-      cmb_registers_enabled_ = msc.cre();
-      const auto loc = spec::cmbloc_register{}.set_bir(2).set_cdpmls(config_.cmb_mixed_data_locations).set_cdpcils(true);
-      const auto sz = spec::cmbsz_register{}
-                          .set_sqs(true)
-                          .set_lists(true)
-                          .set_rds(true)
-                          .set_wds(true)
-                          .set_szu(spec::cmb_size_unit::kib_4)
-                          .set_sz(static_cast<std::uint32_t>(config_.cmb_bytes / 4096));
-      store(spec::register_offset::cmbloc, msc.cre() ? loc.raw : 0);
-      store(spec::register_offset::cmbsz, msc.cre() ? sz.raw : 0);
-    }
     const bool want = msc.cre() && msc.cmse();
     const std::uint64_t base = msc.controller_base_address();
     if (want == cmb_mapped_ && (!want || base == cmb_bus_)) return;
     if (cmb_mapped_) {
-      dma_.unmap(cmb_bus_);
+      // Only this thread maps and unmaps the CMB, and dma_space::map never places a buffer on
+      // it, so the region is there; if it were not, there is nothing left to remove.
+      (void)dma_.try_unmap(cmb_bus_);
       cmb_mapped_ = false;
     }
     std::uint32_t cmbsts = 0;
@@ -640,6 +734,45 @@ class controller {
   void forget_doorbells(std::uint16_t qid) {
     stray_doorbells_[2u * qid] = load32(sq_doorbell(qid));
     stray_doorbells_[2u * qid + 1u] = load32(cq_doorbell(qid));
+  }
+
+  // ---- thread entry -----------------------------------------------------------------------------
+  /// Every controller thread runs here: thread 0 is the admin thread, 1..N the I/O workers.
+  /// Nothing escapes it (an exception leaving a thread ends the process): a failure makes the
+  /// controller fatal (CSTS.CFS), which a host sees and can reset, and the loop goes on.
+  void thread_main(unsigned t) noexcept {
+    if (!guarded([this] { start_thread(); })) setup_failed_.store(true, std::memory_order_release);
+    while (!stop_.load(std::memory_order_acquire)) {
+      const bool ok = guarded([this, t] {
+        if (t == 0) {
+          run_admin();
+        } else {
+          run_io_worker(t - 1);
+        }
+      });
+      // The same failure would come back at once: don't spin on it.
+      if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    (void)guarded([this] {
+      if (config_.memory.device_copy.thread_end) config_.memory.device_copy.thread_end();
+    });
+  }
+
+  /// Runs `f`; on an exception, counts it, goes fatal and returns false.
+  template <class F>
+  bool guarded(F&& f) noexcept {
+    try {
+      f();
+      return true;
+    } catch (...) {
+      thread_failures_.fetch_add(1, std::memory_order_relaxed);
+      try {
+        go_fatal();
+      } catch (...) {
+        fatal_.store(true, std::memory_order_release);  // CSTS could not be updated; RDY never rises
+      }
+      return false;
+    }
   }
 
   // ---- I/O workers ------------------------------------------------------------------------------
@@ -695,6 +828,8 @@ class controller {
     if (qid == 0) return serve_admin_sq(e, sq);
     // One view for the burst: no region the commands use can be unmapped under them.
     const dma_space::view mem = dma_.pin();
+    // However the burst ends (an exception, a fatal fetch), no store range stays held.
+    const release_holds_on_exit holds_guard{e, mem};
     sq.tail = read_sq_tail(&mem, qid, sq);
     std::uint32_t head = sq.head.load(std::memory_order_relaxed);
     if (head == sq.tail) return false;
@@ -709,6 +844,9 @@ class controller {
       head = sq.head.load(std::memory_order_relaxed);
       const std::uint64_t sequence = ++sq.sequence;
       const std::size_t before = e.batch.size();
+      // Only reads take store locks without waiting while this thread holds some; anything
+      // else may wait for a range, so the held ones go first (read_from_store).
+      if (!e.holds.empty() && sqe.opcode() != static_cast<std::uint8_t>(spec::nvm_opcode::read)) settle_copies(e, mem);
       const outcome o = execute_io(e, mem, sqe);
       complete(e, qid, sq.cqid, sqe, o, sequence);
       if (o.copies_in_flight && e.batch.size() > before) e.awaiting.push_back({before, o.lba, o.nsid});
@@ -727,8 +865,12 @@ class controller {
   /// together have no order (NVMe 2.0 base specification, "Command Ordering Requirements"),
   /// so a later write may overlap an earlier read.
   void settle_copies(engine& e, const dma_space::view& mem) {
-    if (e.awaiting.empty()) return;
-    if (!mem.finish_device_writes()) {
+    if (e.awaiting.empty() && e.holds.empty()) return;
+    const bool copied = mem.finish_device_writes();
+    // The data has left the store: writers may have its ranges again.
+    e.holds.clear();
+    e.held_locks = 0;
+    if (!copied) {
       for (const auto& a : e.awaiting) {
         pending_completion& pc = e.batch[a.index];
         if (spec::cqe_status::status_of(pc.cqe.status_field) != spec::status::successful_completion) continue;
@@ -740,6 +882,66 @@ class controller {
     e.awaiting.clear();
   }
 
+  /// Releases the store ranges a burst still holds when serve_sq leaves early, after waiting
+  /// for the copies out of them.
+  struct release_holds_on_exit {
+    release_holds_on_exit(engine& engine_, const dma_space::view& view) : e(engine_), mem(view) {}
+    release_holds_on_exit(const release_holds_on_exit&) = delete;
+    release_holds_on_exit& operator=(const release_holds_on_exit&) = delete;
+    ~release_holds_on_exit() {
+      if (e.holds.empty()) return;
+      try {
+        (void)mem.finish_device_writes();
+      } catch (...) {
+        // The copies' fate is unknown either way; the ranges must not stay locked.
+      }
+      e.holds.clear();
+      e.held_locks = 0;
+    }
+    engine& e;
+    const dma_space::view& mem;
+  };
+
+  /// Locks a thread may hold for reads whose copies are in flight: ThreadSanitizer, which CI
+  /// runs, aborts a thread holding more than 64, and the controller holds a few of its own.
+  static constexpr std::size_t max_held_locks = 32;
+
+  /// Runs `copy(p)`, `p` the store's bytes at `offset`, under a shared lock of
+  /// [offset, offset + len). When `in_flight` (copies into device memory complete later, in
+  /// settle_copies), the lock is kept until they have: a write overlapping the read waits for
+  /// the read's data to have left the store, so no read returns a mix of old and new data.
+  /// A thread that keeps such locks never waits for another lock while it does (that could
+  /// deadlock with a writer waiting for one it keeps): it takes the range only if it is free
+  /// now, and otherwise settles the burst's copies, letting its locks go, before it waits.
+  template <class Copy>
+  [[nodiscard]] bool read_from_store(engine& e, const dma_space::view& mem, const backing_store& store, std::uint64_t offset,
+                                     std::uint64_t len, bool in_flight, Copy copy) {
+    if (!in_flight) {
+      bool ok = false;
+      store.with_read_access(offset, len, [&](const std::byte* p) { ok = copy(p); });
+      return ok;
+    }
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (auto hold = store.try_hold_for_read(offset, len); hold && e.held_locks + hold->locks_held() <= max_held_locks) {
+        const bool ok = copy(hold->data());
+        e.held_locks += hold->locks_held();
+        e.holds.push_back(std::move(*hold));
+        return ok;
+      }
+      if (e.holds.empty()) break;
+      settle_copies(e, mem);
+    }
+    // Contended, or too long to hold: wait for the range holding nothing else, and for the
+    // copies before letting it go.
+    bool ok = false;
+    store.with_read_access(offset, len, [&](const std::byte* p) { ok = copy(p) && mem.finish_device_writes(); });
+    return ok;
+  }
+
+  [[nodiscard]] static bool lands_on_device(const std::vector<data_segment>& segments) noexcept {
+    return std::any_of(segments.begin(), segments.end(), [](const data_segment& s) { return s.region.kind == memory_kind::device; });
+  }
+
   /// The admin queue runs without a view held across commands: queue creation and deletion
   /// look regions up and take other queues' locks themselves.
   bool serve_admin_sq(engine& e, sq_state& sq) {
@@ -748,7 +950,13 @@ class controller {
     // A CMBMSC write that came before this doorbell takes effect before these commands run.
     handle_cmb();
     e.batch.clear();
-    for (std::uint32_t n = 0; n < arbitration_burst && sq.head.load(std::memory_order_relaxed) != sq.tail; ++n) {
+    // As for I/O queues: no command is fetched without room for its completion, counting
+    // those already waiting, so a host that never consumes the admin CQ cannot make the
+    // controller hold more than the CQ's size in completions.
+    const cq_state& cq = cqs_[0];
+    const auto room = [&] { return cq.parked.load(std::memory_order_relaxed) + e.batch.size() < cq.size; };
+    if (!room()) return false;
+    for (std::uint32_t n = 0; n < arbitration_burst && sq.head.load(std::memory_order_relaxed) != sq.tail && room(); ++n) {
       spec::submission_entry sqe;
       if (!fetch(dma_.pin(), sq, sq.head.load(std::memory_order_relaxed), sqe)) return true;
       const std::uint64_t sequence = ++sq.sequence;
@@ -1091,6 +1299,28 @@ class controller {
     return mem.finish_device_writes() ? spec::status::successful_completion : spec::status::data_transfer_error;
   }
 
+  /// Copies `data_bytes` of controller data to the command's PRPs, then zeros up to `bytes`
+  /// (a log page read past its end), the zeros from one static page.
+  [[nodiscard]] spec::status to_host_padded(engine& e, const dma_space::view& mem, const spec::submission_entry& sqe,
+                                            const std::byte* data, std::uint64_t data_bytes, std::uint64_t bytes) {
+    static constexpr std::byte zeros[4096] = {};
+    const auto s = e.walker.walk(mem, sqe.prp1, sqe.prp2, bytes, page_size_, config_.cmb_mixed_data_locations);
+    if (s != spec::status::successful_completion) return s;
+    std::uint64_t done = 0;
+    for (const auto& seg : e.walker.segments()) {
+      for (std::uint64_t at = 0; at < seg.length;) {
+        const std::uint64_t n = done < data_bytes ? std::min(seg.length - at, data_bytes - done)
+                                                  : std::min<std::uint64_t>(seg.length - at, sizeof zeros);
+        if (!mem.copy_in(seg.region, seg.offset + at, done < data_bytes ? data + done : zeros, n)) {
+          return spec::status::data_transfer_error;
+        }
+        at += n;
+        done += n;
+      }
+    }
+    return mem.finish_device_writes() ? spec::status::successful_completion : spec::status::data_transfer_error;
+  }
+
   /// Copies `bytes` of host data from the command's PRPs.
   [[nodiscard]] spec::status from_host(engine& e, const dma_space::view& mem, const spec::submission_entry& sqe, void* data,
                                        std::uint64_t bytes) {
@@ -1395,9 +1625,13 @@ class controller {
       default: return fail(spec::status::invalid_log_page);
     }
     if (offset >= log.size()) return fail(spec::status::invalid_field_in_command);
-    std::vector<std::byte> out(bytes);  // past the end of the log page: zeros
-    std::memcpy(out.data(), log.data() + offset, std::min<std::uint64_t>(bytes, log.size() - offset));
-    const auto s = to_host(e, dma_.pin(), sqe, out.data(), bytes);
+    // NUMD asks for up to 16 GiB: bounded by MDTS like every transfer, and never staged in
+    // memory; without an MDTS limit, a transfer past the log page's end is refused instead.
+    const std::uint64_t available = log.size() - offset;
+    if (bytes > max_transfer_bytes() || (config_.mdts == 0 && bytes > available)) {
+      return fail(spec::status::invalid_field_in_command);
+    }
+    const auto s = to_host_padded(e, dma_.pin(), sqe, log.data() + offset, std::min(bytes, available), bytes);
     if (s == spec::status::successful_completion && dw.lid() == spec::log_page_id::error_information && !dw.rae()) {
       std::scoped_lock lock(event_mutex_);
       error_event_masked_ = false;  // reading the log re-arms error events (5.2)
@@ -1562,26 +1796,35 @@ class controller {
     // Without data movement every check above has run and the command completes as it
     // would have; only the copies (which, not attempted, cannot fail) are left out.
     if (config_.move_data) {
-      std::uint64_t at = slba * n->data_stride();
+      // One lock over the command's whole range, not one per segment, held (for reads into
+      // device memory) until the copies are done: an overlapping write sees all of it or none.
+      const std::uint64_t at = slba * n->data_stride();
       bool ok = true;
-      for (const auto& seg : e.walker.segments()) {
-        if (is_write) {
-          n->store.with_write_access(at, seg.length, [&](std::byte* p) { ok = mem.copy_out(seg.region, seg.offset, p, seg.length); });
-        } else {
-          n->store.with_read_access(at, seg.length,
-                                    [&](const std::byte* p) { ok = mem.copy_in(seg.region, seg.offset, p, seg.length); });
-        }
-        if (!ok) return failed(spec::status::data_transfer_error);
-        at += seg.length;
+      if (is_write) {
+        n->store.with_write_access(at, bytes, [&](std::byte* p) {
+          for (const auto& seg : e.walker.segments()) {
+            if (ok) ok = mem.copy_out(seg.region, seg.offset, p, seg.length);
+            p += seg.length;
+          }
+        });
+      } else {
+        ok = read_from_store(e, mem, n->store, at, bytes, lands_on_device(e.walker.segments()), [&](const std::byte* p) {
+          for (const auto& seg : e.walker.segments()) {
+            if (!mem.copy_in(seg.region, seg.offset, p, seg.length)) return false;
+            p += seg.length;
+          }
+          return true;
+        });
       }
+      if (!ok) return failed(spec::status::data_transfer_error);
       if (metadata) {
         const std::uint64_t from = sqe.mptr - metadata->bus;
         if (is_write) {
           n->store.with_write_access(n->metadata_offset(slba), metadata_bytes,
                                      [&](std::byte* p) { ok = mem.copy_out(*metadata, from, p, metadata_bytes); });
         } else {
-          n->store.with_read_access(n->metadata_offset(slba), metadata_bytes,
-                                    [&](const std::byte* p) { ok = mem.copy_in(*metadata, from, p, metadata_bytes); });
+          ok = read_from_store(e, mem, n->store, n->metadata_offset(slba), metadata_bytes, metadata->kind == memory_kind::device,
+                               [&](const std::byte* p) { return mem.copy_in(*metadata, from, p, metadata_bytes); });
         }
         if (!ok) return failed(spec::status::data_transfer_error);
       }
@@ -1679,6 +1922,14 @@ class controller {
   std::unique_ptr<fault_injector> faults_;
   std::unique_ptr<timing_scheduler> timing_;
 
+  // The registers below the doorbells (load/store, read_register/write_register).
+  std::unique_ptr<std::atomic<std::uint32_t>[]> registers_ =
+      std::make_unique<std::atomic<std::uint32_t>[]>(spec::to_underlying(spec::register_offset::doorbells) / 4);
+  std::mutex register_write_mutex_;
+  std::atomic<std::uint64_t> cc_disables_{0};       // CC.EN 1 → 0 writes by the host
+  std::atomic<std::uint64_t> cc_disables_done_{0};  // of those, the resets the admin thread finished
+  std::uint64_t cc_disables_seen_ = 0;              // admin thread only
+
   // Owned by the admin thread.
   spec::cap_register cap_{};
   spec::version_register vs_{};
@@ -1688,7 +1939,6 @@ class controller {
   std::uint64_t page_size_ = 4096;
   std::uint64_t ready_at_ns_ = 0;
   spec::shutdown_notification last_shn_ = spec::shutdown_notification::none;
-  bool cmb_registers_enabled_ = false;
   bool cmb_mapped_ = false;
   std::uint64_t cmb_bus_ = 0;
   std::vector<std::uint32_t> stray_doorbells_;
@@ -1716,6 +1966,8 @@ class controller {
   std::atomic<bool> stop_{false};
   std::atomic<bool> ready_{false};
   std::atomic<bool> fatal_{false};
+  std::atomic<bool> setup_failed_{false};  // a thread's device-copy setup failed: every enable is fatal
+  std::atomic<std::uint64_t> thread_failures_{0};
   std::atomic<std::uint64_t> admin_commands_{0}, io_commands_{0}, completions_posted_{0};
   std::atomic<std::uint64_t> bytes_read_{0}, bytes_written_{0}, host_read_commands_{0}, host_write_commands_{0};
   std::atomic<std::uint64_t> doorbell_errors_{0}, error_count_{0}, completions_dropped_{0};

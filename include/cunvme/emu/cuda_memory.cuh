@@ -35,20 +35,41 @@ class cuda_error : public std::runtime_error {
 
 namespace detail {
 
-/// One non-blocking stream per emulator thread, created when the thread starts (`thread_start`).
+/// The calling emulator thread's copy stream, if it made one.
+struct copy_stream_state {
+  cudaStream_t stream = nullptr;
+  bool created = false;
+};
+inline copy_stream_state& this_thread_copy_stream() {
+  thread_local copy_stream_state state;
+  return state;
+}
+
+/// One non-blocking stream per emulator thread, created when the thread starts (`thread_start`)
+/// and destroyed as it ends (`thread_end`, `release_copy_stream`).
 inline cudaStream_t copy_stream() {
-  struct holder {
-    cudaStream_t stream = nullptr;
-    holder() {
-      if (const auto e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
-        throw cuda_error(e, "emu: creating the emulator's copy stream");
-      }
+  copy_stream_state& s = this_thread_copy_stream();
+  if (!s.created) {
+    if (const auto e = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking); e != cudaSuccess) {
+      throw cuda_error(e, "emu: creating the emulator's copy stream");
     }
-    // The stream is left to the driver at thread exit: destroying it there can run after the
-    // CUDA runtime has been torn down at process exit.
-  };
-  thread_local holder h;
-  return h.stream;
+    s.created = true;
+  }
+  return s.stream;
+}
+
+/// Destroys the calling thread's stream once its copies are done. Runs from the controller's
+/// threads as they end, which is in the controller's destructor, not at thread-local teardown:
+/// that can come after the CUDA runtime was torn down at process exit (then both calls fail
+/// with an error code, which is dropped: the driver frees the stream with the context).
+inline void release_copy_stream() noexcept {
+  copy_stream_state& s = this_thread_copy_stream();
+  if (!s.created) return;
+  const bool synced = cudaStreamSynchronize(s.stream) == cudaSuccess;
+  const bool destroyed = cudaStreamDestroy(s.stream) == cudaSuccess;
+  if (!synced || !destroyed) (void)cudaGetLastError();
+  s.stream = nullptr;
+  s.created = false;
 }
 
 /// Whether the calling thread queued host → device copies not yet waited for.
@@ -170,6 +191,7 @@ inline void prepare_cuda_environment() {
       // Left to the first copy, which then fails its command with Data Transfer Error.
     }
   };
+  hooks.device_copy.thread_end = [] { detail::release_copy_stream(); };
   return hooks;
 }
 

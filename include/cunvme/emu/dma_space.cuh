@@ -49,11 +49,15 @@ struct dma_region {
 /// command go out together); `wait` completes those the calling thread started. Copies from
 /// the device are complete when `copy` returns. `thread_start`, if set, runs once on each
 /// controller thread before it serves any queue: per-thread setup (a CUDA stream) made there,
-/// before kernels run, is not made on the I/O path while a kernel waits for that I/O.
+/// before kernels run, is not made on the I/O path while a kernel waits for that I/O;
+/// `thread_end` undoes it.
 struct device_copier {
   std::function<bool(void* dst, const void* src, std::uint64_t bytes, bool to_device)> copy;
   std::function<bool()> wait;
   std::function<void()> thread_start;
+  /// If set, runs once on each controller thread as it ends (after its last copy): releases
+  /// what `thread_start` made.
+  std::function<void()> thread_end;
   [[nodiscard]] explicit operator bool() const noexcept { return static_cast<bool>(copy); }
 };
 
@@ -73,6 +77,8 @@ class dma_space {
  public:
   static constexpr std::uint64_t first_bus_address = 0x10'0000'0000ull;  // 64 GiB: far from 0
   static constexpr std::uint64_t bus_granule = 2ull << 20;
+  /// Bus addresses stay below 2^63, so `bus + bytes` of any region never wraps.
+  static constexpr std::uint64_t max_bus_address = 1ull << 63;
 
   dma_space() = default;
   dma_space(const dma_space&) = delete;
@@ -86,9 +92,24 @@ class dma_space {
     }
     std::unique_lock lock(mutex_);
     const std::uint64_t offset = reinterpret_cast<std::uintptr_t>(pointer) % bus_granule;
+    if (bytes > max_bus_address - offset - 2 * bus_granule) {
+      throw std::invalid_argument("dma_space::map: region of " + std::to_string(bytes) + " bytes is larger than the bus");
+    }
+    // The region and one empty granule after it as a guard.
+    const std::uint64_t span = ((offset + bytes + bus_granule - 1) / bus_granule + 1) * bus_granule;
+    // Skip the ranges of regions placed with map_at (the CMB at the host's CMBMSC.CBA): a
+    // buffer aliasing one would send its DMA into the other, and unmapping one would remove
+    // the other. Every region placed ahead of next_bus_ is passed at most once.
+    for (;;) {
+      if (next_bus_ > max_bus_address - span) throw std::length_error("dma_space::map: bus address space exhausted");
+      auto after = regions_.lower_bound(next_bus_ + span);
+      if (after == regions_.begin()) break;
+      const dma_region& before = std::prev(after)->second;
+      if (before.bus + before.bytes + bus_granule <= next_bus_) break;
+      next_bus_ = (before.bus + before.bytes + bus_granule - 1) / bus_granule * bus_granule + bus_granule;
+    }
     const std::uint64_t bus = next_bus_ + offset;
-    // Round up to the next granule and leave one empty granule as a guard.
-    next_bus_ += ((offset + bytes + bus_granule - 1) / bus_granule + 1) * bus_granule;
+    next_bus_ += span;
     regions_.emplace(bus, dma_region{bus, static_cast<std::byte*>(pointer), bytes, kind});
     return bus;
   }
@@ -111,8 +132,14 @@ class dma_space {
   /// Removes the region starting at `bus`. Waits for accesses in progress (`view`s) to end,
   /// so once it returns the controller will not touch the memory again and it may be freed.
   void unmap(std::uint64_t bus) {
+    if (!try_unmap(bus)) throw std::invalid_argument("dma_space::unmap: no region starts at bus address " + hex(bus));
+  }
+
+  /// As `unmap`; false, not an exception, when no region starts at `bus` (the controller's
+  /// own threads, which must not throw).
+  [[nodiscard]] bool try_unmap(std::uint64_t bus) noexcept {
     std::unique_lock lock(mutex_);
-    if (regions_.erase(bus) == 0) throw std::invalid_argument("dma_space::unmap: no region starts at bus address " + hex(bus));
+    return regions_.erase(bus) != 0;
   }
 
   /// Accesses through a view see a fixed set of regions: none is unmapped while it lives.

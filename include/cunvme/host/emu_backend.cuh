@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/checked.cuh>
 #include <cunvme/emu/controller.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/register_backend.cuh>
@@ -19,27 +20,6 @@ class emu_allocator final : public dma_allocator {
  public:
   explicit emu_allocator(emu::controller& c) : ctrl_(c) {}
 
-  [[nodiscard]] dma_buffer allocate(std::size_t bytes) override {
-    if (bytes == 0) throw error("Allocate DMA memory", "emu", "0 bytes asked for");
-    const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
-    const auto& hooks = ctrl_.config().memory;
-    void* p = hooks.allocate ? hooks.allocate(rounded) : std::aligned_alloc(4096, rounded);
-    if (p == nullptr) throw error("Allocate DMA memory", "emu", "out of memory for " + std::to_string(bytes) + " bytes");
-    std::memset(p, 0, rounded);
-    const std::uint64_t bus = ctrl_.dma().map(p, rounded, emu::memory_kind::host);
-    emu::controller* ctrl = &ctrl_;
-    return dma_buffer(static_cast<std::byte*>(p), hooks.allocate ? p : nullptr, bytes, 4096, pages_of(bus, rounded),
-                      memory_location::pinned_host, [ctrl, p, bus, rounded] {
-                        ctrl->dma().unmap(bus);
-                        const auto& h = ctrl->config().memory;
-                        if (h.release) {
-                          h.release(p, rounded);
-                        } else {
-                          std::free(p);
-                        }
-                      });
-  }
-
   [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override {
     if (gpu == nullptr || bytes == 0) throw error("Map GPU memory", "emu", "empty range");
     // A buffer's page list starts at a page boundary (as cudaMalloc's allocations do).
@@ -47,6 +27,47 @@ class emu_allocator final : public dma_allocator {
     const std::uint64_t bus = ctrl_.dma().map(gpu, bytes, emu::memory_kind::device);
     emu::controller* ctrl = &ctrl_;
     return dma_buffer(nullptr, gpu, bytes, 4096, pages_of(bus, bytes), memory_location::gpu, [ctrl, bus] { ctrl->dma().unmap(bus); });
+  }
+
+ protected:
+  [[nodiscard]] std::string name() const override { return "emu"; }
+
+  /// Bus addresses keep a buffer's offset within 2 MiB (`emu::dma_space`), so aligning the
+  /// host address aligns the bus address for any controller page up to 2 MiB.
+  [[nodiscard]] dma_buffer allocate_aligned(std::size_t bytes, std::size_t alignment) override {
+    if (bytes == 0) throw error("Allocate DMA memory", "emu", "0 bytes asked for");
+    // The memory hooks hand out 4 KiB-aligned memory: reserve alignment - 4 KiB more and
+    // start the buffer on the first aligned byte inside it.
+    std::size_t rounded = 0, reserved = 0;
+    if (cunvme::detail::round_up_overflows(bytes, std::size_t{4096}, rounded) || cunvme::detail::add_overflows(rounded, alignment - 4096, reserved)) {
+      throw error("Allocate DMA memory", "emu", std::to_string(bytes) + " bytes aligned to " + std::to_string(alignment) + " do not fit the address space");
+    }
+    const auto& hooks = ctrl_.config().memory;
+    void* raw = hooks.allocate ? hooks.allocate(reserved) : std::aligned_alloc(4096, reserved);
+    if (raw == nullptr) throw error("Allocate DMA memory", "emu", "out of memory for " + std::to_string(bytes) + " bytes");
+    const std::uintptr_t at = (reinterpret_cast<std::uintptr_t>(raw) + alignment - 1) / alignment * alignment;
+    auto* p = reinterpret_cast<std::byte*>(at);
+    std::memset(p, 0, rounded);
+    emu::controller* ctrl = &ctrl_;
+    const auto release = [ctrl, raw, reserved] {
+      const auto& h = ctrl->config().memory;
+      if (h.release) {
+        h.release(raw, reserved);
+      } else {
+        std::free(raw);
+      }
+    };
+    std::uint64_t bus = 0;
+    try {
+      bus = ctrl_.dma().map(p, rounded, emu::memory_kind::host);
+    } catch (const std::exception& e) {
+      release();
+      throw error("Allocate DMA memory", "emu", e.what());
+    }
+    return dma_buffer(p, hooks.allocate ? p : nullptr, bytes, 4096, pages_of(bus, rounded), memory_location::pinned_host, [ctrl, bus, release] {
+      ctrl->dma().unmap(bus);
+      release();
+    });
   }
 
  private:
@@ -66,6 +87,10 @@ class emu_backend final : public register_backend {
   [[nodiscard]] std::string name() const override { return "emu"; }
   [[nodiscard]] std::byte* bar() const override { return ctrl_.bar(); }
   [[nodiscard]] std::size_t bar_size() const override { return ctrl_.bar_size(); }
+  // Registers go through the emulator's register file (read-only ones never show a write);
+  // doorbells land in bar(), where GPU threads store them too.
+  [[nodiscard]] std::uint32_t read32(std::uint32_t offset) const override { return ctrl_.read_register(offset); }
+  void write32(std::uint32_t offset, std::uint32_t value) const override { device_->write_register(offset, value); }
   [[nodiscard]] std::byte* cmb() const override { return cmb_mapped_ ? ctrl_.cmb() : nullptr; }
   [[nodiscard]] std::size_t cmb_size() const override { return cmb_mapped_ ? ctrl_.cmb_size() : 0; }
   [[nodiscard]] std::uint64_t cmb_bus_address() const override { return cmb_mapped_ ? emu::controller::suggested_cmb_address : 0; }
@@ -81,6 +106,7 @@ class emu_backend final : public register_backend {
 
  private:
   emu::controller ctrl_;
+  emu::controller* const device_ = &ctrl_;  // MMIO writes from the const register interface
   emu_allocator memory_;
   bool cmb_mapped_ = false;
 };

@@ -73,10 +73,12 @@ class register_backend {
   /// DMA memory for this controller.
   [[nodiscard]] virtual dma_allocator& memory() = 0;
 
-  [[nodiscard]] std::uint32_t read32(std::uint32_t offset) const {
+  /// MMIO through the mapped BAR; a backend whose registers are not plain memory (the
+  /// emulator's register file) overrides both.
+  [[nodiscard]] virtual std::uint32_t read32(std::uint32_t offset) const {
     return std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(bar() + offset)).load(std::memory_order_acquire);
   }
-  void write32(std::uint32_t offset, std::uint32_t value) const {
+  virtual void write32(std::uint32_t offset, std::uint32_t value) const {
     std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(bar() + offset)).store(value, std::memory_order_release);
   }
   [[nodiscard]] std::uint64_t read64(std::uint32_t offset) const {

@@ -1,0 +1,369 @@
+// Hostile hosts (issue 14): what a host sends can end in an NVMe status or a fatal controller
+// state, never in a crash, an allocation sized by the host, unbounded growth, a missed reset,
+// a visible write to a read-only register, or data torn under a command.
+#include "test_host.hpp"
+
+#include <array>
+#include <map>
+#include <span>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace test;
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool sanitized = true;
+#else
+constexpr bool sanitized = false;
+#endif
+#else
+constexpr bool sanitized = false;
+#endif
+
+/// Runs `body` in a child process whose address space is limited to `limit_bytes` more than
+/// the parent uses now (no limit under sanitizers, which reserve terabytes of shadow): a crash,
+/// std::terminate or an allocation the limit refuses ends only the child. Returns the child's
+/// exit status as text ("exit 0" is success), or how it died.
+template <class Body>
+std::string in_child(std::uint64_t limit_bytes, Body body) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (!sanitized) {
+      rlimit current{};
+      ::getrlimit(RLIMIT_AS, &current);
+      // The process's present size, from /proc/self/statm (pages).
+      std::uint64_t pages = 0;
+      if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%lu", &pages) != 1) pages = 0;
+        std::fclose(f);
+      }
+      const rlimit limit{pages * 4096 + limit_bytes, current.rlim_max};
+      ::setrlimit(RLIMIT_AS, &limit);
+    }
+    int code = 3;
+    try {
+      code = body();
+    } catch (...) {
+      code = 4;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+emu::controller_config small_config() {
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 4096)};
+  return config;
+}
+
+}  // namespace
+
+// ---- item 6: no allocation sized by a host field, no exception out of a thread -----------------
+
+TEST_CASE("Get Log Page asking for 16 GiB fails with a status and allocates nothing of that size") {
+  const std::string result = in_child(1ull << 30, [] {
+    emu::controller ctrl(small_config());
+    test_host host(ctrl);
+    if (!host.enable()) return 10;
+    dma_buffer buffer(ctrl, 4096);
+    const auto sqe = spec::make_get_log_page(spec::log_page_id::error_information, 1ull << 34, buffer.bus);
+    const auto status = host.admin_status(sqe);
+    return status == spec::status::invalid_field_in_command ? 0 : 11;
+  });
+  CHECK(result == "exit 0");
+}
+
+TEST_CASE("Get Log Page past the log page's end returns the log then zeros") {
+  emu::controller ctrl(small_config());
+  test_host host(ctrl);
+  REQUIRE(host.enable());
+  dma_buffer buffer(ctrl, 8192);
+  std::memset(buffer.data, 0xee, buffer.size);
+  // SMART / Health is 512 bytes: the rest of the 8 KiB comes back as zeros.
+  const auto sqe = spec::make_get_log_page(spec::log_page_id::smart_health_information, 8192, buffer.bus, buffer.bus + 4096);
+  REQUIRE(host.admin_status(sqe) == spec::status::successful_completion);
+  CHECK(buffer.data[512 - 1] != std::byte{0xee});
+  bool zeros = true;
+  for (std::size_t i = 512; i < buffer.size; ++i) zeros &= buffer.data[i] == std::byte{0};
+  CHECK(zeros);
+}
+
+TEST_CASE("an exception thrown on an emulator thread makes the controller fatal, not the process") {
+  const std::string result = in_child(1ull << 30, [] {
+    auto config = small_config();
+    config.memory.device_copy.copy = [](void*, const void*, std::uint64_t, bool) { return false; };
+    config.memory.device_copy.thread_start = [] { throw std::runtime_error("no CUDA stream for this thread"); };
+    emu::controller ctrl(config);
+    test_host host(ctrl);
+    if (host.enable()) return 10;
+    return host.csts().cfs() ? 0 : 11;
+  });
+  CHECK(result == "exit 0");
+}
+
+// ---- item 7: fetching is bounded by the room in the completion queue ---------------------------
+
+TEST_CASE("a host that never consumes the admin CQ stops the controller fetching admin commands") {
+  emu::controller ctrl(small_config());
+  test_host host(ctrl);
+  constexpr std::uint32_t sq_entries = 64, cq_entries = 4;
+  queue_pair admin(ctrl, 0, sq_entries);
+  dma_buffer small_cq(ctrl, cq_entries * sizeof(spec::completion_entry));
+  host.set_reg(spec::register_offset::aqa, spec::aqa_register{}.set_asqs(sq_entries - 1).set_acqs(cq_entries - 1).raw);
+  host.set_reg64(spec::register_offset::asq, admin.sq_bus);
+  host.set_reg64(spec::register_offset::acq, small_cq.bus);
+  host.set_reg(spec::register_offset::cc, spec::cc_register{}.set_iosqes(6).set_iocqes(4).set_en(true).raw);
+  REQUIRE(test_host::eventually([&] { return host.csts().rdy(); }));
+  for (int i = 0; i < 60; ++i) host.place(admin, spec::make_get_features(spec::feature_id::number_of_queues));
+  host.ring_sq(admin);
+  std::this_thread::sleep_for(200ms);
+  // Posted (CQ size - 1) plus kept for later (at most the CQ's size): never all 60.
+  CHECK(ctrl.stats().admin_commands <= 2 * cq_entries);
+  CHECK_FALSE(host.csts().cfs());
+}
+
+// ---- item 8: every CC write is seen -------------------------------------------------------------
+
+TEST_CASE("a fatal controller is reset by EN=0 then EN=1 written back to back") {
+  emu::controller ctrl(small_config());
+  test_host host(ctrl);
+  queue_pair admin(ctrl, 0, 16);
+  const auto cc = spec::cc_register{}.set_iosqes(6).set_iocqes(4).set_en(true).raw;
+  host.set_reg(spec::register_offset::aqa, spec::aqa_register{}.set_asqs(15).set_acqs(15).raw);
+  for (int round = 0; round < 20; ++round) {
+    // Admin queues in unregistered memory: CSTS.CFS, RDY never rises.
+    host.set_reg64(spec::register_offset::asq, 0x1000);
+    host.set_reg64(spec::register_offset::acq, 0x2000);
+    host.set_reg(spec::register_offset::cc, cc);
+    REQUIRE(test_host::eventually([&] { return host.csts().cfs(); }));
+    // 3.7.2: clear EN, wait for RDY = 0 (already 0), then set EN with good queues.
+    host.set_reg(spec::register_offset::cc, spec::cc_register{cc}.set_en(false).raw);
+    REQUIRE_FALSE(host.csts().rdy());
+    host.set_reg64(spec::register_offset::asq, admin.sq_bus);
+    host.set_reg64(spec::register_offset::acq, admin.cq.bus);
+    host.set_reg(spec::register_offset::cc, cc);
+    REQUIRE_MESSAGE(test_host::eventually([&] { return host.csts().rdy(); }, 2s), "round " << round);
+    CHECK_FALSE(host.csts().cfs());
+    REQUIRE(host.disable());
+  }
+}
+
+// ---- item 9: buffers never alias a region the host placed ----------------------------------------
+
+TEST_CASE("dma_space::map never hands out bus addresses inside a region placed with map_at") {
+  emu::dma_space dma;
+  std::vector<std::byte> placed(8u << 20), buffer(4096);
+  REQUIRE(dma.map_at(emu::dma_space::first_bus_address, placed.data(), placed.size(), emu::memory_kind::cmb));
+  for (int i = 0; i < 8; ++i) {
+    const std::uint64_t bus = dma.map(buffer.data(), buffer.size());
+    CHECK((bus + buffer.size() <= emu::dma_space::first_bus_address ||
+           bus >= emu::dma_space::first_bus_address + placed.size()));
+    const auto r = dma.find(bus, buffer.size());
+    REQUIRE(r.has_value());
+    CHECK(r->pointer == buffer.data());
+  }
+}
+
+TEST_CASE("disabling a CMB placed where buffers would be mapped does not end the process") {
+  const std::string result = in_child(1ull << 30, [] {
+    auto config = small_config();
+    config.cmb_bytes = 4u << 20;
+    emu::controller ctrl(config);
+    test_host host(ctrl);
+    const std::uint64_t cba = emu::dma_space::first_bus_address;
+    host.set_reg64(spec::register_offset::cmbmsc,
+                   spec::cmbmsc_register{}.set_cre(true).set_cmse(true).set_controller_base_address(cba).raw);
+    if (!test_host::eventually([&] { return ctrl.dma().find(cba, 4096).has_value(); })) return 10;
+    {
+      dma_buffer aligned(ctrl, 4096, 2u << 20);  // at offset 0 of a 2 MiB granule
+      if (aligned.bus >= cba && aligned.bus < cba + config.cmb_bytes) return 11;
+    }
+    host.set_reg64(spec::register_offset::cmbmsc, 0);
+    if (!test_host::eventually([&] { return !ctrl.dma().find(cba, 4096).has_value(); })) return 12;
+    return host.enable() ? 0 : 13;
+  });
+  CHECK(result == "exit 0");
+}
+
+// ---- item 10: read-only registers never show a host's write ---------------------------------------
+
+TEST_CASE("a host never reads back its own write to a read-only register") {
+  auto config = small_config();
+  config.cmb_bytes = 64 * 1024;
+  emu::controller ctrl(config);
+  test_host host(ctrl);
+  host.set_reg64(spec::register_offset::cmbmsc, spec::cmbmsc_register{}.set_cre(true).raw);
+  REQUIRE(test_host::eventually([&] { return host.reg(spec::register_offset::cmbsz) != 0; }));
+  const std::array<spec::register_offset, 7> read_only{spec::register_offset::cap,    spec::register_offset::vs,
+                                                         spec::register_offset::csts,   spec::register_offset::cmbloc,
+                                                         spec::register_offset::cmbsz,  spec::register_offset::cmbsts,
+                                                         spec::register_offset::crto};
+  std::map<std::uint32_t, std::uint32_t> before;
+  for (auto r : read_only) before[spec::to_underlying(r)] = host.reg(r);
+  before[spec::to_underlying(spec::register_offset::cap) + 4] = host.read32(spec::to_underlying(spec::register_offset::cap) + 4);
+  int seen = 0;
+  for (int round = 0; round < 200; ++round) {
+    for (const auto& [offset, value] : before) {
+      host.write32(offset, ~value);
+      if (host.read32(offset) != value) ++seen;
+    }
+  }
+  CHECK(seen == 0);
+}
+
+TEST_CASE("the register file's read/write fields read back as written and reserved ones as zero") {
+  emu::controller ctrl(small_config());
+  test_host host(ctrl);
+  host.set_reg(spec::register_offset::aqa, 0x000f000f);
+  host.set_reg64(spec::register_offset::asq, 0x1234000);
+  CHECK(host.reg(spec::register_offset::aqa) == 0x000f000f);
+  CHECK(host.reg64(spec::register_offset::asq) == 0x1234000);
+  host.write32(0x0f00, 0xdeadbeef);  // reserved
+  CHECK(host.read32(0x0f00) == 0);
+}
+
+// ---- item 11: a thread that cannot start is an exception -------------------------------------------
+
+TEST_CASE("a worker thread that cannot be created ends the constructor with an exception") {
+  if (sanitized) return;  // the limit below is what makes thread creation fail
+  const std::string result = in_child(96ull << 20, [] {
+    auto config = small_config();
+    config.workers = 64;  // 8 MiB of stack each: more than the limit leaves
+    try {
+      emu::controller ctrl(config);
+    } catch (const std::system_error& e) {
+      return std::string(e.what()).find("thread") != std::string::npos ? 0 : 10;
+    }
+    return 11;
+  });
+  CHECK(result == "exit 0");
+}
+
+// ---- item 16: a read's deferred copies hold off overlapping writes ---------------------------------
+
+namespace {
+
+/// A device copier over host memory that completes copies to the "device" only in `wait`,
+/// as CUDA's asynchronous copies do, and pauses after the first one so a racing write can
+/// land between two copies of one read.
+struct deferred_copier {
+  struct pending {
+    void* dst;
+    const void* src;
+    std::uint64_t bytes;
+  };
+  std::mutex mutex;
+  std::map<std::thread::id, std::vector<pending>> queued;
+  std::atomic<bool> first_copied{false};
+  std::atomic<bool> pause{true};
+
+  emu::device_copier copier() {
+    emu::device_copier c;
+    c.copy = [this](void* dst, const void* src, std::uint64_t bytes, bool to_device) {
+      if (!to_device) {
+        std::memcpy(dst, src, bytes);
+        return true;
+      }
+      std::scoped_lock lock(mutex);
+      queued[std::this_thread::get_id()].push_back({dst, src, bytes});
+      return true;
+    };
+    c.wait = [this] {
+      std::vector<pending> mine;
+      {
+        std::scoped_lock lock(mutex);
+        mine.swap(queued[std::this_thread::get_id()]);
+      }
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        std::memcpy(mine[i].dst, mine[i].src, mine[i].bytes);
+        if (i == 0 && pause.exchange(false)) {
+          first_copied.store(true);
+          std::this_thread::sleep_for(300ms);
+        }
+      }
+      return true;
+    };
+    return c;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a write overlapping a read whose copies are still in flight cannot tear the read") {
+  deferred_copier fake;
+  auto config = small_config();
+  config.workers = 2;  // queue 1 on worker 0, queue 2 on worker 1
+  config.memory.device_copy = fake.copier();
+  emu::controller ctrl(config);
+  std::vector<std::byte> old_data(8192, std::byte{0x11});
+  ctrl.store(1).write(0, old_data.data(), old_data.size());
+  test_host host(ctrl);
+  REQUIRE(host.enable());
+  auto q1 = host.create_pair(1, 8);
+  auto q2 = host.create_pair(2, 8);
+  // The read's destination: two "device" pages in different regions, two deferred copies.
+  std::unique_ptr<std::byte, decltype(&std::free)> pages(static_cast<std::byte*>(std::aligned_alloc(4096, 8192)), &std::free);
+  const std::span<std::byte> page_a(pages.get(), 4096), page_b(pages.get() + 4096, 4096);
+  const std::uint64_t bus_a = ctrl.dma().map(page_a.data(), 4096, emu::memory_kind::device);
+  const std::uint64_t bus_b = ctrl.dma().map(page_b.data(), 4096, emu::memory_kind::device);
+  dma_buffer new_data(ctrl, 8192);
+  std::memset(new_data.data, 0x22, 8192);
+
+  const std::uint16_t read_cid = host.place(*q1, spec::make_rw(spec::nvm_opcode::read, 1, 0, 16, bus_a, bus_b));
+  host.ring_sq(*q1);
+  REQUIRE(test_host::eventually([&] { return fake.first_copied.load(); }, 5s));
+  const std::uint16_t write_cid = host.place(*q2, spec::make_rw(spec::nvm_opcode::write, 1, 0, 16, new_data.bus, new_data.bus + 4096));
+  host.ring_sq(*q2);
+  const auto read_cqe = host.next_completion(*q1, 5s);
+  const auto write_cqe = host.next_completion(*q2, 5s);
+  REQUIRE(read_cqe.has_value());
+  REQUIRE(write_cqe.has_value());
+  CHECK(read_cqe->cid == read_cid);
+  CHECK(write_cqe->cid == write_cid);
+  CHECK(read_cqe->status() == spec::status::successful_completion);
+  CHECK(write_cqe->status() == spec::status::successful_completion);
+  const bool all_old = std::all_of(page_a.begin(), page_a.end(), [](std::byte b) { return b == std::byte{0x11}; }) &&
+                       std::all_of(page_b.begin(), page_b.end(), [](std::byte b) { return b == std::byte{0x11}; });
+  const bool all_new = std::all_of(page_a.begin(), page_a.end(), [](std::byte b) { return b == std::byte{0x22}; }) &&
+                       std::all_of(page_b.begin(), page_b.end(), [](std::byte b) { return b == std::byte{0x22}; });
+  CHECK_MESSAGE((all_old || all_new), "first page " << int(page_a[0]) << ", second page " << int(page_b[0]));
+  ctrl.dma().unmap(bus_a);
+  ctrl.dma().unmap(bus_b);
+}
+
+// ---- item 18: per-thread device-copy state is released when each thread ends ----------------------
+
+TEST_CASE("every controller thread runs the device copier's thread_end before it exits") {
+  std::atomic<int> started{0}, ended{0};
+  auto config = small_config();
+  config.workers = 3;
+  config.memory.device_copy.copy = [](void*, const void*, std::uint64_t, bool) { return false; };
+  config.memory.device_copy.thread_start = [&] { started.fetch_add(1); };
+  config.memory.device_copy.thread_end = [&] { ended.fetch_add(1); };
+  {
+    emu::controller ctrl(config);
+    test_host host(ctrl);
+    REQUIRE(host.enable());
+  }
+  CHECK(started.load() == 4);
+  CHECK(ended.load() == 4);
+}
