@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <memory>
 #include <string>
@@ -628,6 +629,48 @@ TEST_CASE("the on-GPU null controller serves per-thread reads with its namespace
   require_clean(*counts, 64 * 256 * 4);
   cudaFreeHost(counts);
   cudaFree(buf);
+}
+
+TEST_CASE("the on-GPU null controller ignores a CQ head doorbell outside the queue and never overwrites unconsumed CQEs") {
+  emu::gpu_null_controller::options o;
+  o.queues = 1;
+  o.entries = 4;
+  emu::gpu_null_controller ctrl(o);
+  const queue_view& v = ctrl.views()[0];
+  auto submit = [&](std::uint32_t slot, std::uint16_t cid, std::uint32_t new_tail) {
+    spec::submission_entry sqe = spec::make_rw(spec::nvm_opcode::read, 1, 0, 1);
+    sqe.set_cid(cid);
+    REQUIRE_CUDA(cudaMemcpy(v.sq + slot, &sqe, sizeof sqe, cudaMemcpyHostToDevice));
+    REQUIRE_CUDA(cudaMemcpy(v.sq_doorbell, &new_tail, 4, cudaMemcpyHostToDevice));
+  };
+  auto cqes = [&] {
+    std::vector<spec::completion_entry> out(4);
+    REQUIRE_CUDA(cudaMemcpy(out.data(), v.cq, 4 * sizeof(spec::completion_entry), cudaMemcpyDeviceToHost));
+    return out;
+  };
+  auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); };
+  ctrl.start();
+  for (std::uint16_t cid = 0; cid < 3; ++cid) submit(cid, cid, cid + 1u);
+  settle();
+  std::vector<spec::completion_entry> before = cqes();  // three posted, none consumed: the CQ is full
+  const std::uint32_t bad_head = 0xffff;
+  REQUIRE_CUDA(cudaMemcpy(v.cq_doorbell, &bad_head, 4, cudaMemcpyHostToDevice));
+  submit(3, 3, 0);
+  submit(0, 4, 1);
+  settle();
+  std::vector<spec::completion_entry> after = cqes();
+  for (int i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(std::memcmp(&before[i], &after[i], sizeof before[i]) == 0);
+  }
+  const std::uint32_t consumed = 3;  // a valid head: the two waiting commands complete now
+  REQUIRE_CUDA(cudaMemcpy(v.cq_doorbell, &consumed, 4, cudaMemcpyHostToDevice));
+  settle();
+  after = cqes();
+  ctrl.stop();
+  CHECK(after[3].cid == 3);
+  CHECK(after[0].cid == 4);
+  CHECK((after[0].status_field & 1u) == 0);  // second pass through the CQ: phase 0
 }
 
 TEST_CASE("copy_n moves blocks between the namespace and raw pointers, device_ptrs, device_vectors and spans") {
