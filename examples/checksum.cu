@@ -54,7 +54,7 @@ __global__ void stream_checksum(cunvme::device::reader r, cunvme::prp::page_list
   const std::uint64_t warp = (std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   if (warp >= warps) return;  // whole warps only: `warp` is the same in every lane
   const cunvme::namespace_view& ns = r.ns();
-  const std::uint64_t chunk_bytes = std::uint64_t{chunk_blocks} << ns.lba_shift;
+  const std::uint64_t chunk_bytes = std::uint64_t{chunk_blocks} * ns.block_bytes();  // with extended LBAs, metadata included
   const std::uint64_t chunks = (ns.lba_count + chunk_blocks - 1) / chunk_blocks;
   const std::uint64_t mine = chunks > warp ? (chunks - warp + warps - 1) / warps : 0;  // chunks this warp reads
   const std::uint64_t first_slot = warp * k;                                           // this warp's slots in `buffer`
@@ -85,7 +85,7 @@ __global__ void stream_checksum(cunvme::device::reader r, cunvme::prp::page_list
     // Sum the chunk: lanes read consecutive words (coalesced).
     const std::uint64_t chunk = warp + j * warps;
     const std::uint64_t left = ns.lba_count - chunk * chunk_blocks;
-    const std::uint64_t words = ((left < chunk_blocks ? left : chunk_blocks) << ns.lba_shift) / 8;
+    const std::uint64_t words = ((left < chunk_blocks ? left : chunk_blocks) * ns.block_bytes()) / 8;
     const std::uint64_t* slot = data + (first_slot + owner) * chunk_bytes / 8;
     const std::uint64_t index = chunk * chunk_bytes / 8;  // of the slot's first word in the namespace
     for (std::uint64_t i = lane; i < words; i += 32) local += term(slot[i], index + i);
@@ -114,7 +114,7 @@ void check(cudaError_t e, const char* what) {
 int run(const std::string& uri, std::uint32_t k, std::uint64_t max_warps) {
   cunvme::device dev(uri);
   const cunvme::namespace_view& ns = dev.ns();
-  const std::uint64_t bytes = ns.lba_count << ns.lba_shift;
+  const std::uint64_t bytes = ns.lba_count * ns.block_bytes();
 
   // Fill the emulator's namespace with pseudo-random words, and checksum them on the way.
   auto* emulator = dynamic_cast<cunvme::host::emu_backend*>(&dev.controller().backend());
@@ -133,8 +133,8 @@ int run(const std::string& uri, std::uint32_t k, std::uint64_t max_warps) {
   }
 
   // 128 KiB per command (fewer where MDTS is smaller); one command per chunk.
-  const auto chunk_blocks = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(ns.max_blocks, (128u << 10) >> ns.lba_shift)));
-  const std::uint64_t chunk_bytes = std::uint64_t{chunk_blocks} << ns.lba_shift;
+  const auto chunk_blocks = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(ns.max_blocks, (std::uint64_t{128} << 10) / ns.block_bytes())));
+  const std::uint64_t chunk_bytes = std::uint64_t{chunk_blocks} * ns.block_bytes();
   const std::uint64_t chunks = (ns.lba_count + chunk_blocks - 1) / chunk_blocks;
   // Every read in flight holds one of the queue's command identifiers: never ask for more
   // than there are, so a submit always finds one.

@@ -55,8 +55,13 @@ int main(int argc, char** argv) {
   std::printf("  I/O queue pairs granted: %u\n", ctrl->io_queue_pairs_granted());
   std::printf("namespaces\n");
   for (const auto& ns : ctrl->namespaces()) {
-    std::printf("  nsid %u: %llu blocks of %u bytes (%.1f MiB)\n", ns.nsid, static_cast<unsigned long long>(ns.lba_count), ns.lba_size,
+    std::printf("  nsid %u: %llu blocks of %u bytes (%.1f MiB)", ns.nsid, static_cast<unsigned long long>(ns.lba_count), ns.lba_size,
                 static_cast<double>(ns.bytes()) / (1 << 20));
+    if (ns.metadata_size != 0) {
+      std::printf(", %u bytes of metadata per block (%s)", ns.metadata_size, ns.extended_lba ? "extended LBAs" : "separate buffer, MPTR");
+    }
+    if (ns.protection_type != 0) std::printf(", protection information type %u (not supported by cunvme)", ns.protection_type);
+    std::printf("\n");
   }
   return 0;
 }

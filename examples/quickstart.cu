@@ -58,7 +58,7 @@ __global__ void verify(const std::uint64_t* data, std::uint64_t words, std::uint
 __global__ void random_reads(cunvme::device::reader r, cunvme::prp::page_list buffer, const std::uint64_t* data, std::uint32_t per_thread,
                              std::uint64_t pieces, outcome* out) {
   const std::uint64_t t = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  const std::uint32_t blocks = 4096u >> r.ns().lba_shift;  // 8 blocks of 512 bytes, or 1 of 4 KiB
+  const auto blocks = static_cast<std::uint32_t>(4096 / r.ns().block_bytes());  // 8 blocks of 512 bytes, or 1 of 4 KiB
   const std::uint64_t* mine = data + t * 512;               // this thread's 4 KiB, as 512 words
   unsigned long long bad = 0;
   for (std::uint32_t i = 0; i < per_thread; ++i) {
@@ -102,7 +102,7 @@ int run(const std::string& uri, std::uint32_t per_thread) {
   // The emulator behind the controller: its namespaces' bytes are ours to fill.
   auto& emulator = dynamic_cast<cunvme::host::emu_backend&>(dev.controller().backend());
   const cunvme::namespace_view& ns = dev.ns();
-  const std::uint64_t bytes = ns.lba_count << ns.lba_shift;
+  const std::uint64_t bytes = ns.lba_count * ns.block_bytes();
   std::printf("quickstart: %s: %llu blocks of %u bytes (%.0f MiB), up to %u blocks per command\n", uri.c_str(),
               static_cast<unsigned long long>(ns.lba_count), ns.lba_size(), static_cast<double>(bytes) / (1 << 20), ns.max_blocks);
 
