@@ -21,9 +21,11 @@ namespace cid_pool {
   return left >= 32 ? ~0u : (1u << left) - 1u;
 }
 
-/// Takes a free CID, starting the search at word `hint % words` (spread callers over the
-/// bitmap to keep them off each other's words). Returns false when every CID is taken.
-[[nodiscard]] CUNVME_HOST_DEVICE inline bool try_take(const queue_view& q, cuda::std::uint32_t hint, cuda::std::uint16_t& cid) noexcept {
+/// Takes a free CID for a command not submitted yet (its record `reserved`: a completion naming
+/// it is foreign and is dropped, DESIGN.md rule 4), starting the search at word `hint % words`
+/// (spread callers over the bitmap to keep them off each other's words). Returns false when
+/// every CID is taken. Call `mark_in_flight` before the command's SQE is written.
+[[nodiscard]] CUNVME_HOST_DEVICE inline bool try_reserve(const queue_view& q, cuda::std::uint32_t hint, cuda::std::uint16_t& cid) noexcept {
   const cuda::std::uint32_t words = q.cid_words();
   for (cuda::std::uint32_t i = 0; i < words; ++i) {
     const cuda::std::uint32_t w = (hint + i) % words;
@@ -36,13 +38,28 @@ namespace cid_pool {
       const cuda::std::uint32_t before = word.fetch_or(bit, cuda::std::memory_order_acq_rel);
       if ((before & bit) == 0) {
         cid = static_cast<cuda::std::uint16_t>(w * 32 + cuda::std::countr_zero(bit));
-        bookkeeping_word<cuda::std::uint32_t>(q.records[cid].state).store(static_cast<cuda::std::uint32_t>(record_state::pending), cuda::std::memory_order_relaxed);
+        bookkeeping_word<cuda::std::uint32_t>(q.records[cid].state).store(static_cast<cuda::std::uint32_t>(record_state::reserved), cuda::std::memory_order_relaxed);
         return true;
       }
       taken = before | bit;
     }
   }
   return false;
+}
+
+/// A reserved CID's command is about to be submitted: from now on a completion naming it is
+/// its. Relaxed: the SQE's publication (a release fence before the doorbell, or the turn words
+/// a coalescing ringer reads) orders it before the controller can complete the command, as it
+/// orders the SQE itself.
+CUNVME_HOST_DEVICE inline void mark_in_flight(const queue_view& q, cuda::std::uint16_t cid) noexcept {
+  bookkeeping_word<cuda::std::uint32_t>(q.records[cid].state).store(static_cast<cuda::std::uint32_t>(record_state::pending), cuda::std::memory_order_relaxed);
+}
+
+/// `try_reserve` and `mark_in_flight` at once, for a caller that submits right away.
+[[nodiscard]] CUNVME_HOST_DEVICE inline bool try_take(const queue_view& q, cuda::std::uint32_t hint, cuda::std::uint16_t& cid) noexcept {
+  if (!try_reserve(q, hint, cid)) return false;
+  mark_in_flight(q, cid);
+  return true;
 }
 
 /// Returns a CID whose record has been read (or whose late completion was dropped).

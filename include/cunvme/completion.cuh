@@ -29,14 +29,16 @@ inline constexpr cuda::std::uint32_t max_batch = 16;
 namespace detail {
 struct drained_entry {
   cuda::std::uint32_t dw0, dw1;
-  cuda::std::uint16_t cid, status;
+  cuda::std::uint16_t cid, status, sqid;
 };
 
-/// Hands a consumed CQE to its record. A CQE naming a CID with no command is counted and
-/// dropped; one for an abandoned command (its waiter timed out) frees the CID, which was
-/// held back exactly so that this late completion cannot be taken for a newer command.
+/// Hands a consumed CQE to its record. A CQE naming a CID with no command in flight (free,
+/// reserved but not submitted, already done) or another SQ than this CQ's is counted and
+/// dropped, never delivered (DESIGN.md rule 4); one for an abandoned command (its waiter
+/// timed out) frees the CID, which was held back exactly so that this late completion cannot
+/// be taken for a newer command.
 CUNVME_HOST_DEVICE inline void deliver(const queue_view& q, const drained_entry& e) noexcept {
-  if (e.cid >= q.cids()) {
+  if (e.cid >= q.cids() || e.sqid != q.qid) {
     bookkeeping_word<cuda::std::uint32_t>(q.counters->unexpected_completions).fetch_add(1, cuda::std::memory_order_relaxed);
     return;
   }
@@ -91,7 +93,8 @@ template <class Doorbell>
     if (((dw3 >> 16) & 1u) != expected_phase) break;
     const cuda::std::uint32_t dw2 = system_word<cuda::std::uint32_t>(words[2]).load(cuda::std::memory_order_relaxed);
     taken[n] = {system_word<cuda::std::uint32_t>(words[0]).load(cuda::std::memory_order_relaxed), system_word<cuda::std::uint32_t>(words[1]).load(cuda::std::memory_order_relaxed),
-                static_cast<cuda::std::uint16_t>(dw3 & 0xffffu), static_cast<cuda::std::uint16_t>(spec::cqe_status::status_of(static_cast<cuda::std::uint16_t>(dw3 >> 16)))};
+                static_cast<cuda::std::uint16_t>(dw3 & 0xffffu), static_cast<cuda::std::uint16_t>(spec::cqe_status::status_of(static_cast<cuda::std::uint16_t>(dw3 >> 16))),
+                static_cast<cuda::std::uint16_t>(dw2 >> 16)};
     // SQHD is an index; the fetched count moves forward by its distance from our count's slot.
     const cuda::std::uint32_t sqhd = dw2 & 0xffffu;
     if (sqhd < q.entries) sq_head += q.slot(sqhd + q.entries - q.slot(sq_head));

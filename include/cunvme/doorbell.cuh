@@ -56,6 +56,12 @@ struct mmio {
 /// shadow slot in memory the controller polls; the MMIO doorbell is written only when the
 /// controller's EventIdx lies between the old and the new value.
 ///
+/// A queue's first SQ tail and first CQ head write go to MMIO whatever EventIdx says (DESIGN.md
+/// rule 5): EventIdx may still hold what the controller wrote for a deleted queue with the same
+/// identifier, and a controller need not look at a new queue's shadow slot before it is rung
+/// once (QEMU does not). Each doorbell has one writer at a time (the ring lock, the owner, the
+/// drain lock), so its "rung" flag in the bookkeeping needs no read-modify-write.
+///
 /// When to choose it: controllers that advertise OACS bit 8 (emulated ones — QEMU, cloud
 /// NVMe — poll the shadow and so save most MMIO exits); needs the controller brought up with
 /// `shadow_doorbells` on (otherwise `usable` is false and readers refuse to run).
@@ -72,9 +78,12 @@ struct shadow {
     // The shadow store also publishes the SQE (or the consumed CQ slots), as a doorbell does.
     ref(*(sq ? q.sq_shadow : q.cq_shadow)).store(value, cuda::std::memory_order_seq_cst);
     const cuda::std::uint32_t event = ref(*(sq ? q.sq_event_index : q.cq_event_index)).load(cuda::std::memory_order_seq_cst);
-    if (spec::shadow_doorbell_needs_mmio(static_cast<cuda::std::uint16_t>(event), static_cast<cuda::std::uint16_t>(value),
-                                         static_cast<cuda::std::uint16_t>(old))) {
+    bookkeeping_word<cuda::std::uint32_t> rung(sq ? q.counters->sq_doorbell_rung : q.counters->cq_doorbell_rung);
+    const bool first = rung.load(cuda::std::memory_order_relaxed) == 0;
+    if (first || spec::shadow_doorbell_needs_mmio(static_cast<cuda::std::uint16_t>(event), static_cast<cuda::std::uint16_t>(value),
+                                                  static_cast<cuda::std::uint16_t>(old))) {
       access::mmio_store_after_writes(sq ? q.sq_doorbell : q.cq_doorbell, value);
+      if (first) rung.store(1, cuda::std::memory_order_relaxed);
       detail::count(q.counters->doorbell_mmio_writes);
     } else {
       detail::count(q.counters->doorbell_skipped);

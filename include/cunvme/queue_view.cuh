@@ -43,6 +43,7 @@ enum class record_state : cuda::std::uint32_t {
   done = 2,       ///< a completion arrived; `status`/`dw0` are valid until the waiter frees the CID
   abandoned = 3,  ///< its waiter timed out: the CID stays reserved until a completion arrives, so a late
                   ///< completion can never be taken for a newer command's
+  reserved = 4,   ///< taken, its command not submitted yet: a completion naming it is foreign (DESIGN.md rule 4)
 };
 
 /// Where a completion for one CID lands (drained from the CQ by whoever drains).
@@ -68,10 +69,12 @@ struct queue_counters {
   alignas(128) cuda::std::uint64_t sq_published; ///< SQEs written and published (coalescing doorbells)
   alignas(128) cuda::std::uint64_t sq_rung;      ///< the SQ tail doorbell was written up to here
   cuda::std::uint32_t ring_lock;                 ///< held while writing the SQ tail doorbell (its values must not go backwards)
+  cuda::std::uint32_t sq_doorbell_rung;          ///< non-zero once the SQ tail doorbell was written (by its ringer only)
   alignas(128) cuda::std::uint64_t sq_head;      ///< SQ entries the controller has fetched, from CQE.SQHD
   alignas(128) cuda::std::uint64_t cq_head;      ///< CQ entries consumed
   cuda::std::uint32_t drain_lock;                ///< held while draining the CQ
-  cuda::std::uint32_t unexpected_completions;    ///< CQEs naming a CID with no command (counted, dropped)
+  cuda::std::uint32_t unexpected_completions;    ///< CQEs naming a CID with no command in flight, or another SQ (counted, dropped)
+  cuda::std::uint32_t cq_doorbell_rung;          ///< non-zero once the CQ head doorbell was written (by the drainer only)
   cuda::std::uint64_t doorbell_mmio_writes;      ///< SQ/CQ doorbell stores that went to MMIO
   cuda::std::uint64_t doorbell_skipped;          ///< shadow-doorbell updates EventIdx let skip
 };

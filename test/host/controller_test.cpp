@@ -38,6 +38,40 @@ TEST_CASE("bring-up identifies the controller and its namespaces and grants queu
   CHECK(spec::trimmed(ctrl.identify().mn) == "cunvme emulated NVMe controller");
 }
 
+TEST_CASE("controller options outside their valid ranges are refused at construction, naming the option and the value") {
+  const auto refused = [](host::controller_options o, const std::string& text) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(host::controller(backend(), o), doctest::Contains(text.c_str()), host::error);
+  };
+  host::controller_options o;
+  o.io_queue_pairs = 0;  // would go out as NSQR = FFFFh
+  refused(o, "io_queue_pairs = 0");
+  o = {};
+  o.admin_queue_entries = 1;
+  refused(o, "admin_queue_entries = 1");
+  o = {};
+  o.admin_queue_entries = 4097;
+  refused(o, "admin_queue_entries = 4097");
+  o = {};
+  o.command_timeout = std::chrono::milliseconds(0);
+  refused(o, "command_timeout = 0 ms");
+  o = {};
+  o.command_timeout = std::chrono::milliseconds(-5);
+  refused(o, "command_timeout = -5 ms");
+  o = {};
+  o.command_timeout = std::chrono::milliseconds::max();  // now() + timeout would overflow
+  refused(o, "command_timeout = " + std::to_string(std::chrono::milliseconds::max().count()) + " ms");
+  o = {};
+  o.ready_timeout = std::chrono::milliseconds(-1);
+  refused(o, "ready_timeout = -1 ms");
+  o = {};
+  o.ready_timeout = std::chrono::hours(24 * 365);
+  refused(o, "ready_timeout = " + std::to_string(std::chrono::milliseconds(std::chrono::hours(24 * 365)).count()) + " ms");
+  o = {};
+  o.io_queue_pairs = 65535;  // the largest NSQR (FFFEh) is valid; the controller grants what it has
+  CHECK_NOTHROW(host::controller(backend(), o));
+}
+
 TEST_CASE("a controller that does not become ready in time is reported, not waited on forever") {
   emu::controller_config config;
   config.ready_delay = std::chrono::milliseconds(2000);

@@ -102,6 +102,34 @@ TEST_CASE("a completion for a CID that has no command is counted and dropped") {
   CHECK(cunvme::cid_pool::in_use(f.view) == 0);
 }
 
+TEST_CASE("a completion naming another SQ is counted and dropped, even with a CID in flight here") {
+  fake_queue f(8);
+  const std::uint16_t cid = take(f);
+  f.post(0, cid, spec::status::successful_completion, 0, 0, 5);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+  CHECK(f.counters->unexpected_completions == 1);
+  CHECK(state_of(f, cid) == static_cast<std::uint32_t>(record_state::pending));
+  f.post(1, cid, spec::status::successful_completion, 1);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+  CHECK(state_of(f, cid) == done);
+}
+
+TEST_CASE("a completion naming a CID whose command is reserved but not yet submitted is counted and dropped") {
+  fake_queue f(8);
+  std::uint16_t cid = 0;
+  REQUIRE(cunvme::cid_pool::try_reserve(f.view, 0, cid));
+  f.post(0, cid, spec::status::successful_completion, 0);  // foreign: nothing was submitted with it
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+  CHECK(f.counters->unexpected_completions == 1);
+  CHECK(state_of(f, cid) == static_cast<std::uint32_t>(record_state::reserved));
+  cunvme::cid_pool::mark_in_flight(f.view, cid);
+  f.post(1, cid, spec::status::lba_out_of_range, 1);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+  CHECK(state_of(f, cid) == done);
+  CHECK(f.records[cid].status == static_cast<std::uint16_t>(spec::status::lba_out_of_range));
+  CHECK(f.counters->unexpected_completions == 1);
+}
+
 TEST_CASE("a late completion for an abandoned command frees its CID instead of completing anything") {
   fake_queue f(8);
   const std::uint16_t cid = take(f);

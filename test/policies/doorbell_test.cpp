@@ -53,6 +53,7 @@ TEST_CASE("shadow writes the shadow slot always and MMIO exactly when EventIdx l
     CAPTURE(c.new_value);
     fake_queue f(16);
     f.add_shadow();
+    f.counters->sq_doorbell_rung = 1;  // a doorbell rung before: the rule applies (a new queue's first write is MMIO, below)
     f.event_index[0] = c.event;
     f.registers[0] = 0xdead;
     doorbell::shadow::ring(f.view, doorbell::which::sq_tail, c.new_value, c.old_value);
@@ -80,4 +81,24 @@ TEST_CASE("coalescing declares itself, and writes through its inner policy") {
   fake_queue f(16);
   doorbell::coalescing<doorbell::mmio>::ring(f.view, doorbell::which::sq_tail, 9, 1);
   CHECK(f.sq_tail_doorbell() == 9);
+}
+
+// DESIGN.md rule 5: EventIdx left by a deleted queue with the same identifier (or one the
+// controller has not written for this queue yet) proves nothing about the new queue.
+TEST_CASE("shadow writes a new queue's first SQ tail and CQ head by MMIO whatever EventIdx says, then follows the rule") {
+  fake_queue f(16);
+  f.add_shadow();
+  f.event_index[0] = 5;  // stale: the rule alone would skip 0 -> 1
+  f.event_index[1] = 5;
+  doorbell::shadow::ring(f.view, doorbell::which::sq_tail, 1, 0);
+  CHECK(f.shadow[0] == 1);
+  CHECK(f.sq_tail_doorbell() == 1);
+  doorbell::shadow::ring(f.view, doorbell::which::cq_head, 1, 0);
+  CHECK(f.shadow[1] == 1);
+  CHECK(f.cq_head_doorbell() == 1);
+  CHECK(f.counters->doorbell_mmio_writes == 2);
+  doorbell::shadow::ring(f.view, doorbell::which::sq_tail, 2, 1);  // EventIdx 5 not in [1, 2)
+  CHECK(f.shadow[0] == 2);
+  CHECK(f.sq_tail_doorbell() == 1);
+  CHECK(f.counters->doorbell_skipped == 1);
 }

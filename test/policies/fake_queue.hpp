@@ -48,13 +48,15 @@ struct fake_queue {
 
   /// Posts a CQE for `cid` into CQ position `count` (a running count of posted entries, from
   /// which slot and phase follow), DW3 last with release, as a controller does.
-  void post(std::uint64_t count, std::uint16_t cid, cunvme::spec::status status, std::uint16_t sqhd, std::uint32_t dw0 = 0) {
+  /// `sqid`: the SQ identifier the CQE names (0: this queue's own).
+  void post(std::uint64_t count, std::uint16_t cid, cunvme::spec::status status, std::uint16_t sqhd, std::uint32_t dw0 = 0,
+            std::uint16_t sqid = 0) {
     const std::uint32_t slot = static_cast<std::uint32_t>(count % view.entries);
     const bool phase = (count / view.entries) % 2 == 0;
     auto* words = reinterpret_cast<std::uint32_t*>(&cq[slot]);
     std::atomic_ref<std::uint32_t>(words[0]).store(dw0, std::memory_order_relaxed);
     std::atomic_ref<std::uint32_t>(words[1]).store(0, std::memory_order_relaxed);
-    std::atomic_ref<std::uint32_t>(words[2]).store(std::uint32_t{sqhd} | std::uint32_t{view.qid} << 16, std::memory_order_relaxed);
+    std::atomic_ref<std::uint32_t>(words[2]).store(std::uint32_t{sqhd} | std::uint32_t{sqid != 0 ? sqid : view.qid} << 16, std::memory_order_relaxed);
     const std::uint16_t field = cunvme::spec::cqe_status::make_status_field(status, phase);
     std::atomic_ref<std::uint32_t>(words[3]).store(std::uint32_t{cid} | std::uint32_t{field} << 16, std::memory_order_release);
   }

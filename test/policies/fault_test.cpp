@@ -213,3 +213,42 @@ TEST_CASE("a wait whose completion record was freed under it ends at the queue's
   CHECK(waited < 10s);
   CHECK(h.state == cunvme::io_handle::phase::finished);
 }
+
+// DESIGN.md rule 4. A 2-entry queue has one CID; a command the reader did not submit (CID 0
+// too, its completion late) fills the SQ, so the reader holds CID 0 while it waits for a slot
+// and drains that foreign completion itself. Taken for its own, the read would "succeed"
+// before its command was even submitted.
+TEST_CASE("a completion drained while a reader waits for a slot is not its, though it names the CID it holds") {
+  auto config = small_config();
+  emu::fault_rule late;
+  late.action = emu::fault_action::add_delay;
+  late.delay_ns = 200'000'000;
+  late.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::flush);
+  late.nth = 1;
+  config.faults = {late};
+  config.timing.read_latency_ns = 50'000'000;
+  rig r(config);
+  r.fill();
+  host::io_queue q(*r.ctrl, 2, host::queue_placement::host, 5s);
+  const cunvme::queue_view v = q.view();
+  REQUIRE(v.cids() == 1);
+  cunvme::single_thread self;
+  std::uint64_t ticket = 0;
+  REQUIRE(slots::multi_producer::reserve(v, self, 1, cunvme::access::now_ns() + 1'000'000'000, [] {}, ticket));
+  auto foreign = spec::make_flush(1);
+  foreign.set_cid(0);
+  v.sq[v.slot(ticket)] = foreign;
+  slots::multi_producer::commit<doorbell::mmio>(v, self, ticket, 1);
+
+  mp_reader reader(v, q.namespace_view(1));
+  auto buf = r.ctrl->memory().allocate(4096);
+  std::memset(buf.data(), 0xee, buf.size());
+  const io_result res = reader.read(8, 8, contiguous_of(buf), 0);
+  CHECK(res.ok());
+  std::uint64_t bad = 0;
+  const auto* words = reinterpret_cast<const std::uint64_t*>(buf.data());
+  for (std::uint64_t i = 0; i < 512; ++i) bad += words[i] != word_at(8 * 512 + i * 8);
+  CHECK(bad == 0);
+  CHECK(q.counters().unexpected_completions == 1);
+  CHECK(q.cids_in_use() == 0);
+}

@@ -37,13 +37,40 @@ namespace host {
 
 using namespace std::chrono_literals;
 
+/// Bring-up options; `controller` checks each against its range (`check`) before it touches
+/// the device.
 struct controller_options {
-  std::uint32_t admin_queue_entries = 32;
-  std::uint16_t io_queue_pairs = 16;        ///< asked for with Set Features – Number of Queues
+  std::uint32_t admin_queue_entries = 32;   ///< 2..4096 (and at most CAP.MQES + 1)
+  std::uint16_t io_queue_pairs = 16;        ///< 1..65535, asked for with Set Features – Number of Queues
   bool shadow_doorbells = false;            ///< send Doorbell Buffer Config when OACS bit 8 says it is supported
   bool use_cmb = false;                     ///< map the controller memory buffer when CAP.CMBS says there is one
-  std::chrono::milliseconds ready_timeout{0};     ///< 0: CAP.TO
-  std::chrono::milliseconds command_timeout{10'000};
+  std::chrono::milliseconds ready_timeout{0};     ///< 0: CAP.TO; else 1 ms..max_timeout
+  std::chrono::milliseconds command_timeout{10'000};  ///< 1 ms..max_timeout
+
+  /// The longest timeout taken: a deadline `now() + timeout` must not overflow the clock.
+  static constexpr std::chrono::milliseconds max_timeout = std::chrono::hours(24);
+
+  /// Throws `host::error` naming the first option outside its range and its value.
+  void check(const std::string& device) const {
+    const auto bad = [&](const std::string& what, const std::string& range) {
+      throw error("Check controller options", device, what + " is outside " + range);
+    };
+    if (admin_queue_entries < spec::min_admin_queue_entries || admin_queue_entries > spec::max_admin_queue_entries) {
+      bad("admin_queue_entries = " + std::to_string(admin_queue_entries),
+          std::to_string(spec::min_admin_queue_entries) + ".." + std::to_string(spec::max_admin_queue_entries));
+    }
+    // NSQR/NCQR are 0's based and FFFFh is reserved (Set Features – Number of Queues): 0 pairs
+    // would be sent as FFFFh.
+    if (io_queue_pairs == 0) bad("io_queue_pairs = 0", "1..65535");
+    const auto max = std::to_string(max_timeout.count());
+    if (ready_timeout.count() < 0 || ready_timeout > max_timeout) {
+      bad("ready_timeout = " + std::to_string(ready_timeout.count()) + " ms", "0 (CAP.TO) or 1.." + max + " ms");
+    }
+    if (command_timeout.count() <= 0 || command_timeout > max_timeout) {
+      bad("command_timeout = " + std::to_string(command_timeout.count()) + " ms", "1.." + max + " ms");
+    }
+  }
+};
 };
 
 /// A namespace as Identify Namespace describes it (`describe_namespace`).
@@ -255,6 +282,7 @@ class controller {
       : backend_(std::move(backend)), options_(options) {
     if (!backend_) throw error("Bring up", "(none)", "no register backend");
     name_ = backend_->name();
+    options_.check(name_);
     cap_ = spec::cap_register{backend_->read64(spec::to_underlying(spec::register_offset::cap))};
     vs_ = spec::version_register{backend_->read32(spec::to_underlying(spec::register_offset::vs))};
     if (cap_.raw == ~std::uint64_t{0}) throw error("Read CAP", name_, "the BAR reads all ones: the device is gone or not enabled");
