@@ -361,3 +361,14 @@ TEST_CASE("emu:spin makes the emulator's workers poll without sleeping") {
   auto plain = host::open("emu:blocks=1000");
   CHECK(dynamic_cast<host::emu_backend&>(plain->backend()).controller().config().idle.spins == emu::idle_policy{}.spins);
 }
+
+TEST_CASE("fill_prps refuses a range outside its buffer and names why prp::build refused") {
+  host::controller ctrl(backend());
+  host::dma_buffer buf = ctrl.memory().allocate(8192);
+  host::dma_buffer lists = ctrl.memory().allocate(4096);
+  spec::submission_entry sqe{};
+  CHECK_THROWS_WITH_AS(ctrl.fill_prps(sqe, buf, 4096, 8192, lists), doctest::Contains("do not fit the 8192-byte buffer"), host::error);
+  CHECK_THROWS_WITH_AS(ctrl.fill_prps(sqe, buf, 8, ~std::uint64_t{0}, lists), doctest::Contains("do not fit"), host::error);
+  CHECK_THROWS_WITH_AS(ctrl.fill_prps(sqe, buf, 2, 16, lists), doctest::Contains("not dword aligned"), host::error);
+  CHECK_NOTHROW(ctrl.fill_prps(sqe, buf, 0, 8192, lists));
+}
