@@ -50,8 +50,13 @@ static_assert(buffer<page_list>);
 /// entries. Its last entry on each controller page chains to the next page when needed.
 struct list_memory {
   cuda::std::uint64_t* entries = nullptr;  ///< where this code writes the list
-  cuda::std::uint64_t bus = 0;             ///< where the controller reads it
+  cuda::std::uint64_t bus = 0;             ///< where the controller reads it (its first page)
   cuda::std::uint32_t capacity = 0;
+  /// The bus address of each controller page of the list, for list memory that is contiguous
+  /// only page by page (4 KiB pages pinned without an IOMMU): chain pointers then go to the
+  /// next page's own address (4.1.1 needs each list page, not the whole list, contiguous).
+  /// nullptr: the whole list is one bus range from `bus`.
+  const cuda::std::uint64_t* pages = nullptr;
 };
 
 struct prp_entries {
@@ -178,7 +183,9 @@ template <class Buffer>
     const cuda::std::uint64_t chunk = length - at < page ? length - at : page;
     if ((slot + 1) % per_page == 0 && chunk != length - at) {
       // The last slot of a list page points to the next list page (4.1.1).
-      list.entries[slot] = list.bus + (slot + 1) * 8;
+      const cuda::std::uint64_t next = list.pages != nullptr ? list.pages[(slot + 1) / per_page] : list.bus + (slot + 1) * 8;
+      if ((next & (page - 1)) != 0) return build_result::list_misaligned;
+      list.entries[slot] = next;
       ++slot;
     }
     const cuda::std::uint64_t entry = buffer.bus(offset + at);

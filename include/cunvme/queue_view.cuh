@@ -105,6 +105,9 @@ struct queue_view {
   completion_record* records = nullptr;         ///< [cids()]
   cuda::std::uint64_t* prp_lists = nullptr;     ///< [cids() × list_entries], one page-aligned list per CID
   cuda::std::uint64_t prp_lists_bus = 0;        ///< bus address of prp_lists[0]
+  /// The bus address of each controller page of prp_lists, where they are contiguous only page
+  /// by page (pinned 4 KiB pages without an IOMMU); nullptr: prp_lists is one bus range.
+  const cuda::std::uint64_t* prp_list_pages = nullptr;
   cuda::std::uint32_t list_entries = 0;         ///< entries per CID's list (a whole number of controller pages)
   cuda::std::uint32_t page_shift = 12;          ///< controller memory page size (CC.MPS + 12)
   cuda::std::uint64_t timeout_ns = 10'000'000'000ull;  ///< bound of every wait on this queue

@@ -234,8 +234,13 @@ class block_io {
   /// PRP1/PRP2 (and the CID's PRP list) for `bytes` of `data` at `offset`.
   [[nodiscard]] CUNVME_HOST_DEVICE io_error build_prps(const Prp& data, cuda::std::uint64_t offset, cuda::std::uint64_t bytes, cuda::std::uint16_t cid,
                                                        spec::submission_entry& sqe) const noexcept {
-    const prp::list_memory list{q_.prp_lists + cuda::std::uint64_t{cid} * q_.list_entries,
-                                q_.prp_lists_bus + cuda::std::uint64_t{cid} * q_.list_entries * 8, q_.list_entries};
+    const cuda::std::uint64_t first = cuda::std::uint64_t{cid} * q_.list_entries;
+    prp::list_memory list{q_.prp_lists + first, q_.prp_lists_bus + first * 8, q_.list_entries};
+    if (q_.prp_list_pages != nullptr) {
+      // Each CID's list is whole controller pages: its first page is an index into the table.
+      list.pages = q_.prp_list_pages + ((first * 8) >> q_.page_shift);
+      list.bus = list.pages[0];
+    }
     prp::prp_entries e;
     switch (prp::build(data, offset, bytes, q_.page_shift, list, e)) {
       case prp::build_result::ok: break;

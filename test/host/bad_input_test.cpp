@@ -2,7 +2,9 @@
 // `host::error` naming what was wrong, never a truncated value, a wrapped size or an overflow.
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/emu_backend.cuh>
+#include <cunvme/detail/checked.cuh>
 #include <cunvme/host/open.cuh>
+#include <cunvme/host/pagemap_memory.cuh>
 
 #include <doctest/doctest.h>
 
@@ -120,4 +122,62 @@ TEST_CASE("malformed PCI addresses in sysfs:, vfio: and kmod: URIs are refused b
   }
   CHECK(refused_naming("nvme:0000:01:00.0", "unknown"));
   CHECK(refused_naming("", "unknown"));
+}
+
+// ---- sizes ---------------------------------------------------------------------------------
+
+TEST_CASE("checked size arithmetic reports what does not fit instead of wrapping") {
+  using cunvme::detail::add_overflows;
+  using cunvme::detail::mul_overflows;
+  using cunvme::detail::range_within;
+  using cunvme::detail::round_up_overflows;
+  std::uint64_t r = 0;
+  CHECK(mul_overflows<std::uint64_t>((std::uint64_t{1} << 55) + 8, 512, r));
+  CHECK_FALSE(mul_overflows<std::uint64_t>(std::uint64_t{1} << 20, 4096, r));
+  CHECK(r == std::uint64_t{1} << 32);
+  CHECK_FALSE(mul_overflows<std::uint64_t>(0, ~std::uint64_t{0}, r));
+  CHECK(r == 0);
+  CHECK(add_overflows<std::uint64_t>(~std::uint64_t{0}, 1, r));
+  CHECK_FALSE(add_overflows<std::uint64_t>(~std::uint64_t{0} - 1, 1, r));
+  CHECK(round_up_overflows<std::uint64_t>(~std::uint64_t{0} - 1, 4096, r));
+  CHECK_FALSE(round_up_overflows<std::uint64_t>(4097, 4096, r));
+  CHECK(r == 8192);
+  CHECK(range_within<std::uint64_t>(4096, 0, 4096));
+  CHECK_FALSE(range_within<std::uint64_t>(1, ~std::uint64_t{0}, 4096));
+  CHECK_FALSE(range_within<std::uint64_t>(4097, 0, 4096));
+}
+
+TEST_CASE("a block count whose byte size wraps 64 bits is refused before any DMA") {
+  auto c = host::open("emu:blocks=1000");
+  auto q = c->create_queue_pair(16);
+  auto buf = c->memory().allocate(4096);
+  // 2^55 + 8 blocks of 512 bytes: the product wraps to 4096, which would pass a multiplying check.
+  CHECK_THROWS_AS((void)q->read(1, 0, (std::uint64_t{1} << 55) + 8, buf), host::error);
+  CHECK_THROWS_AS((void)q->write(1, 0, (std::uint64_t{1} << 55) + 8, buf), host::error);
+  CHECK_THROWS_AS((void)q->read(1, 0, 1, buf, ~std::size_t{0} - 100), host::error);
+  CHECK(emulator(c).stats().io_commands == 0);
+}
+
+TEST_CASE("an LBA range that wraps 64 bits is refused before any command") {
+  auto c = host::open("emu:blocks=1000");
+  auto q = c->create_queue_pair(16);
+  auto buf = c->memory().allocate(8192);
+  CHECK_THROWS_AS((void)q->read(1, ~std::uint64_t{0}, 2, buf), host::error);
+  CHECK(emulator(c).stats().io_commands == 0);
+}
+
+TEST_CASE("DMA allocations whose rounded size wraps are refused, on every allocator this machine can run") {
+  auto c = host::open("emu");
+  CHECK_THROWS_AS((void)c->memory().allocate(~std::size_t{0}), host::error);
+  CHECK_THROWS_AS((void)c->memory().allocate(~std::size_t{0} - 4094), host::error);
+  host::pagemap_allocator pagemap("test");
+  CHECK_THROWS_AS((void)pagemap.allocate(~std::size_t{0}), host::error);
+}
+
+TEST_CASE("a log page size that does not fit the command or memory is refused before it is sent") {
+  auto c = host::open("emu");
+  CHECK_THROWS_AS((void)c->log_page(spec::log_page_id::error_information, ~std::size_t{0}), host::error);
+  CHECK_THROWS_AS((void)c->log_page(spec::log_page_id::error_information, 0), host::error);
+  CHECK_THROWS_AS((void)c->log_page(spec::log_page_id::error_information, 6), host::error);  // NUMD counts dwords
+  CHECK(c->log_page(spec::log_page_id::error_information, 64).size() == 64);
 }

@@ -71,7 +71,6 @@ struct controller_options {
     }
   }
 };
-};
 
 /// A namespace as Identify Namespace describes it (`describe_namespace`).
 ///
@@ -331,6 +330,8 @@ class controller {
     return mdts == 0 ? std::uint64_t{2} << 20 : mdts;
   }
   [[nodiscard]] unsigned page_shift() const noexcept { return page_shift_; }
+  /// The controller page (CC.MPS) in bytes: what queues, PRP lists and admin buffers are aligned to.
+  [[nodiscard]] std::size_t page_bytes() const noexcept { return std::size_t{1} << page_shift_; }
   [[nodiscard]] std::uint16_t io_queue_pairs_granted() const noexcept { return granted_; }
   [[nodiscard]] bool shadow_doorbells() const noexcept { return static_cast<bool>(shadow_); }
   [[nodiscard]] const controller_options& options() const noexcept { return options_; }
@@ -384,7 +385,7 @@ class controller {
     const std::uint16_t qid = take_queue_id();
     try {
       dma_buffer cq = placement == queue_placement::provided ? std::move(provided_cq)
-                                                             : memory().allocate(std::size_t{entries} * sizeof(spec::completion_entry));
+                                                             : memory().allocate(std::size_t{entries} * sizeof(spec::completion_entry), page_bytes());
       dma_buffer sq_memory;
       spec::submission_entry* sq = nullptr;
       std::uint64_t sq_bus = 0;
@@ -398,18 +399,20 @@ class controller {
         sq = reinterpret_cast<spec::submission_entry*>(pointer);
         sq_bus = bus;
       } else {
-        sq_memory = memory().allocate(std::size_t{entries} * sizeof(spec::submission_entry));
+        sq_memory = memory().allocate(std::size_t{entries} * sizeof(spec::submission_entry), page_bytes());
         sq = reinterpret_cast<spec::submission_entry*>(sq_memory.data());
         sq_bus = sq_memory.bus();
       }
       require_contiguous(cq, "Create I/O CQ " + std::to_string(qid));
       if (sq_memory) require_contiguous(sq_memory, "Create I/O SQ " + std::to_string(qid));
+      require_page_aligned(cq.bus(), "Create I/O CQ " + std::to_string(qid));
+      require_page_aligned(sq_bus, "Create I/O SQ " + std::to_string(qid));
       // The worst-case start needs one page more than MDTS; an unlimited MDTS saturates
       // instead of wrapping to a tiny list.
       const std::uint64_t page = std::uint64_t{1} << page_shift_;
       const std::uint64_t span = max_transfer_bytes() > ~std::uint64_t{0} - page ? ~std::uint64_t{0} : max_transfer_bytes() + page;
       const std::uint64_t list_entries = std::max<std::uint64_t>(1, prp::list_entries_needed(0, span, page_shift_));
-      dma_buffer lists = memory().allocate(static_cast<std::size_t>(list_entries * 8));
+      dma_buffer lists = memory().allocate(static_cast<std::size_t>(list_entries * 8), page_bytes());
       start_shadow_doorbells(qid);
       admin(spec::make_create_io_cq(qid, entries, cq.bus()), "Create I/O CQ " + std::to_string(qid));
       try {
@@ -446,9 +449,14 @@ class controller {
 
   /// Reads `bytes` of log page `lid` (Get Log Page) into host memory.
   [[nodiscard]] std::vector<std::byte> log_page(spec::log_page_id lid, std::size_t bytes, std::uint32_t nsid = 0xffffffffu) {
-    dma_buffer buf = memory().allocate(bytes);
+    // NUMD (NUMDU:NUMDL) is a 0's based count of dwords in 32 bits.
+    if (bytes == 0 || bytes % 4 != 0 || bytes / 4 > (std::uint64_t{1} << 32)) {
+      throw error("Get Log Page " + std::to_string(static_cast<unsigned>(lid)), name_,
+                  std::to_string(bytes) + " bytes: a log page read is a whole number of dwords, 4 bytes to 16 GiB");
+    }
+    dma_buffer buf = memory().allocate(bytes, page_bytes());
     const std::uint64_t entries = prp::list_entries_needed(buf.bus(), bytes, page_shift_);  // ≤ 2^53 for any valid page
-    dma_buffer list = memory().allocate(static_cast<std::size_t>(std::max<std::uint64_t>(entries, 1) * 8));
+    dma_buffer list = memory().allocate(static_cast<std::size_t>(std::max<std::uint64_t>(entries, 1) * 8), page_bytes());
     auto sqe = spec::make_get_log_page(lid, bytes, 0, 0, 0, nsid);
     fill_prps(sqe, buf, 0, bytes, list);
     admin(sqe, "Get Log Page " + std::to_string(static_cast<unsigned>(lid)));
@@ -541,11 +549,25 @@ class controller {
       throw error("Build PRPs", name_, "the buffer's page size " + std::to_string(buffer.page_size()) + " is not a power of two");
     }
     const std::uint64_t list_capacity = std::min<std::uint64_t>(lists.size() / 8, ~std::uint32_t{0});
-    const prp::list_memory list{reinterpret_cast<std::uint64_t*>(lists.data()), lists.bus(), static_cast<std::uint32_t>(list_capacity)};
+    prp::list_memory list{reinterpret_cast<std::uint64_t*>(lists.data()), lists.bus(), static_cast<std::uint32_t>(list_capacity)};
+    // List memory needs each controller page contiguous, not the whole of it (4.1.1): chain
+    // pointers then take each page's own bus address.
+    std::vector<std::uint64_t> list_pages;
+    if (!lists.contiguous(0, lists.size())) {
+      list_pages = lists.bus_pages(page_bytes());
+      if (list_pages.empty()) {
+        throw error("Build PRPs", name_, "a " + std::to_string(page_bytes()) + "-byte page of the PRP list memory is not one aligned bus range");
+      }
+      list.pages = list_pages.data();
+    }
     unsigned buffer_shift = 0;
     while ((std::size_t{1} << buffer_shift) < buffer.page_size()) ++buffer_shift;
     prp::prp_entries e;
-    const auto r = prp::build(prp::page_list{buffer.pages().data(), buffer_shift}, offset, bytes, page_shift_, list, e);
+    // A buffer that is one bus range (the emulator's, VFIO's, a huge page) serves any
+    // controller page size; one listed page by page only pages at least as large.
+    const auto r = bytes != 0 && buffer.contiguous(offset, bytes)
+                       ? prp::build(prp::contiguous{buffer.bus(offset) - offset}, offset, bytes, page_shift_, list, e)
+                       : prp::build(prp::page_list{buffer.pages().data(), buffer_shift}, offset, bytes, page_shift_, list, e);
     if (r != prp::build_result::ok) throw error("Build PRPs", name_, build_failure(r, buffer.page_size(), lists.size()));
     sqe.prp1 = e.prp1;
     sqe.prp2 = e.prp2;
@@ -577,6 +599,14 @@ class controller {
   }
 
  private:
+  /// A queue's base must be on a controller page (CC.MPS; Create I/O SQ/CQ, 5.4/5.5): the
+  /// controller answers Invalid PRP Offset otherwise.
+  void require_page_aligned(std::uint64_t bus, const std::string& operation) const {
+    if (bus % page_bytes() != 0) {
+      throw error(operation, name_, "the queue's bus address " + std::to_string(bus) + " is not on a " + std::to_string(page_bytes()) + "-byte controller page (CC.MPS)");
+    }
+  }
+
   /// Queues are created physically contiguous (PC = 1; CAP.CQR): one bus range.
   void require_contiguous(const dma_buffer& queue, const std::string& operation) const {
     if (!queue.contiguous(0, queue.size())) {
@@ -626,8 +656,10 @@ class controller {
     if (n < spec::min_admin_queue_entries || n > spec::max_admin_queue_entries || n > cap_.max_queue_entries()) {
       throw error("Set up admin queues", name_, std::to_string(n) + " entries is outside 2.." + std::to_string(std::min<std::uint32_t>(4096, cap_.max_queue_entries())));
     }
-    admin_sq_ = memory().allocate(std::size_t{n} * sizeof(spec::submission_entry));
-    admin_cq_ = memory().allocate(std::size_t{n} * sizeof(spec::completion_entry));
+    // ASQ and ACQ must be on a CC.MPS page, not only the 4 KiB their registers can express:
+    // a controller with CAP.MPSMIN > 0 fails CC.EN = 1 otherwise (QEMU sets CSTS.CFS).
+    admin_sq_ = memory().allocate(std::size_t{n} * sizeof(spec::submission_entry), page_bytes());
+    admin_cq_ = memory().allocate(std::size_t{n} * sizeof(spec::completion_entry), page_bytes());
     require_contiguous(admin_sq_, "Set up the admin SQ");
     require_contiguous(admin_cq_, "Set up the admin CQ");
     const auto size = static_cast<std::uint16_t>(n - 1);
@@ -654,7 +686,7 @@ class controller {
   }
 
   void identify_all() {
-    dma_buffer page = memory().allocate(4096);
+    dma_buffer page = memory().allocate(4096, page_bytes());
     admin(spec::make_identify(spec::identify_cns::controller, 0, page.bus()), "Identify Controller");
     std::memcpy(&identify_, page.data(), sizeof identify_);
     admin(spec::make_identify(spec::identify_cns::active_namespace_list, 0, page.bus()), "Identify Active Namespace List");
@@ -682,8 +714,8 @@ class controller {
   /// EventIdx at 0 for queues that already existed (QEMU.md).
   void configure_shadow_doorbells() {
     const std::size_t page = std::size_t{1} << page_shift_;
-    shadow_ = std::make_unique<dma_buffer>(memory().allocate(page));
-    event_index_ = std::make_unique<dma_buffer>(memory().allocate(page));
+    shadow_ = std::make_unique<dma_buffer>(memory().allocate(page, page));
+    event_index_ = std::make_unique<dma_buffer>(memory().allocate(page, page));
     admin(spec::make_doorbell_buffer_config(shadow_->bus(), event_index_->bus()), "Doorbell Buffer Config");
   }
 
@@ -821,6 +853,11 @@ inline spec::status queue_pair::transfer(spec::nvm_opcode opcode, std::uint32_t 
                 std::to_string(blocks) + " blocks of " + std::to_string(block) + " bytes" +
                     (ns.extended_lba ? " (" + std::to_string(ns.lba_size) + " data + " + std::to_string(ns.metadata_size) + " metadata)" : "") +
                     " do not fit the buffer of " + std::to_string(buffer.size()) + " bytes at offset " + std::to_string(offset));
+  }
+  // The last LBA, lba + blocks - 1, must not wrap: the controller would see a range that starts
+  // near 2^64 and, split into commands, continues at LBA 0.
+  if (blocks != 0 && lba > ~std::uint64_t{0} - (blocks - 1)) {
+    throw error(operation, ctrl_.name(), std::to_string(blocks) + " blocks at LBA " + std::to_string(lba) + " run past LBA 2^64 - 1");
   }
   const std::uint64_t metadata_block = metadata != nullptr ? ns.metadata_size : 0u;
   if (metadata != nullptr && blocks > 0) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/host/error.cuh>
 
 #include <cstddef>
 #include <cstdint>
@@ -63,6 +64,21 @@ class dma_buffer {
   /// The bus address of byte `offset`.
   [[nodiscard]] std::uint64_t bus(std::size_t offset = 0) const { return pages_.at(offset / page_size_) + offset % page_size_; }
 
+  /// The bus address of each `page`-byte piece of the buffer (`page` a power of two), when each
+  /// piece is one bus range starting on a multiple of `page`; empty when one is not. What a
+  /// PRP list needs of its memory: each list page contiguous and aligned, not the whole list.
+  [[nodiscard]] std::vector<std::uint64_t> bus_pages(std::size_t page) const {
+    std::vector<std::uint64_t> out;
+    if (bytes_ == 0 || page == 0 || (page & (page - 1)) != 0) return out;
+    for (std::size_t at = 0; at < bytes_; at += page) {
+      const std::size_t length = bytes_ - at < page ? bytes_ - at : page;
+      const std::uint64_t start = bus(at);
+      if (start % page != 0 || !contiguous(at, length)) return {};
+      out.push_back(start);
+    }
+    return out;
+  }
+
   /// Whether bytes [offset, offset + length) are contiguous in bus address space.
   [[nodiscard]] bool contiguous(std::size_t offset, std::size_t length) const {
     if (length == 0) return true;
@@ -106,13 +122,36 @@ class dma_buffer {
 /// kernel module's pins.
 class dma_allocator {
  public:
+  /// The alignment every buffer has at least: the smallest controller page (CC.MPS = 0).
+  static constexpr std::size_t min_alignment = 4096;
+  /// The largest controller page (CC.MPS = 15): no structure needs a coarser alignment.
+  static constexpr std::size_t max_alignment = std::size_t{1} << 27;
+
   virtual ~dma_allocator() = default;
-  /// `bytes` of zeroed, page-locked host memory whose pages the controller can reach. Every
-  /// buffer is aligned to at least 4 KiB, so queues and PRP lists are page aligned.
-  [[nodiscard]] virtual dma_buffer allocate(std::size_t bytes) = 0;
+  /// `bytes` of zeroed, page-locked host memory whose pages the controller can reach, its
+  /// first byte's bus address a multiple of `alignment` (a power of two, 4 KiB..128 MiB).
+  /// Queues, PRP lists and the buffers of admin commands must start on a controller page
+  /// (CC.MPS, which may exceed 4 KiB when CAP.MPSMIN > 0): pass the controller's page size
+  /// for them. Throws `host::error` where the memory cannot be had, aligned as asked.
+  [[nodiscard]] dma_buffer allocate(std::size_t bytes, std::size_t alignment = min_alignment) {
+    if (alignment < min_alignment || alignment > max_alignment || (alignment & (alignment - 1)) != 0) {
+      throw error("Allocate DMA memory", name(), "alignment " + std::to_string(alignment) + " is not a power of two from 4 KiB to 128 MiB");
+    }
+    dma_buffer b = allocate_aligned(bytes, alignment);
+    if (b.pages().empty() || b.bus() % alignment != 0) {
+      throw error("Allocate DMA memory", name(), "the memory's bus address is not aligned to " + std::to_string(alignment) + " bytes");
+    }
+    return b;
+  }
   /// Makes `bytes` of GPU memory at `gpu` reachable by the controller (peer-to-peer); throws
   /// `host::error` where the backend cannot.
   [[nodiscard]] virtual dma_buffer map_gpu(void* gpu, std::size_t bytes) = 0;
+
+ protected:
+  /// `allocate` with `alignment` checked: a power of two, 4 KiB..128 MiB.
+  [[nodiscard]] virtual dma_buffer allocate_aligned(std::size_t bytes, std::size_t alignment) = 0;
+  /// The device errors are reported for.
+  [[nodiscard]] virtual std::string name() const = 0;
 };
 
 }  // namespace host

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/checked.cuh>
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/io_queue.cuh>
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -33,12 +35,17 @@ inline void check_cuda(cudaError_t e, const std::string& operation, const std::s
 
 /// `bytes` of zeroed GPU memory made reachable by the controller (`dma_allocator::map_gpu`:
 /// peer-to-peer on real controllers, the emulator's IOMMU otherwise). Starts on a 64 KiB
-/// boundary, as GPU pages do. Released (unmapped and freed) with the buffer.
+/// boundary, as GPU pages do, or on the controller page (CC.MPS) where that is larger, so it
+/// can hold queues and PRP lists. Released (unmapped and freed) with the buffer.
 [[nodiscard]] inline dma_buffer allocate_gpu(controller& ctrl, std::size_t bytes) {
   if (bytes == 0) throw error("Allocate GPU memory", ctrl.name(), "0 bytes asked for");
-  constexpr std::size_t gpu_page = 64 * 1024;
+  const std::size_t gpu_page = std::max<std::size_t>(64 * 1024, ctrl.page_bytes());
+  std::size_t reserved = 0;
+  if (cunvme::detail::add_overflows(bytes, gpu_page, reserved)) {
+    throw error("Allocate GPU memory", ctrl.name(), std::to_string(bytes) + " bytes do not fit the address space");
+  }
   void* raw = nullptr;
-  detail::check_cuda(cudaMalloc(&raw, bytes + gpu_page), "Allocate " + std::to_string(bytes) + " bytes of GPU memory", ctrl.name());
+  detail::check_cuda(cudaMalloc(&raw, reserved), "Allocate " + std::to_string(bytes) + " bytes of GPU memory", ctrl.name());
   auto* aligned = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(raw) + gpu_page - 1) / gpu_page * gpu_page);
   try {
     detail::check_cuda(cudaMemset(aligned, 0, bytes), "Zero GPU memory", ctrl.name());
@@ -67,8 +74,12 @@ inline void check_cuda(cudaError_t e, const std::string& operation, const std::s
   };
   if (t == tier::gpu_queues_gpu_data) {
     controller* c = &ctrl;
-    m.prp_lists = [c](std::size_t bytes) { return allocate_gpu(*c, bytes); };
+    // allocate_gpu aligns to the controller page already.
+    m.prp_lists = [c](std::size_t bytes, std::size_t) { return allocate_gpu(*c, bytes); };
   }
+  m.copy_in = [name](void* to, const void* from, std::size_t bytes) {
+    detail::check_cuda(cudaMemcpy(to, from, bytes, cudaMemcpyHostToDevice), "Write the PRP list page table", name);
+  };
   m.copy_out = [name](void* to, const void* from, std::size_t bytes) {
     detail::check_cuda(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToHost), "Read queue bookkeeping", name);
   };

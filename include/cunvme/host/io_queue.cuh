@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/checked.cuh>
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/prp.cuh>
@@ -52,10 +53,14 @@ namespace host {
 struct io_queue_memory {
   /// Zeroed memory every submitter can address; nullptr: the controller's DMA memory.
   std::function<dma_buffer(std::size_t bytes)> bookkeeping;
-  /// Memory the controller reads PRP lists from, one bus range; nullptr: its DMA memory.
-  std::function<dma_buffer(std::size_t bytes)> prp_lists;
+  /// Memory the controller reads PRP lists from, its bus address aligned to `alignment` (the
+  /// controller page) and each controller page of it one bus range; nullptr: its DMA memory.
+  std::function<dma_buffer(std::size_t bytes, std::size_t alignment)> prp_lists;
   /// Copies bookkeeping bytes to the host (for `counters()`); nullptr: memcpy.
   std::function<void(void* to, const void* from, std::size_t bytes)> copy_out;
+  /// Copies bytes from the host into PRP list memory the host cannot address (GPU memory);
+  /// nullptr: memcpy.
+  std::function<void(void* to, const void* from, std::size_t bytes)> copy_in;
 };
 
 /// A queue pair and its shared bookkeeping.
@@ -119,17 +124,45 @@ class io_queue {
     const std::uint32_t cids = entries - 1;
     const unsigned shift = ctrl_.page_shift();
     const std::uint64_t list_bytes = prp::list_bytes_per_command(ctrl_.max_transfer_bytes(), shift);
+    const std::string operation = "Create PRP lists for I/O queue " + std::to_string(pair_->id());
+    const std::size_t page = ctrl_.page_bytes();
+    // One list per CID, each whole controller pages, then room for a table of each list
+    // page's bus address (used when the lists are contiguous only page by page). MDTS may be
+    // reported as anything up to 2^64 - 1 bytes: every size is checked.
+    std::uint64_t lists_bytes = 0, table_bytes = 0, total = 0;
+    if (list_bytes / 8 > ~std::uint32_t{0} || cunvme::detail::mul_overflows<std::uint64_t>(cids, list_bytes, lists_bytes) ||
+        cunvme::detail::mul_overflows<std::uint64_t>(lists_bytes / page, 8, table_bytes) ||
+        cunvme::detail::add_overflows<std::uint64_t>(lists_bytes, table_bytes, total) || total > ~std::size_t{0}) {
+      throw error(operation, ctrl_.name(), std::to_string(cids) + " PRP lists for " + std::to_string(ctrl_.max_transfer_bytes()) +
+                                               "-byte transfers (MDTS) do not fit the address space");
+    }
 
     const bookkeeping_layout bookkeeping = bookkeeping_layout::of(entries);
     state_ = memory_.bookkeeping ? memory_.bookkeeping(bookkeeping.bytes) : ctrl_.memory().allocate(bookkeeping.bytes);
-    lists_ = memory_.prp_lists ? memory_.prp_lists(cids * list_bytes) : ctrl_.memory().allocate(cids * list_bytes);
-    // Each CID's list is found by offset from one bus address: the lists must be one range.
-    if (!lists_.contiguous(0, lists_.size())) {
-      throw error("Create PRP lists for I/O queue " + std::to_string(pair_->id()), ctrl_.name(),
-                  std::to_string(lists_.size()) + " bytes are not contiguous in bus address space: use a smaller queue or reserve huge pages");
-    }
+    lists_ = memory_.prp_lists ? memory_.prp_lists(total, page) : ctrl_.memory().allocate(total, page);
     std::byte* base = state_.device_data() != nullptr ? static_cast<std::byte*>(state_.device_data()) : state_.data();
     std::byte* lists = lists_.device_data() != nullptr ? static_cast<std::byte*>(lists_.device_data()) : lists_.data();
+    if (lists_.bus() % page != 0) throw error(operation, ctrl_.name(), "the PRP list memory is not on a controller page");
+    // A PRP list needs each of its pages contiguous (4.1.1), not the whole block of lists:
+    // where the lists are one bus range a CID's list is found by offset, otherwise through
+    // the table of page addresses.
+    view_.prp_list_pages = nullptr;
+    if (!lists_.contiguous(0, lists_bytes)) {
+      std::vector<std::uint64_t> pages = lists_.bus_pages(page);
+      if (pages.size() < lists_bytes / page) {
+        throw error(operation, ctrl_.name(), "a " + std::to_string(page) + "-byte page of the PRP list memory is not one aligned bus range");
+      }
+      pages.resize(lists_bytes / page);
+      std::byte* table = lists + lists_bytes;
+      if (lists_.data() != nullptr) {
+        std::memcpy(lists_.data() + lists_bytes, pages.data(), table_bytes);
+      } else if (memory_.copy_in) {
+        memory_.copy_in(table, pages.data(), table_bytes);
+      } else {
+        throw error(operation, ctrl_.name(), "the PRP list memory is contiguous only page by page and the host cannot write its page table");
+      }
+      view_.prp_list_pages = reinterpret_cast<const std::uint64_t*>(table);
+    }
 
     const queue_pair_view q = pair_->view();
     view_.sq = q.sq;

@@ -33,13 +33,33 @@ class kmod_allocator final : public dma_allocator {
  public:
   kmod_allocator(int fd, std::string device, bool gpu) : fd_(fd), device_(std::move(device)), gpu_(gpu) {}
 
-  [[nodiscard]] dma_buffer allocate(std::size_t bytes) override {
+  [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override {
+    if (!gpu_) throw error("Map GPU memory", device_, "the cunvme module was built without nvidia_p2p (NVIDIA driver sources)");
+    if (reinterpret_cast<std::uintptr_t>(gpu) % 65536 != 0 || bytes == 0) {
+      throw error("Map GPU memory", device_, "GPU memory must start on a 64 KiB GPU page (cudaMalloc of 2 MiB or more does)");
+    }
+    pinned pins = pin(gpu, (bytes + 65535) / 65536 * 65536, kmod::pin_gpu_memory);
+    const int fd = fd_;
+    const std::uint64_t handle = pins.handle;
+    return dma_buffer(nullptr, gpu, bytes, std::size_t{1} << pins.shift, std::move(pins.pages), memory_location::gpu, [fd, handle] {
+      kmod::unpin_request u{handle};
+      (void)::ioctl(fd, kmod::ioctl_unpin, &u);
+    });
+  }
+
+ protected:
+  [[nodiscard]] std::string name() const override { return device_; }
+
+  /// Without an IOMMU the pins are physical pages: huge pages are aligned to 2 MiB, 4 KiB
+  /// pages to 4 KiB only, so an alignment above 4 KiB takes huge pages whatever the size
+  /// (`dma_allocator::allocate` refuses a buffer whose bus address misses the alignment).
+  [[nodiscard]] dma_buffer allocate_aligned(std::size_t bytes, std::size_t alignment) override {
     if (bytes == 0) throw error("Allocate DMA memory", device_, "0 bytes asked for");
     if (bytes > std::size_t{1} << 46) throw error("Allocate DMA memory", device_, std::to_string(bytes) + " bytes asked for");
     constexpr std::size_t huge_page = std::size_t{2} << 20;
     constexpr int two_mib = 21 << MAP_HUGE_SHIFT;  // not the default size, which may be 1 GiB
     std::size_t mapped = (bytes + huge_page - 1) / huge_page * huge_page;
-    void* p = bytes <= 4096 ? MAP_FAILED
+    void* p = bytes <= 4096 && alignment <= 4096 ? MAP_FAILED
                             : ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | two_mib | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) {
       mapped = (bytes + 4095) / 4096 * 4096;
@@ -63,20 +83,6 @@ class kmod_allocator final : public dma_allocator {
       ::munmap(p, mapped);
       throw;
     }
-  }
-
-  [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override {
-    if (!gpu_) throw error("Map GPU memory", device_, "the cunvme module was built without nvidia_p2p (NVIDIA driver sources)");
-    if (reinterpret_cast<std::uintptr_t>(gpu) % 65536 != 0 || bytes == 0) {
-      throw error("Map GPU memory", device_, "GPU memory must start on a 64 KiB GPU page (cudaMalloc of 2 MiB or more does)");
-    }
-    pinned pins = pin(gpu, (bytes + 65535) / 65536 * 65536, kmod::pin_gpu_memory);
-    const int fd = fd_;
-    const std::uint64_t handle = pins.handle;
-    return dma_buffer(nullptr, gpu, bytes, std::size_t{1} << pins.shift, std::move(pins.pages), memory_location::gpu, [fd, handle] {
-      kmod::unpin_request u{handle};
-      (void)::ioctl(fd, kmod::ioctl_unpin, &u);
-    });
   }
 
  private:

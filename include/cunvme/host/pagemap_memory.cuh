@@ -60,25 +60,6 @@ class pagemap_allocator final : public dma_allocator {
   /// `device` names the controller in error messages.
   explicit pagemap_allocator(std::string device, huge_pages policy = huge_pages::prefer) : device_(std::move(device)), policy_(policy) {}
 
-  /// `bytes` of zeroed memory, each 4 KiB page translated to its physical address.
-  [[nodiscard]] dma_buffer allocate(std::size_t bytes) override {
-    if (bytes == 0) throw error("Allocate DMA memory", device_, "0 bytes asked for");
-    if (bytes > std::numeric_limits<std::size_t>::max() / 2) throw error("Allocate DMA memory", device_, std::to_string(bytes) + " bytes asked for");
-    mapping m = policy_ == huge_pages::prefer ? map_huge(bytes) : mapping{};
-    if (m.address == nullptr) m = map_locked(bytes);
-    // A child process sharing the pages copy-on-write would make our next write move them.
-    if (::madvise(m.address, m.size, MADV_DONTFORK) != 0) throw os_error("Exclude DMA memory from fork", device_);
-    // Writing every page both zeroes it and gives each virtual page a private physical page:
-    // an untouched anonymous page reads from the one shared zero page, which must never be a
-    // DMA target.
-    std::memset(m.address, 0, m.size);
-    std::vector<std::uint64_t> pages = translate(m.address, (bytes + page - 1) / page);
-    const std::size_t size = m.size;
-    std::byte* const address = m.release();
-    return dma_buffer(address, nullptr, bytes, page, std::move(pages), memory_location::pinned_host,
-                      [address, size] { ::munmap(address, size); });
-  }
-
   [[nodiscard]] dma_buffer map_gpu(void*, std::size_t) override {
     throw error("Map GPU memory", device_,
                 "peer-to-peer DMA to GPU memory needs the cunvme kernel module (kmod:) or VFIO with dma-buf; sysfs: reaches pinned "
@@ -93,6 +74,44 @@ class pagemap_allocator final : public dma_allocator {
     if (!in) return ::access("/proc/sys/vm", F_OK) == 0;
     int value = 1;
     return (in >> value) && value == 0;
+  }
+
+ protected:
+  [[nodiscard]] std::string name() const override { return device_; }
+
+  /// `bytes` of zeroed memory, each 4 KiB page translated to its physical address, the first
+  /// physically aligned to `alignment`. Huge pages are physically aligned to 2 MiB; a locked
+  /// 4 KiB page is aligned to more than 4 KiB only by chance, so for a larger alignment
+  /// without huge pages mappings are taken until one's first page is (a bounded number).
+  [[nodiscard]] dma_buffer allocate_aligned(std::size_t bytes, std::size_t alignment) override {
+    if (bytes == 0) throw error("Allocate DMA memory", device_, "0 bytes asked for");
+    if (bytes > std::numeric_limits<std::size_t>::max() / 2) throw error("Allocate DMA memory", device_, std::to_string(bytes) + " bytes asked for");
+    mapping m = policy_ == huge_pages::prefer ? map_huge(bytes) : mapping{};
+    std::vector<std::uint64_t> pages;
+    if (m.address != nullptr) {
+      pages = prepare(m, bytes);
+    } else {
+      std::vector<mapping> misaligned;  // held until the end, so the kernel cannot hand their pages back
+      constexpr int attempts = 64;
+      for (int i = 0; i < attempts && m.address == nullptr; ++i) {
+        mapping candidate = map_locked(bytes);
+        pages = prepare(candidate, bytes);
+        if (pages.front() % alignment == 0) {
+          m = std::move(candidate);
+        } else {
+          misaligned.push_back(std::move(candidate));
+        }
+      }
+      if (m.address == nullptr) {
+        throw error("Allocate DMA memory", device_,
+                    "no locked 4 KiB page at a physical address aligned to " + std::to_string(alignment) +
+                        " bytes (the controller's page size) in " + std::to_string(attempts) + " tries: reserve 2 MiB huge pages (/proc/sys/vm/nr_hugepages)");
+      }
+    }
+    const std::size_t size = m.size;
+    std::byte* const address = m.release();
+    return dma_buffer(address, nullptr, bytes, page, std::move(pages), memory_location::pinned_host,
+                      [address, size] { ::munmap(address, size); });
   }
 
  private:
@@ -127,6 +146,17 @@ class pagemap_allocator final : public dma_allocator {
       address = nullptr;
     }
   };
+  /// Excludes `m` from fork, zeroes it and translates its pages.
+  [[nodiscard]] std::vector<std::uint64_t> prepare(mapping& m, std::size_t bytes) const {
+    // A child process sharing the pages copy-on-write would make our next write move them.
+    if (::madvise(m.address, m.size, MADV_DONTFORK) != 0) throw os_error("Exclude DMA memory from fork", device_);
+    // Writing every page both zeroes it and gives each virtual page a private physical page:
+    // an untouched anonymous page reads from the one shared zero page, which must never be a
+    // DMA target.
+    std::memset(m.address, 0, m.size);
+    return translate(m.address, (bytes + page - 1) / page);
+  }
+
   /// 2 MiB huge pages, or an empty mapping when the pool has too few free ones (mmap reserves
   /// them up front and fails with ENOMEM then) or the kernel has no 2 MiB size (EINVAL).
   [[nodiscard]] static mapping map_huge(std::size_t bytes) {

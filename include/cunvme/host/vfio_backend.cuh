@@ -54,16 +54,16 @@ class iova_space {
     ranges_ = std::move(valid);
   }
 
-  /// A 4 KiB-aligned IOVA for `bytes` (a multiple of 4 KiB), or nothing when no valid range
-  /// above the last one handed out has room.
-  [[nodiscard]] std::optional<std::uint64_t> take(std::uint64_t bytes) {
-    if (bytes == 0 || bytes % page != 0) return std::nullopt;
+  /// An IOVA aligned to `alignment` (a power of two, at least 4 KiB) for `bytes` (a multiple
+  /// of 4 KiB), or nothing when no valid range above the last one handed out has room.
+  [[nodiscard]] std::optional<std::uint64_t> take(std::uint64_t bytes, std::uint64_t alignment = page) {
+    if (bytes == 0 || bytes % page != 0 || alignment < page || (alignment & (alignment - 1)) != 0) return std::nullopt;
     const std::lock_guard lock(mutex_);
     for (const auto& r : ranges_) {
       if (r.last < next_ || r.last - r.first < bytes - 1) continue;
       const std::uint64_t from = std::max(next_, r.first);
-      if (from > std::numeric_limits<std::uint64_t>::max() - (page - 1)) continue;
-      const std::uint64_t at = (from + page - 1) / page * page;
+      if (from > std::numeric_limits<std::uint64_t>::max() - (alignment - 1)) continue;
+      const std::uint64_t at = (from + alignment - 1) / alignment * alignment;
       if (at > r.last || r.last - at < bytes - 1) continue;
       // The next range starts past a guard page (saturating at the top of the space).
       const std::uint64_t end = at + (bytes - 1);
@@ -119,13 +119,23 @@ class vfio_allocator final : public dma_allocator {
   vfio_allocator(std::shared_ptr<const vfio_fd> container, std::string device, std::vector<iova_range> valid = {})
       : container_(std::move(container)), device_(std::move(device)), iovas_(std::move(valid)) {}
 
+  [[nodiscard]] dma_buffer map_gpu(void*, std::size_t) override {
+    throw error("Map GPU memory", device_,
+                "GPU memory through VFIO needs a dma-buf import into the IOMMU, which cunvme does not do yet; use kmod: for "
+                "peer-to-peer DMA");
+  }
+
+ protected:
+  [[nodiscard]] std::string name() const override { return device_; }
+
   /// `bytes` of zeroed memory (fresh anonymous pages are zero) mapped for the controller to read
-  /// and write.
-  [[nodiscard]] dma_buffer allocate(std::size_t bytes) override {
+  /// and write. The IOMMU maps any pages at an IOVA this process picks: aligning the IOVA is
+  /// enough.
+  [[nodiscard]] dma_buffer allocate_aligned(std::size_t bytes, std::size_t alignment) override {
     if (bytes == 0) throw error("Allocate DMA memory", device_, "0 bytes asked for");
     if (bytes > std::numeric_limits<std::size_t>::max() / 2) throw error("Allocate DMA memory", device_, std::to_string(bytes) + " bytes asked for");
     const std::size_t mapped = (bytes + page - 1) / page * page;
-    const auto iova = iovas_.take(mapped);
+    const auto iova = iovas_.take(mapped, alignment);
     if (!iova) throw error("Allocate DMA memory", device_, "the IOMMU's address space has no room left for " + std::to_string(mapped) + " bytes");
     void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) throw os_error("Allocate DMA memory", device_);
@@ -157,12 +167,6 @@ class vfio_allocator final : public dma_allocator {
                         (void)::ioctl(container->get(), VFIO_IOMMU_UNMAP_DMA, &unmap);
                         ::munmap(p, mapped);
                       });
-  }
-
-  [[nodiscard]] dma_buffer map_gpu(void*, std::size_t) override {
-    throw error("Map GPU memory", device_,
-                "GPU memory through VFIO needs a dma-buf import into the IOMMU, which cunvme does not do yet; use kmod: for "
-                "peer-to-peer DMA");
   }
 
  private:
