@@ -51,6 +51,7 @@ TEST_CASE("URI numbers beyond their key's range are refused, naming key and valu
   CHECK(refused_naming("emu:cmb_mb=4096", "cmb_mb", "4096"));
   CHECK(refused_naming("emu:namespaces=4294967297", "namespaces", "4294967297"));
   CHECK(refused_naming("emu:namespaces=0", "namespaces"));
+  CHECK(refused_naming("emu:mpsmin=16", "mpsmin", "16"));
 }
 
 TEST_CASE("URI numbers that are not plain decimal numbers are refused") {

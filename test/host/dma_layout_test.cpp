@@ -202,3 +202,16 @@ TEST_CASE("a host PRP list in memory contiguous only page by page chains to the 
   CHECK(table[510] == data.bus(511 * 4096));
   CHECK(table[512] == data.bus(512 * 4096));
 }
+
+TEST_CASE("emu:mpsmin=N opens an emulator whose smallest page is 2^(12+N) bytes, and the host brings it up on that page") {
+  auto ctrl = host::open("emu:mpsmin=1,blocks=4096");
+  CHECK(ctrl->cap().mpsmin() == 1);
+  CHECK(ctrl->page_shift() == 13);
+  auto q = ctrl->create_queue_pair(32);
+  auto buf = ctrl->memory().allocate(8 * 8192, ctrl->page_bytes());
+  fill(buf, 7);
+  REQUIRE(q->write(1, 0, buf.size() / 512, buf) == spec::status::successful_completion);
+  auto back = ctrl->memory().allocate(8 * 8192, ctrl->page_bytes());
+  REQUIRE(q->read(1, 0, back.size() / 512, back) == spec::status::successful_completion);
+  CHECK(std::memcmp(buf.data(), back.data(), buf.size()) == 0);
+}

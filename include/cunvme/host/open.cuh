@@ -16,6 +16,7 @@
 #include <cunvme/host/vfio_backend.cuh>
 #include <cunvme/spec/registers.cuh>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <memory>
@@ -133,7 +134,8 @@ class uri_options {
 };
 
 /// `emu:` options: lba=512|4096, blocks=N, namespaces=1..1024, file=PATH, cmb_mb=0..4095,
-/// timing=none|gen4-tlc|datacenter-gen4|scm, workers=1..1024, and the flags (bare, =1/true or
+/// timing=none|gen4-tlc|datacenter-gen4|scm, workers=1..1024, mpsmin=0..15 (CAP.MPSMIN: the
+/// smallest controller page is 2^(12 + mpsmin) bytes), and the flags (bare, =1/true or
 /// =0/false) pattern, readonly (a file namespace opened read-only: writes fail with Write
 /// Fault), spin (worker threads poll without ever sleeping: for latency measurements, at a
 /// busy core per thread), nodata (Read and Write are checked and complete but copy no data:
@@ -159,6 +161,11 @@ class uri_options {
   constexpr std::uint64_t max_cmb_mb = (std::uint64_t{spec::cmbsz_register::sz_field::max} * 4096) >> 20;
   if (const auto mb = o.number("cmb_mb", 0, max_cmb_mb)) config.cmb_bytes = *mb << 20;
   if (const auto workers = o.number("workers", 1, 1024)) config.workers = static_cast<unsigned>(*workers);
+  if (const auto mpsmin = o.number("mpsmin", 0, 15)) {
+    // CAP.MPSMIN: the host then uses 2^(12 + mpsmin)-byte pages, as it must on such a controller.
+    config.mpsmin = static_cast<std::uint8_t>(*mpsmin);
+    config.mpsmax = std::max(config.mpsmax, config.mpsmin);
+  }
   if (const auto timing = o.text("timing")) {
     const auto preset = emu::timing_preset(*timing);
     if (!preset) o.refuse("timing", "unknown timing preset '" + std::string(*timing) + "' (none, gen4-tlc, datacenter-gen4, scm)");
