@@ -14,12 +14,15 @@
 #include <cunvme/config.cuh>
 #include <cunvme/device_group.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/detail/checked.cuh>
 #include <cunvme/host/gpu_queue.cuh>
+#include <cunvme/host/gpu_window.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/reader.cuh>
 
 #include <thrust/memory.h>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cuda/std/span>
@@ -31,6 +34,7 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 CUNVME_NAMESPACE_BEGIN
@@ -135,22 +139,53 @@ template <class P>
   return thrust::raw_pointer_cast(p);
 }
 
+/// The GPU allocation `gpu` lies in, [base, base + size), from the driver's
+/// cuMemGetAddressRange. Reached through the runtime's driver entry point, so programs need
+/// not link libcuda themselves. Throws `host::error` when `gpu` is in no allocation.
+[[nodiscard]] inline std::pair<std::uintptr_t, std::size_t> gpu_allocation_of(const void* gpu, const std::string& device) {
+  using get_address_range = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);  // cuMemGetAddressRange_v2 (CUDA 3.2+)
+  static const get_address_range get_range = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      fn = nullptr;
+    }
+    return reinterpret_cast<get_address_range>(fn);
+  }();
+  if (get_range == nullptr) throw host::error("Find the GPU allocation", device, "the CUDA driver offers no cuMemGetAddressRange");
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  const CUresult r = get_range(&base, &size, reinterpret_cast<CUdeviceptr>(gpu));
+  if (r != CUDA_SUCCESS) {
+    throw host::error("Find the GPU allocation", device,
+                      "address " + std::to_string(reinterpret_cast<std::uintptr_t>(gpu)) + " is in no GPU allocation (cuMemGetAddressRange: CUresult " +
+                          std::to_string(static_cast<int>(r)) + ")");
+  }
+  return {static_cast<std::uintptr_t>(base), size};
+}
+
 template <bool Write>
 [[nodiscard]] io_result transfer(device& dev, cuda::std::uint64_t lba, cuda::std::uint64_t blocks, void* gpu, std::size_t capacity,
                                  cudaStream_t stream) {
   const namespace_view& ns = dev.ns();
-  // Refused before anything is mapped or launched: separate metadata needs MPTR.
+  // Refused before anything is mapped or launched: separate metadata needs MPTR (metadata).
   if (!ns.transferable()) return io_result::failure(io_error::metadata_unsupported, lba, 0);
   if (blocks == 0 || gpu == nullptr) return io_result::failure(io_error::invalid_request, lba, 0);
-  if (blocks > capacity / ns.block_bytes()) return io_result::failure(io_error::invalid_request, lba, 0);
+  // The byte count (block_bytes() per block: extended LBAs carry their metadata) must fit the
+  // buffer (a division: no wrap), and the LBA range must not wrap.
+  if (blocks > capacity / ns.block_bytes() || lba > ~cuda::std::uint64_t{0} - (blocks - 1)) return io_result::failure(io_error::invalid_request, lba, 0);
   const std::uint64_t bytes = blocks * ns.block_bytes();
-  // The buffer's pages, mapped for the controller for the duration of the call.
-  constexpr std::uintptr_t page = 64 * 1024;
+  // Map the buffer's pages for the controller for the duration of the call: only pages of
+  // its own allocation (a GPU page below it, or past its end, may belong to another one,
+  // and peer-to-peer pinning of it fails or pins someone else's memory).
+  const std::string& name = dev.controller().name();
   const auto address = reinterpret_cast<std::uintptr_t>(gpu);
-  const std::uintptr_t base = address / page * page;
-  host::dma_buffer mapped = dev.controller().memory().map_gpu(reinterpret_cast<void*>(base), address - base + bytes);
-  unsigned page_shift = 0;
-  while ((std::size_t{1} << page_shift) < mapped.page_size()) ++page_shift;
+  const auto [base, size] = gpu_allocation_of(gpu, name);
+  constexpr std::size_t gpu_page = 64 * 1024;
+  const host::gpu_window window = host::gpu_window::of(address, static_cast<std::size_t>(bytes), base, size, gpu_page, name);
+  host::dma_buffer mapped = dev.controller().memory().map_gpu(reinterpret_cast<void*>(window.start), window.bytes);
+  const host::gpu_page_table table = host::gpu_page_table::of(mapped, window, address, name);
   // The page table and the per-warp results in pinned, mapped memory the kernel reads. A warp
   // takes 32 commands of MDTS, or less so that every queue pair gets warps.
   const std::uint64_t per_warp = std::max<std::uint64_t>(ns.max_blocks, std::min<std::uint64_t>(std::uint64_t{32} * ns.max_blocks,
@@ -158,18 +193,18 @@ template <bool Write>
   const std::uint64_t warps = (blocks + per_warp - 1) / per_warp;
   std::uint64_t* pages = nullptr;
   io_result* results = nullptr;
-  host::detail::check_cuda(cudaHostAlloc(&pages, mapped.pages().size() * 8, cudaHostAllocMapped), "Allocate a page table", dev.controller().name());
+  host::detail::check_cuda(cudaHostAlloc(&pages, table.pages.size() * 8, cudaHostAllocMapped), "Allocate a page table", dev.controller().name());
   std::unique_ptr<std::uint64_t, decltype(&cudaFreeHost)> pages_owner(pages, &cudaFreeHost);
   host::detail::check_cuda(cudaHostAlloc(&results, warps * sizeof(io_result), cudaHostAllocMapped), "Allocate results", dev.controller().name());
   std::unique_ptr<io_result, decltype(&cudaFreeHost)> results_owner(results, &cudaFreeHost);
-  std::copy(mapped.pages().begin(), mapped.pages().end(), pages);
-  const prp::page_list buffer{pages, page_shift};
+  std::copy(table.pages.begin(), table.pages.end(), pages);
+  const prp::page_list buffer{pages, table.page_shift};
   const auto grid = static_cast<unsigned>((warps + copy_warps_per_block - 1) / copy_warps_per_block);
   if constexpr (Write) {
-    copy_kernel<device::writer, true><<<grid, copy_warps_per_block * 32, 0, stream>>>(dev.writers(), lba, blocks, buffer, address - base,
+    copy_kernel<device::writer, true><<<grid, copy_warps_per_block * 32, 0, stream>>>(dev.writers(), lba, blocks, buffer, table.offset,
                                                                                      per_warp, results);
   } else {
-    copy_kernel<device::reader, false><<<grid, copy_warps_per_block * 32, 0, stream>>>(dev.readers(), lba, blocks, buffer, address - base,
+    copy_kernel<device::reader, false><<<grid, copy_warps_per_block * 32, 0, stream>>>(dev.readers(), lba, blocks, buffer, table.offset,
                                                                                       per_warp, results);
   }
   host::detail::check_cuda(cudaGetLastError(), Write ? "Launch the write kernel" : "Launch the read kernel", dev.controller().name());
@@ -181,6 +216,13 @@ template <bool Write>
   return first;
 }
 
+/// Bytes of `count` elements of `element` bytes; a product past 2^64 cannot be a real
+/// container and reads as "no limit" (the allocation check still bounds the transfer).
+[[nodiscard]] inline std::size_t container_bytes(std::size_t count, std::size_t element) noexcept {
+  std::size_t bytes = 0;
+  return cunvme::detail::mul_overflows(count, element, bytes) ? ~std::size_t{0} : bytes;
+}
+
 template <class C>
 concept contiguous_device_range = requires(C& c) {
   c.data();
@@ -190,7 +232,9 @@ concept contiguous_device_range = requires(C& c) {
 }  // namespace detail
 
 /// Reads `blocks` logical blocks at `lba` into GPU memory at `dst` (a raw pointer or a
-/// thrust::device_ptr; the caller vouches for its size).
+/// thrust::device_ptr). Only pages of `dst`'s own allocation are mapped for the controller: a
+/// transfer running past the allocation's end (or a pointer outside any allocation) throws
+/// `host::error` naming the allocation.
 template <class Pointer>
   requires(!detail::contiguous_device_range<Pointer>)
 [[nodiscard]] io_result copy_n(device& dev, std::uint64_t lba, std::uint64_t blocks, Pointer dst, cudaStream_t stream = nullptr) {
@@ -202,10 +246,11 @@ template <class Pointer>
 template <detail::contiguous_device_range Range>
 [[nodiscard]] io_result copy_n(device& dev, std::uint64_t lba, std::uint64_t blocks, Range&& dst, cudaStream_t stream = nullptr) {
   using value = std::remove_reference_t<decltype(*detail::raw(dst.data()))>;
-  return detail::transfer<false>(dev, lba, blocks, static_cast<void*>(detail::raw(dst.data())), dst.size() * sizeof(value), stream);
+  return detail::transfer<false>(dev, lba, blocks, static_cast<void*>(detail::raw(dst.data())), detail::container_bytes(dst.size(), sizeof(value)), stream);
 }
 
-/// Writes `blocks` logical blocks from GPU memory at `src` to `lba`.
+/// Writes `blocks` logical blocks from GPU memory at `src` to `lba`; a range outside `src`'s
+/// allocation throws `host::error`, as for reads.
 template <class Pointer>
   requires(!detail::contiguous_device_range<Pointer>)
 [[nodiscard]] io_result copy_n(Pointer src, std::uint64_t blocks, device& dev, std::uint64_t lba, cudaStream_t stream = nullptr) {
@@ -216,8 +261,7 @@ template <class Pointer>
 template <detail::contiguous_device_range Range>
 [[nodiscard]] io_result copy_n(const Range& src, std::uint64_t blocks, device& dev, std::uint64_t lba, cudaStream_t stream = nullptr) {
   using value = std::remove_reference_t<decltype(*detail::raw(src.data()))>;
-  return detail::transfer<true>(dev, lba, blocks, const_cast<void*>(static_cast<const void*>(detail::raw(src.data()))), src.size() * sizeof(value),
-                                stream);
+  return detail::transfer<true>(dev, lba, blocks, const_cast<void*>(static_cast<const void*>(detail::raw(src.data()))), detail::container_bytes(src.size(), sizeof(value)), stream);
 }
 
 CUNVME_NAMESPACE_END

@@ -712,6 +712,45 @@ TEST_CASE("copy_n moves blocks between the namespace and raw pointers, device_pt
   cudaFree(raw);
 }
 
+TEST_CASE("copy_n maps only its allocation's pages: a start off a 64 KiB page works, a range past the allocation's end is refused") {
+  device dev("emu:blocks=65536");
+  auto& emulator = static_cast<host::emu_backend&>(dev.controller().backend()).controller();
+  std::vector<std::uint64_t> words(4096 * 64);
+  for (std::size_t i = 0; i < words.size(); ++i) words[i] = word_at(i * 8);
+  emulator.store(1).write(0, words.data(), words.size() * 8);
+
+  // The CUDA allocator packs small allocations: find one that does not start on a GPU page.
+  // copy_n once mapped from the 64 KiB boundary below it, outside the allocation.
+  std::vector<std::uint64_t*> held;
+  std::uint64_t* unaligned = nullptr;
+  for (int i = 0; i < 64 && unaligned == nullptr; ++i) {
+    std::uint64_t* p = nullptr;
+    REQUIRE_CUDA(cudaMalloc(&p, 16 * 512));
+    held.push_back(p);
+    if (reinterpret_cast<std::uintptr_t>(p) % 65536 != 0) unaligned = p;
+  }
+  if (unaligned == nullptr) {
+    MESSAGE("every small allocation started on a 64 KiB page: the unaligned start is not exercised here");
+  } else {
+    CHECK(copy_n(dev, 3, 16, unaligned).ok());
+    std::vector<std::uint64_t> back(16 * 64);
+    REQUIRE_CUDA(cudaMemcpy(back.data(), unaligned, back.size() * 8, cudaMemcpyDeviceToHost));
+    std::uint64_t bad = 0;
+    for (std::size_t i = 0; i < back.size(); ++i) bad += back[i] != word_at(3 * 512 + i * 8);
+    CHECK(bad == 0);
+    CHECK(copy_n(unaligned, 16, dev, 60000).ok());
+  }
+  // A 16-block allocation takes 16 blocks, not 17, nor 16 from 64 bytes in.
+  std::uint64_t* last = held.back();
+  CHECK_THROWS_AS((void)copy_n(dev, 3, 17, last), host::error);
+  CHECK_THROWS_AS((void)copy_n(dev, 3, 16, last + 8), host::error);
+  CHECK_THROWS_AS((void)copy_n(last + 8, 16, dev, 3), host::error);
+  // Memory that is no GPU allocation at all.
+  std::vector<std::uint64_t> pageable(16 * 64);
+  CHECK_THROWS_AS((void)copy_n(dev, 3, 1, pageable.data()), host::error);
+  for (auto* p : held) cudaFree(p);
+}
+
 int main(int argc, char** argv) {
   // Poller kernels spin beside reader kernels, and the emulator's copies must not queue
   // behind a running kernel (see prepare_cuda_environment).

@@ -182,3 +182,12 @@ TEST_CASE("a log page size that does not fit the command or memory is refused be
   CHECK_THROWS_AS((void)c->log_page(spec::log_page_id::error_information, 6), host::error);  // NUMD counts dwords
   CHECK(c->log_page(spec::log_page_id::error_information, 64).size() == 64);
 }
+
+TEST_CASE("a contiguity question about bytes outside a buffer is answered no, without wrapping") {
+  auto c = host::open("emu");
+  auto b = c->memory().allocate(8192);
+  CHECK(b.contiguous(0, 8192));
+  CHECK_FALSE(b.contiguous(4096, ~std::size_t{0}));
+  CHECK_FALSE(b.contiguous(8193, 1));
+  CHECK_FALSE(b.contiguous(~std::size_t{0}, 2));
+}

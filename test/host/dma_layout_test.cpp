@@ -3,6 +3,7 @@
 // only each list page to be contiguous, not the whole block of a queue's lists.
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/gpu_window.cuh>
 #include <cunvme/host/io_queue.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/reader.cuh>
@@ -214,4 +215,72 @@ TEST_CASE("emu:mpsmin=N opens an emulator whose smallest page is 2^(12+N) bytes,
   auto back = ctrl->memory().allocate(8 * 8192, ctrl->page_bytes());
   REQUIRE(q->read(1, 0, back.size() / 512, back) == spec::status::successful_completion);
   CHECK(std::memcmp(buf.data(), back.data(), buf.size()) == 0);
+}
+
+// ---- GPU memory: map only the allocation's pages --------------------------------------------
+
+TEST_CASE("a GPU transfer maps from its 64 KiB page, or from the allocation's start where that page begins before it") {
+  constexpr std::size_t gpu_page = 64 * 1024;
+  const std::uintptr_t base = 0x7f0000010000 + 0x2400;  // not on a GPU page, as small cudaMallocs are not
+  const std::size_t size = 300 * 1024;
+  // Inside the allocation's first GPU page: the window starts at the allocation, not below it.
+  auto w = host::gpu_window::of(base + 0x100, 4096, base, size, gpu_page, "gpu");
+  CHECK(w.start == base);
+  CHECK(w.bytes == 0x100 + 4096);
+  // Further in: from the GPU page holding the first byte.
+  w = host::gpu_window::of(base + 200 * 1024, 8192, base, size, gpu_page, "gpu");
+  CHECK(w.start % gpu_page == 0);
+  CHECK(w.start >= base);
+  CHECK(w.start + w.bytes == base + 200 * 1024 + 8192);
+  // Exactly to the end is fine.
+  w = host::gpu_window::of(base + size - 512, 512, base, size, gpu_page, "gpu");
+  CHECK(w.start + w.bytes == base + size);
+}
+
+TEST_CASE("a GPU transfer that leaves its allocation is refused, naming the allocation") {
+  const std::uintptr_t base = 0x7f0000000000;
+  const std::size_t size = 64 * 1024;
+  auto refused = [&](std::uintptr_t address, std::size_t bytes) {
+    try {
+      (void)host::gpu_window::of(address, bytes, base, size, 64 * 1024, "gpu");
+    } catch (const host::error& e) {
+      return std::string(e.what()).find("outside their allocation") != std::string::npos;
+    }
+    return false;
+  };
+  CHECK(refused(base + size - 512, 1024));           // past the end
+  CHECK(refused(base - 512, 1024));                  // before the start
+  CHECK(refused(base + 8, ~std::size_t{0} - 4));      // the end wraps
+  CHECK(refused(base + size, 1));
+}
+
+TEST_CASE("the page table of a GPU window at an allocation's unaligned start names whole pages and the transfer's offset") {
+  auto ctrl = host::open("emu");
+  // Host memory standing in for GPU memory: the emulator maps either the same way.
+  std::vector<std::byte> memory(256 * 1024);
+  const auto aligned = (reinterpret_cast<std::uintptr_t>(memory.data()) + 65535) / 65536 * 65536;
+  const std::uintptr_t base = aligned + 0x1a00;  // an allocation starting 6.5 KiB into a GPU page
+  const std::size_t size = 128 * 1024;
+  const std::uintptr_t address = base + 0x208;
+  const std::size_t bytes = 20 * 1024;
+  const auto w = host::gpu_window::of(address, bytes, base, size, 64 * 1024, "emu");
+  REQUIRE(w.start == base);
+  const host::dma_buffer mapped = ctrl->memory().map_gpu(reinterpret_cast<void*>(w.start), w.bytes);
+  const auto t = host::gpu_page_table::of(mapped, w, address, "emu");
+  CHECK(t.page_shift == 12);
+  CHECK(t.offset == address - base / 4096 * 4096);
+  REQUIRE(t.pages.size() == (t.offset + bytes + 4095) / 4096);
+  bool aligned_pages = true, right_pages = true;
+  for (std::size_t k = 0; k < t.pages.size(); ++k) {
+    aligned_pages = aligned_pages && t.pages[k] % 4096 == 0;
+    right_pages = right_pages && t.pages[k] == mapped.bus(0) - (base % 4096) + k * 4096;
+  }
+  CHECK(aligned_pages);
+  CHECK(right_pages);
+  // A PRP builder over the table puts PRP1 exactly at the transfer's first byte.
+  cunvme::prp::prp_entries e;
+  std::vector<std::uint64_t> list(512);
+  const cunvme::prp::list_memory lm{list.data(), 0x100000, 512};
+  REQUIRE(cunvme::prp::build(cunvme::prp::page_list{t.pages.data(), t.page_shift}, t.offset, bytes, 12, lm, e) == cunvme::prp::build_result::ok);
+  CHECK(e.prp1 == mapped.bus(address - w.start));
 }

@@ -80,8 +80,10 @@ class dma_buffer {
   }
 
   /// Whether bytes [offset, offset + length) are contiguous in bus address space.
+  /// A range outside the buffer is not (and no sum wraps).
   [[nodiscard]] bool contiguous(std::size_t offset, std::size_t length) const {
     if (length == 0) return true;
+    if (offset > bytes_ || length > bytes_ - offset) return false;
     const std::size_t first = offset / page_size_, last = (offset + length - 1) / page_size_;
     for (std::size_t p = first; p < last; ++p) {
       if (pages_.at(p + 1) != pages_.at(p) + page_size_) return false;
