@@ -441,6 +441,26 @@ TEST_CASE("Doorbell Buffer Config on queues that already moved does not take the
   CHECK(std::atomic_ref<std::uint32_t>(shadow.as<std::uint32_t>()[3]).load() == 3);
 }
 
+TEST_CASE("shadow doorbell and EventIdx slots beyond the buffers' one page are never touched; those queues use MMIO") {
+  emu::controller_config config;
+  config.doorbell_stride = 10;  // 4 KiB between doorbells: I/O queue 1's slots lie 8 KiB into each buffer
+  ready_controller r(config);
+  REQUIRE(r.host.dstrd() == 10);
+  // Each buffer is one page (5.8) followed by guard pages in the same registered region.
+  dma_buffer shadow(r.ctrl, 4 * 4096);
+  dma_buffer event_index(r.ctrl, 4 * 4096);
+  std::memset(shadow.data + 4096, 0x5a, 3 * 4096);
+  std::memset(event_index.data + 4096, 0x5a, 3 * 4096);
+  REQUIRE(r.host.admin_status(spec::make_doorbell_buffer_config(shadow.bus, event_index.bus)) == spec::status::successful_completion);
+  auto q = r.host.create_pair(1, 8);
+  dma_buffer data(r.ctrl, 4096);
+  for (int i = 0; i < 10; ++i) (void)r.host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, data.bus));  // MMIO only
+  std::size_t changed = 0;
+  for (std::size_t i = 4096; i < 4 * 4096; ++i) changed += (shadow.data[i] != std::byte{0x5a}) + (event_index.data[i] != std::byte{0x5a});
+  CHECK(changed == 0);
+  CHECK(r.ctrl.stats().doorbell_errors == 0);
+}
+
 TEST_CASE("deleting a submission queue completes its commands in flight as Command Aborted due to SQ Deletion") {
   emu::controller_config config;
   config.timing.read_latency_ns = 5'000'000'000;  // still in flight when the deletion arrives

@@ -301,6 +301,23 @@ TEST_CASE("a late completion of a timed-out command is counted and dropped; the 
   CHECK(ctrl.unexpected_completions() == 1);
 }
 
+TEST_CASE("with shadow doorbells, a queue whose slots lie beyond the one-page buffers has none and rings by MMIO") {
+  emu::controller_config config;
+  config.doorbell_stride = 10;  // 4 KiB between doorbells: no I/O queue's slots fit in a 4 KiB page
+  host::controller_options options;
+  options.shadow_doorbells = true;
+  host::controller ctrl(backend(config), options);
+  REQUIRE(ctrl.shadow_doorbells());
+  auto q = ctrl.create_queue_pair(8);
+  const auto v = q->view();
+  CHECK(v.sq_shadow == nullptr);
+  CHECK(v.cq_shadow == nullptr);
+  CHECK(v.sq_event_index == nullptr);
+  auto buf = ctrl.memory().allocate(4096);
+  for (int i = 0; i < 10; ++i) REQUIRE(q->read(1, static_cast<std::uint64_t>(i), 8, buf) == spec::status::successful_completion);
+  CHECK(ctrl.skipped_doorbell_writes() == 0);
+}
+
 TEST_CASE("queue pairs on different host threads work at once") {
   host::controller_options options;
   options.shadow_doorbells = true;

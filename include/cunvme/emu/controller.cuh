@@ -1110,10 +1110,19 @@ class controller {
     return (2u * qid + (is_cq ? 1u : 0u)) * spec::doorbell_stride_bytes(config_.doorbell_stride);
   }
 
+  /// Whether a doorbell's shadow and EventIdx slots lie inside the buffers' one memory page
+  /// (5.8): with a large CAP.DSTRD or many queues they do not, and such a queue keeps its MMIO
+  /// doorbell; the bytes past the page are not the controller's to read or write.
+  [[nodiscard]] bool has_shadow_slot(std::uint16_t qid, bool is_cq) const noexcept {
+    // In 64 bits: 2 × 65535 queues × a 128 KiB stride wraps doorbell_slot's 32.
+    const std::uint64_t slot = (2ull * qid + (is_cq ? 1u : 0u)) * spec::doorbell_stride_bytes(config_.doorbell_stride);
+    return slot + 4 <= page_size_;
+  }
+
   /// The value the host last rang for an I/O queue: the shadow doorbell once Doorbell Buffer
   /// Config is in effect (5.8), the MMIO doorbell otherwise. The admin queue always uses MMIO.
   [[nodiscard]] std::uint32_t read_doorbell(const dma_space::view* mem, std::uint16_t qid, bool is_cq) {
-    if (qid != 0 && mem != nullptr) {
+    if (qid != 0 && mem != nullptr && has_shadow_slot(qid, is_cq)) {
       // A shadow page the host has unmapped leaves only the MMIO doorbell to go by.
       if (const std::uint64_t shadow = shadow_doorbells_.load(std::memory_order_acquire); shadow != 0) {
         if (const auto v = mem->load32(shadow + doorbell_slot(qid, is_cq))) return *v;
@@ -1125,6 +1134,7 @@ class controller {
   /// EventIdx tells a shadow-doorbell host how far the controller has looked, so it rings the
   /// MMIO doorbell only when it moves past that point.
   void publish_event_index(const dma_space::view& mem, std::uint16_t qid, bool is_cq, std::uint32_t value) {
+    if (!has_shadow_slot(qid, is_cq)) return;
     if (const std::uint64_t events = event_indexes_.load(std::memory_order_acquire); events != 0) {
       (void)mem.store32(events + doorbell_slot(qid, is_cq), value);
     }
@@ -1139,6 +1149,7 @@ class controller {
   /// not carry a deleted queue's state over to a new one; QEMU likewise writes its own state
   /// into the buffer (hw/nvme nvme_dbbuf_config), and Linux zeroes both buffers on every reset.
   void start_shadow_doorbell(const dma_space::view& mem, std::uint16_t qid, bool is_cq) {
+    if (!has_shadow_slot(qid, is_cq)) return;
     if (const std::uint64_t shadow = shadow_doorbells_.load(std::memory_order_acquire); shadow != 0) {
       (void)mem.store32(shadow + doorbell_slot(qid, is_cq), 0);
     }
@@ -1671,6 +1682,7 @@ class controller {
     for (std::uint32_t q = 1; q <= config_.max_io_queues; ++q) {
       const auto qid = static_cast<std::uint16_t>(q);
       for (const bool is_cq : {false, true}) {
+        if (!has_shadow_slot(qid, is_cq)) continue;
         const std::uint32_t rung = load32(is_cq ? cq_doorbell(qid) : sq_doorbell(qid));
         (void)mem.store32(sqe.prp1 + doorbell_slot(qid, is_cq), rung);
         (void)mem.store32(sqe.prp2 + doorbell_slot(qid, is_cq), rung);

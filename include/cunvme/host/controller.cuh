@@ -470,13 +470,11 @@ class controller {
   /// (QEMU does not), and an EventIdx it has not written yet for this queue proves nothing.
   void ring(std::uint16_t qid, bool is_cq, std::uint32_t new_value, std::uint32_t old_value, bool first = false) {
     const std::uint32_t mmio = is_cq ? spec::cq_head_doorbell_offset(qid, cap_.dstrd()) : spec::sq_tail_doorbell_offset(qid, cap_.dstrd());
-    if (!shadow_ || qid == 0) {
+    const auto [shadow, event] = qid == 0 ? std::pair<std::uint32_t*, std::uint32_t*>{} : shadow_slots(qid, is_cq);
+    if (shadow == nullptr) {
       backend_->write32(mmio, new_value);
       return;
     }
-    const std::size_t slot = (2u * qid + (is_cq ? 1u : 0u)) * (spec::doorbell_stride_bytes(cap_.dstrd()) / 4);
-    auto* shadow = reinterpret_cast<std::uint32_t*>(shadow_->data()) + slot;
-    auto* event = reinterpret_cast<std::uint32_t*>(event_index_->data()) + slot;
     // The shadow store must be visible before EventIdx is read, or both sides can miss each
     // other's update (SPDK and Linux put a full barrier here): two sequentially consistent
     // operations are never reordered store-before-load.
@@ -498,10 +496,13 @@ class controller {
   /// because their CID (or SQ identifier) was not the command in flight (DESIGN.md rule 4).
   [[nodiscard]] std::uint64_t unexpected_completions() const noexcept { return unexpected_completions_.load(std::memory_order_relaxed); }
 
-  /// The shadow doorbell and EventIdx slots of a queue's doorbell; nullptrs without them.
+  /// The shadow doorbell and EventIdx slots of a queue's doorbell; nullptrs without them, and
+  /// for a doorbell whose slot lies past the buffers' one memory page (5.8; a large CAP.DSTRD or
+  /// many queues): that queue rings by MMIO only.
   [[nodiscard]] std::pair<std::uint32_t*, std::uint32_t*> shadow_slots(std::uint16_t qid, bool is_cq) const {
     if (!shadow_) return {nullptr, nullptr};
     const std::size_t slot = (2u * qid + (is_cq ? 1u : 0u)) * (spec::doorbell_stride_bytes(cap_.dstrd()) / 4);
+    if ((slot + 1) * 4 > shadow_->size() || (slot + 1) * 4 > event_index_->size()) return {nullptr, nullptr};
     return {reinterpret_cast<std::uint32_t*>(shadow_->data()) + slot, reinterpret_cast<std::uint32_t*>(event_index_->data()) + slot};
   }
 
@@ -626,6 +627,7 @@ class controller {
     if (!shadow_) return;
     for (const bool is_cq : {false, true}) {
       const auto [shadow, event] = shadow_slots(qid, is_cq);
+      if (shadow == nullptr) continue;
       std::atomic_ref<std::uint32_t>(*shadow).store(0, std::memory_order_seq_cst);
       std::atomic_ref<std::uint32_t>(*event).store(0, std::memory_order_seq_cst);
     }
