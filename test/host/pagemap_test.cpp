@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/prctl.h>
@@ -234,4 +235,19 @@ TEST_CASE("the compaction check reads /proc/sys/vm/compact_unevictable_allowed")
   const long value = read_number("/proc/sys/vm/compact_unevictable_allowed");
   if (value < 0) return;
   CHECK(host::pagemap_allocator::unevictable_compaction_disabled() == (value == 0));
+}
+
+TEST_CASE("locked 4 KiB pages serve as PRP list memory page by page, and as memory aligned to a larger controller page") {
+  host::pagemap_allocator memory("test", host::huge_pages::never);
+  if (!pagemap_shows_frames()) return;
+  // 1023 CIDs' lists of 12 KiB: rarely one physical range, always one per list page.
+  const std::size_t bytes = 1023u * 12 * 1024;
+  auto lists = memory.allocate(bytes);
+  const std::vector<std::uint64_t> pages = lists.bus_pages(4096);
+  REQUIRE(pages.size() == bytes / 4096);
+  CHECK(pages == lists.pages());
+  // An 8 KiB controller page (CAP.MPSMIN = 1): a one-page buffer physically on 8 KiB.
+  auto page = memory.allocate(4096, 8192);
+  CHECK(page.bus() % 8192 == 0);
+  check_buffer(page, 4096);
 }
