@@ -23,6 +23,7 @@
 #include <cunvme/spec/status.cuh>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -170,6 +171,35 @@ class controller {
   /// The Controller Memory Buffer (BAR2 in CMBLOC), or nullptr when the config has none.
   [[nodiscard]] std::byte* cmb() const noexcept { return cmb_; }
   [[nodiscard]] std::size_t cmb_size() const noexcept { return config_.cmb_bytes; }
+  /// Every status the controller completes a command with on its own; fault injection adds
+  /// the statuses its rules name. The emulator fuzzer (test/fuzz/emu_fuzz.cpp) holds it to this.
+  static constexpr std::array documented_statuses{
+      spec::status::successful_completion,
+      spec::status::invalid_command_opcode,
+      spec::status::invalid_field_in_command,
+      spec::status::data_transfer_error,
+      spec::status::command_abort_requested,
+      spec::status::command_aborted_due_to_sq_deletion,
+      spec::status::invalid_namespace_or_format,
+      spec::status::command_sequence_error,
+      spec::status::prp_offset_invalid,
+      spec::status::invalid_use_of_controller_memory_buffer,
+      spec::status::lba_out_of_range,
+      spec::status::namespace_is_write_protected,
+      spec::status::completion_queue_invalid,
+      spec::status::invalid_queue_identifier,
+      spec::status::invalid_queue_size,
+      spec::status::asynchronous_event_request_limit_exceeded,
+      spec::status::invalid_interrupt_vector,
+      spec::status::invalid_log_page,
+      spec::status::invalid_queue_deletion,
+      spec::status::feature_identifier_not_saveable,
+      spec::status::write_fault,
+  };
+  [[nodiscard]] static constexpr bool documented(spec::status s) noexcept {
+    return std::find(documented_statuses.begin(), documented_statuses.end(), s) != documented_statuses.end();
+  }
+
   /// A bus address no registered region uses, for CMBMSC.CBA.
   static constexpr std::uint64_t suggested_cmb_address = 0x8'0000'0000ull;
 
