@@ -184,7 +184,7 @@ template <bool Write>
   const auto [base, size] = gpu_allocation_of(gpu, name);
   constexpr std::size_t gpu_page = 64 * 1024;
   const host::gpu_window window = host::gpu_window::of(address, static_cast<std::size_t>(bytes), base, size, gpu_page, name);
-  host::dma_buffer mapped = dev.controller().memory().map_gpu(reinterpret_cast<void*>(window.start), window.bytes);
+  host::dma_buffer mapped = dev.controller().memory().map_gpu_range(reinterpret_cast<void*>(window.start), window.bytes);
   const host::gpu_page_table table = host::gpu_page_table::of(mapped, window, address, name);
   // The page table and the per-warp results in pinned, mapped memory the kernel reads. A warp
   // takes 32 commands of MDTS, or less so that every queue pair gets warps.

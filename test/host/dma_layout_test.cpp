@@ -265,7 +265,11 @@ TEST_CASE("the page table of a GPU window at an allocation's unaligned start nam
   const std::size_t bytes = 20 * 1024;
   const auto w = host::gpu_window::of(address, bytes, base, size, 64 * 1024, "emu");
   REQUIRE(w.start == base);
-  const host::dma_buffer mapped = ctrl->memory().map_gpu(reinterpret_cast<void*>(w.start), w.bytes);
+  // map_gpu wants a page-aligned start; the window starts where the allocation does.
+  CHECK_THROWS_AS((void)ctrl->memory().map_gpu(reinterpret_cast<void*>(w.start), w.bytes), host::error);
+  const host::dma_buffer mapped = ctrl->memory().map_gpu_range(reinterpret_cast<void*>(w.start), w.bytes);
+  // Exactly the window is reachable: not the bytes of the page before the allocation.
+  CHECK(dynamic_cast<host::emu_backend&>(ctrl->backend()).controller().dma().find(mapped.bus(0) - 1, 1) == std::nullopt);
   const auto t = host::gpu_page_table::of(mapped, w, address, "emu");
   CHECK(t.page_shift == 12);
   CHECK(t.offset == address - base / 4096 * 4096);

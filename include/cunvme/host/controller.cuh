@@ -611,9 +611,12 @@ class controller {
   /// Queues are created physically contiguous (PC = 1; CAP.CQR): one bus range.
   void require_contiguous(const dma_buffer& queue, const std::string& operation) const {
     if (!queue.contiguous(0, queue.size())) {
-      throw error(operation, name_, "the queue's " + std::to_string(queue.size()) +
-                                        " bytes are not contiguous in bus address space: reserve huge pages (/proc/sys/vm/nr_hugepages) or use "
-                                        "a smaller queue");
+      // A 2 MiB huge page is the most physically contiguous memory pinned pages give: a hint
+      // to reserve them helps only queues that fit one.
+      constexpr std::size_t huge_page = std::size_t{2} << 20;
+      throw error(operation, name_, "the queue's " + std::to_string(queue.size()) + " bytes are not contiguous in bus address space: " +
+                                        (queue.size() <= huge_page ? "reserve huge pages (/proc/sys/vm/nr_hugepages) or use a smaller queue"
+                                                                   : "a queue over 2 MiB needs an IOMMU (vfio:, or kmod: with the IOMMU on); use a smaller queue"));
     }
   }
 

@@ -148,6 +148,11 @@ class dma_allocator {
   /// Makes `bytes` of GPU memory at `gpu` reachable by the controller (peer-to-peer); throws
   /// `host::error` where the backend cannot.
   [[nodiscard]] virtual dma_buffer map_gpu(void* gpu, std::size_t bytes) = 0;
+  /// `map_gpu` for bytes that may start inside a page: where a GPU allocation begins off a
+  /// page boundary, the controller must reach exactly [gpu, gpu + bytes), never the bytes
+  /// before it, which belong to another allocation. Backends that map whole pages only
+  /// (peer-to-peer pinning) refuse such a start, as `map_gpu` does.
+  [[nodiscard]] virtual dma_buffer map_gpu_range(void* gpu, std::size_t bytes) { return map_gpu(gpu, bytes); }
 
  protected:
   /// `allocate` with `alignment` checked: a power of two, 4 KiB..128 MiB.

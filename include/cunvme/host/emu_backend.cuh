@@ -21,10 +21,15 @@ class emu_allocator final : public dma_allocator {
   explicit emu_allocator(emu::controller& c) : ctrl_(c) {}
 
   [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override {
+    // A buffer's page list starts at a page boundary (as cudaMalloc's allocations do).
+    if (reinterpret_cast<std::uintptr_t>(gpu) % 4096 != 0) throw error("Map GPU memory", "emu", "GPU memory must start on a 4 KiB boundary");
+    return map_gpu_range(gpu, bytes);
+  }
+
+  /// Any start: the range is one bus range whose bus address keeps the start's offset within
+  /// its page, and the emulator's IOMMU lets the controller reach exactly these bytes.
+  [[nodiscard]] dma_buffer map_gpu_range(void* gpu, std::size_t bytes) override {
     if (gpu == nullptr || bytes == 0) throw error("Map GPU memory", "emu", "empty range");
-    // Any start: the range is one bus range (its bus address keeps the offset within a 4 KiB
-    // page), so a buffer may begin where a GPU allocation does (`copy_n` maps from an
-    // allocation's unaligned base, never before it).
     const std::uint64_t bus = ctrl_.dma().map(gpu, bytes, emu::memory_kind::device);
     emu::controller* ctrl = &ctrl_;
     return dma_buffer(nullptr, gpu, bytes, 4096, pages_of(bus, bytes), memory_location::gpu, [ctrl, bus] { ctrl->dma().unmap(bus); });
