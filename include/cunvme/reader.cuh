@@ -20,6 +20,7 @@
 #include <cunvme/completion.cuh>
 #include <cunvme/config.cuh>
 #include <cunvme/detail/access.cuh>
+#include <cunvme/detail/checked.cuh>
 #include <cunvme/doorbell.cuh>
 #include <cunvme/group.cuh>
 #include <cunvme/io_result.cuh>
@@ -162,7 +163,7 @@ class block_io {
     CUNVME_HOST_DEVICE void reset() noexcept { deadline = 0, rounds = 0; }
     [[nodiscard]] CUNVME_HOST_DEVICE bool again(const block_io& io) noexcept {
       const cuda::std::uint64_t now = access::now_ns();
-      if (deadline == 0) deadline = now + io.q_.timeout_ns;
+      if (deadline == 0) deadline = detail::saturating_add(now, io.q_.timeout_ns);
       if (now > deadline) return false;
       completion::template progress<Doorbell>(io.q_);
       access::back_off(++rounds);
@@ -276,7 +277,7 @@ class block_io {
         go = false;
       }
     }
-    const cuda::std::uint64_t deadline = access::now_ns() + q_.timeout_ns;
+    const cuda::std::uint64_t deadline = detail::saturating_add(access::now_ns(), q_.timeout_ns);
     auto progress = [this] { completion::template progress<Doorbell>(q_); };
     const bool room = slots::reserve(q_, g, go ? 1u : 0u, deadline, progress, h.ticket);
     if (go && !room) {
@@ -308,7 +309,7 @@ class block_io {
   }
 
   CUNVME_HOST_DEVICE void wait_for(io_handle& h) const noexcept {
-    const cuda::std::uint64_t deadline = access::now_ns() + q_.timeout_ns;
+    const cuda::std::uint64_t deadline = detail::saturating_add(access::now_ns(), q_.timeout_ns);
     for (cuda::std::uint32_t round = 0; !test(h); ++round) {
       if (access::now_ns() > deadline) {
         cuda::std::uint32_t expected = static_cast<cuda::std::uint32_t>(record_state::pending);

@@ -2,9 +2,11 @@
 // `host::error` naming what was wrong, never a truncated value, a wrapped size or an overflow.
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/io_queue.cuh>
 #include <cunvme/detail/checked.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/host/pagemap_memory.cuh>
+#include <cunvme/reader.cuh>
 
 #include <doctest/doctest.h>
 
@@ -146,6 +148,8 @@ TEST_CASE("checked size arithmetic reports what does not fit instead of wrapping
   CHECK(range_within<std::uint64_t>(4096, 0, 4096));
   CHECK_FALSE(range_within<std::uint64_t>(1, ~std::uint64_t{0}, 4096));
   CHECK_FALSE(range_within<std::uint64_t>(4097, 0, 4096));
+  CHECK(cunvme::detail::saturating_add<std::uint64_t>(~std::uint64_t{0} - 5, 10) == ~std::uint64_t{0});
+  CHECK(cunvme::detail::saturating_add<std::uint64_t>(5, 10) == 15);
 }
 
 TEST_CASE("a block count whose byte size wraps 64 bits is refused before any DMA") {
@@ -190,4 +194,18 @@ TEST_CASE("a contiguity question about bytes outside a buffer is answered no, wi
   CHECK_FALSE(b.contiguous(4096, ~std::size_t{0}));
   CHECK_FALSE(b.contiguous(8193, 1));
   CHECK_FALSE(b.contiguous(~std::size_t{0}, 2));
+}
+
+TEST_CASE("an io_queue's timeout must be positive, and the largest one does not wrap every deadline into the past") {
+  auto c = host::open("emu:blocks=1000");
+  CHECK_THROWS_AS(host::io_queue(*c, 16, host::queue_placement::host, std::chrono::nanoseconds(0)), host::error);
+  CHECK_THROWS_AS(host::io_queue(*c, 16, host::queue_placement::host, std::chrono::nanoseconds(-1)), host::error);
+  host::io_queue q(*c, 16, host::queue_placement::host, std::chrono::nanoseconds::max());
+  using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+  cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
+  auto buf = c->memory().allocate(4096);
+  cunvme::single_thread self;
+  const cunvme::io_result r = reader.read(self, 0, 8, cunvme::prp::contiguous{buf.bus()}, 0);
+  CHECK(r.ok());
+  CHECK(r.error != cunvme::io_error::timeout);
 }

@@ -38,6 +38,14 @@ template <class T>
   return false;
 }
 
+/// `a + b`, or the largest `T` where that does not fit: a deadline `now + timeout` with a huge
+/// timeout is "never", not a moment in the past.
+template <class T>
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr T saturating_add(T a, T b) noexcept {
+  T sum{};
+  return add_overflows(a, b, sum) ? cuda::std::numeric_limits<T>::max() : sum;
+}
+
 /// `value` rounded up to a multiple of `granule` (a power of two, or any non-zero value), or
 /// false when that does not fit in `T`.
 template <class T>

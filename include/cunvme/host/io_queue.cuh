@@ -77,7 +77,7 @@ class io_queue {
   /// it is bounded by `timeout`.
   io_queue(controller& ctrl, std::uint32_t entries, queue_placement placement = queue_placement::host,
            std::chrono::nanoseconds timeout = std::chrono::seconds(10), io_queue_memory memory = {})
-      : ctrl_(ctrl), timeout_(timeout), memory_(std::move(memory)), pair_(ctrl.create_queue_pair(entries, placement)) {
+      : ctrl_(ctrl), timeout_(checked_timeout(timeout, ctrl)), memory_(std::move(memory)), pair_(ctrl.create_queue_pair(entries, placement)) {
     layout();
   }
 
@@ -85,7 +85,8 @@ class io_queue {
   /// `controller::create_queue_pair`).
   io_queue(controller& ctrl, std::uint32_t entries, dma_buffer sq, dma_buffer cq, std::chrono::nanoseconds timeout = std::chrono::seconds(10),
            io_queue_memory memory = {})
-      : ctrl_(ctrl), timeout_(timeout), memory_(std::move(memory)), pair_(ctrl.create_queue_pair(entries, std::move(sq), std::move(cq))) {
+      : ctrl_(ctrl), timeout_(checked_timeout(timeout, ctrl)), memory_(std::move(memory)),
+        pair_(ctrl.create_queue_pair(entries, std::move(sq), std::move(cq))) {
     layout();
   }
 
@@ -119,6 +120,15 @@ class io_queue {
   }
 
  private:
+  /// Waits are bounded by `timeout` from now: it must be positive (a negative count would
+  /// read as a bound centuries away once stored as an unsigned number of nanoseconds).
+  [[nodiscard]] static std::chrono::nanoseconds checked_timeout(std::chrono::nanoseconds timeout, const controller& ctrl) {
+    if (timeout.count() <= 0) {
+      throw error("Create I/O queue", ctrl.name(), "the timeout must be positive, not " + std::to_string(timeout.count()) + " ns");
+    }
+    return timeout;
+  }
+
   void layout() {
     const std::uint32_t entries = pair_->entries();
     const std::uint32_t cids = entries - 1;
