@@ -71,7 +71,7 @@ enum class build_result : cuda::std::uint8_t {
   list_too_small,     ///< the transfer needs more list entries than were reserved
   list_misaligned,    ///< the list memory's bus address is not aligned to the controller page
   invalid_page_size,  ///< the controller page is not 2^12..2^27 bytes (CC.MPS), or the buffer's page shift exceeds 63
-  range_overflow,     ///< offset + length, or the list's bus range, does not fit 64 bits
+  range_overflow,     ///< offset + length, or the bus range of a list without `pages`, does not fit 64 bits
 };
 
 /// Whether 2^`page_shift` bytes is a controller page CC.MPS can select (4 KiB to 128 MiB).
@@ -174,7 +174,8 @@ template <class Buffer>
   if (needed > list.capacity) return build_result::list_too_small;
   // Chain pointers sit in each list page's last slot, counted from a page boundary.
   if ((list.bus & (page - 1)) != 0) return build_result::list_misaligned;
-  if (needed * 8 - 1 > ~cuda::std::uint64_t{0} - list.bus) return build_result::range_overflow;
+  // As one range the whole list must fit below 2^64; page by page each page does, being aligned.
+  if (list.pages == nullptr && needed * 8 - 1 > ~cuda::std::uint64_t{0} - list.bus) return build_result::range_overflow;
   e.prp2 = list.bus;
   const cuda::std::uint64_t per_page = page / 8;
   // needed ≤ capacity < 2^32 bounds length below 2^60: `at + page` cannot wrap.

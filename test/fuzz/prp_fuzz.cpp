@@ -352,10 +352,28 @@ struct probe_buffer {
 };
 static_assert(prp::buffer<probe_buffer>);
 
+/// List memory as the controller sees it: one bus range from `list.bus`, or (list.pages)
+/// page k of the entries at its own bus address.
+struct list_view {
+  prp::list_memory list;
+  u64 page = 4096;
+  u64 page_count = 0;  ///< entries of list.pages
+};
+
 std::optional<u64> list_read8(const void* m, u64 bus) {
-  const auto& l = *static_cast<const prp::list_memory*>(m);
-  if (bus < l.bus || bus - l.bus >= u64{l.capacity} * 8 || (bus - l.bus) % 8 != 0) return std::nullopt;
-  return l.entries[(bus - l.bus) / 8];
+  const auto& v = *static_cast<const list_view*>(m);
+  const prp::list_memory& l = v.list;
+  if (l.pages == nullptr) {
+    if (bus < l.bus || bus - l.bus >= u64{l.capacity} * 8 || (bus - l.bus) % 8 != 0) return std::nullopt;
+    return l.entries[(bus - l.bus) / 8];
+  }
+  for (u64 k = 0; k < v.page_count; ++k) {
+    const u64 start = k == 0 ? l.bus : l.pages[k];
+    if (bus < start || bus - start >= v.page || (bus - start) % 8 != 0) continue;
+    const u64 index = k * (v.page / 8) + (bus - start) / 8;
+    if (index < l.capacity) return l.entries[index];
+  }
+  return std::nullopt;
 }
 
 /// Whether the buffer bytes of some PRP entry of this transfer are not one bus range, or an
@@ -437,7 +455,17 @@ void build_case(FuzzedDataProvider& in) {
     case 2: list_bus = in.ConsumeIntegralInRange<u64>(1, 1 << 20) * (u64{1} << 17) + in.ConsumeIntegralInRange<u64>(1, 511) * 8; break;
     default: list_bus = in.ConsumeIntegral<u64>(); break;
   }
-  const prp::list_memory list{list_storage.data(), list_bus, static_cast<std::uint32_t>(capacity)};
+  // List memory contiguous only page by page, sometimes with a page off its alignment.
+  std::vector<u64> list_pages;
+  if (in.ConsumeBool()) {
+    const u64 count = capacity / (page / 8) + 1;
+    const bool one_unaligned = in.ConsumeIntegralInRange<int>(0, 7) == 0;
+    const u64 bad = one_unaligned ? in.ConsumeIntegralInRange<u64>(1, count) : 0;
+    list_pages.push_back(list_bus);
+    for (u64 k = 1; k < count; ++k) list_pages.push_back((mix(list_bus + k) & ~(page - 1)) + (k == bad ? 8 : 0));
+  }
+  const prp::list_memory list{list_storage.data(), list_bus, static_cast<std::uint32_t>(capacity), list_pages.empty() ? nullptr : list_pages.data()};
+  const list_view view{list, page, list_pages.size()};
   buf.lo = offset;
   buf.hi = length == 0 ? offset : (offset + (length - 1) < offset ? ~u64{0} : offset + (length - 1));
 
@@ -465,13 +493,19 @@ void build_case(FuzzedDataProvider& in) {
         require(!shift_ok || buf.page_shift < 12 || buf.page_shift > 63, "invalid_page_size without a bad page size");
         break;
       case prp::build_result::range_overflow: {
-        const bool list_wraps = needed > 0 && u128{list_bus} + u128{needed} * 8 > (u128{1} << 64);
+        // Page by page, no list page wraps (each is page aligned); as one range, the whole list may.
+        const bool list_wraps = list_pages.empty() && needed > 0 && u128{list_bus} + u128{needed} * 8 > (u128{1} << 64);
         require(range_wraps || list_wraps, "range_overflow without a wrapping range");
         break;
       }
       case prp::build_result::unaligned_start: require(buf.address(offset) % 4 != 0, "unaligned_start for an aligned start"); break;
       case prp::build_result::list_too_small: require(needed > capacity, "list_too_small with room enough"); break;
-      case prp::build_result::list_misaligned: require(list_bus % page != 0, "list_misaligned for an aligned list"); break;
+      case prp::build_result::list_misaligned: {
+        bool misaligned = list_bus % page != 0;
+        for (const u64 p : list_pages) misaligned = misaligned || p % page != 0;
+        require(misaligned, "list_misaligned for an aligned list");
+        break;
+      }
       case prp::build_result::pages_misaligned: {
         const bool smaller = buf.page_shift < shift && length > page - buf.address(offset) % page;
         const std::optional<bool> brk = model_has_break(buf, offset, length, page, 4096);
@@ -484,7 +518,7 @@ void build_case(FuzzedDataProvider& in) {
   }
   require(shift_ok && !range_wraps && buf.page_shift >= 12 && buf.page_shift <= 63, "build accepted a bad page size or a wrapping range");
   require(e.prp1 == buf.address(offset), "PRP1 is not the buffer's first byte");
-  const walk_result w = model_walk(e.prp1, e.prp2, length, page, &list, list_read8, ~std::size_t{0});
+  const walk_result w = model_walk(e.prp1, e.prp2, length, page, &view, list_read8, ~std::size_t{0});
   require(w.status == spec::status::successful_completion, "the model refuses the PRPs build made");
   require(w.entries_read == needed, "the list uses other than list_entries_needed entries");
   u64 at = 0;
@@ -504,7 +538,7 @@ void build_case(FuzzedDataProvider& in) {
       e.prp1, e.prp2, length, page,
       [&](u64 bus, u64* out, u64 count) {
         for (u64 i = 0; i < count; ++i) {
-          const std::optional<u64> v = list_read8(&list, bus + 8 * i);
+          const std::optional<u64> v = list_read8(&view, bus + 8 * i);
           if (!v) return false;
           out[i] = *v;
         }

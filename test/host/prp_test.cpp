@@ -164,6 +164,19 @@ TEST_CASE("a buffer page that does not start page aligned cannot hide a break in
   CHECK(prp::build(prp::page_list{pages, 12}, 0, 4080 + 4096, 12, l.memory(), e) == prp::build_result::pages_misaligned);
 }
 
+TEST_CASE("a list contiguous page by page may start on the last page of the bus space") {
+  // Found by prp_fuzz: the whole-list wrap check refused page-by-page lists (each page is
+  // one range on its own; the chain goes to the next page's own address).
+  list_page l;
+  prp::prp_entries e;
+  const std::uint64_t top = ~std::uint64_t{0} - 4095;
+  const std::uint64_t list_pages[] = {top, 0x700000};
+  const prp::list_memory paged{l.entries.data(), top, 1024, list_pages};
+  CHECK(prp::build(prp::contiguous{0x10000}, 0, 600 * 4096, 12, paged, e) == prp::build_result::ok);
+  CHECK(e.prp2 == top);
+  CHECK(l.entries[511] == 0x700000);
+}
+
 #ifdef __CUDACC__
 __global__ void build_on_device(std::uint64_t* list, std::uint64_t* out) {
   prp::prp_entries e;
