@@ -167,6 +167,31 @@ TEST_CASE("a fatal controller is reset by EN=0 then EN=1 written back to back") 
   }
 }
 
+TEST_CASE("after EN=0, RDY=0 and EN=1 the controller is ready only with the new admin queues") {
+  // Found by the emulator fuzzer: a CC write seen half-done (the reset counted, EN still read
+  // as 1) re-enabled the controller on the old queues and reset it again after the host had
+  // seen RDY and rung the new admin SQ: the command was lost.
+  emu::controller ctrl(small_config());
+  test_host host(ctrl);
+  REQUIRE(host.enable());
+  const auto cc = spec::cc_register{}.set_iosqes(6).set_iocqes(4).set_en(true).raw;
+  for (int round = 0; round < 3000; ++round) {
+    host.set_reg(spec::register_offset::cc, 0);
+    REQUIRE(test_host::eventually([&] { return !host.csts().rdy(); }, 2s));
+    std::memset(host.admin->sq, 0, 32 * sizeof(spec::submission_entry));
+    std::memset(host.admin->cq.data, 0, host.admin->cq.size);
+    host.admin->sq_tail = host.admin->cq_head = 0;
+    host.admin->phase = true;
+    host.set_reg(spec::register_offset::cc, cc);
+    REQUIRE(test_host::eventually([&] { return host.csts().rdy(); }, 2s));
+    const auto cid = host.place(*host.admin, spec::make_get_features(spec::feature_id::number_of_queues));
+    host.ring_sq(*host.admin);
+    const auto cqe = host.next_completion(*host.admin, 2s);
+    REQUIRE_MESSAGE(cqe.has_value(), "round " << round);
+    CHECK(cqe->cid == cid);
+  }
+}
+
 // ---- item 9: buffers never alias a region the host placed ----------------------------------------
 
 TEST_CASE("dma_space::map never hands out bus addresses inside a region placed with map_at") {

@@ -571,9 +571,16 @@ class controller {
     std::uint32_t scan = 0;
     while (!stop_.load(std::memory_order_acquire)) {
       bool busy = false;
-      // The count first, then CC: a disable counted after this load is seen next pass.
-      const std::uint64_t disables = cc_disables_.load(std::memory_order_acquire);
-      const spec::cc_register cc{load(spec::register_offset::cc)};
+      // The count and CC from one moment between host writes: seen apart, a reset could be
+      // counted while EN still read 1 from before the write, and the controller re-enabled on
+      // the old admin queues, then reset again under a host that had seen RDY (emu_fuzz).
+      std::uint64_t disables = 0;
+      spec::cc_register cc{};
+      {
+        std::scoped_lock lock(register_write_mutex_);
+        disables = cc_disables_.load(std::memory_order_relaxed);
+        cc = spec::cc_register{load(spec::register_offset::cc)};
+      }
       if (disables != cc_disables_seen_) {
         reset();
         cc_disables_seen_ = disables;
@@ -1967,7 +1974,7 @@ class controller {
   // The registers below the doorbells (load/store, read_register/write_register).
   std::unique_ptr<std::atomic<std::uint32_t>[]> registers_ =
       std::make_unique<std::atomic<std::uint32_t>[]>(spec::to_underlying(spec::register_offset::doorbells) / 4);
-  std::mutex register_write_mutex_;
+  std::mutex register_write_mutex_;  // host register writes; the admin thread's CC snapshot
   std::atomic<std::uint64_t> cc_disables_{0};       // CC.EN 1 → 0 writes by the host
   std::atomic<std::uint64_t> cc_disables_done_{0};  // of those, the resets the admin thread finished
   std::uint64_t cc_disables_seen_ = 0;              // admin thread only
