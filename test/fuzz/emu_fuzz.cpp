@@ -210,6 +210,7 @@ class harness {
   }
 
   void identify_must_work() {
+    const auto before = ctrl_.stats();
     std::memset(data_.data(), 0, 4096);
     spec::submission_entry sqe = spec::make_identify(spec::identify_cns::controller, 0, data_.bus);
     sqe.set_cid(0xbeef);
@@ -220,6 +221,12 @@ class harness {
           got = next_completion(admin_, cqe);
           return got;
         })) {
+      // Whether the command was fetched at all, and how the controller stands, for the report.
+      const auto after = ctrl_.stats();
+      std::fprintf(stderr, "CSTS %#x; admin commands %llu -> %llu, completions posted %llu -> %llu, thread failures %llu\n",
+                   csts().raw, static_cast<unsigned long long>(before.admin_commands),
+                   static_cast<unsigned long long>(after.admin_commands), static_cast<unsigned long long>(before.completions_posted),
+                   static_cast<unsigned long long>(after.completions_posted), static_cast<unsigned long long>(after.thread_failures));
       finding("no completion for Identify Controller after a reset");
     }
     if (cqe.cid != 0xbeef || cqe.status() != spec::status::successful_completion) {
