@@ -375,6 +375,52 @@ TEST_CASE("a write overlapping a read whose copies are still in flight cannot te
   ctrl.dma().unmap(bus_b);
 }
 
+TEST_CASE("a read into host memory after a held read in the same burst does not deadlock with a write spanning both ranges") {
+  // Worker 0's burst on queue 1: read A (chunk 1 of the store, into "device" memory: its store
+  // range stays held until the burst's copies settle), then read B (chunk 0, into host memory).
+  // Worker 1 on queue 2 writes across chunks 0 and 1: it takes stripe 0, then waits for
+  // stripe 1, which read A holds. Read B must not then wait for stripe 0 while holding stripe 1.
+  const std::string result = in_child(1ull << 30, [] {
+    ::alarm(20);  // a deadlock ends the child with SIGALRM
+    std::atomic<bool> copying{false};
+    auto config = small_config();
+    config.namespaces = {emu::namespace_config::in_memory(512, 1024)};  // 512 KiB: chunks 0..7
+    config.workers = 2;  // queue 1 on worker 0, queue 2 on worker 1
+    config.memory.device_copy.copy = [&](void* dst, const void* src, std::uint64_t bytes, bool) {
+      if (!copying.exchange(true)) std::this_thread::sleep_for(300ms);  // read A holds stripe 1 meanwhile
+      std::memcpy(dst, src, bytes);
+      return true;
+    };
+    config.memory.device_copy.wait = [] { return true; };
+    emu::controller ctrl(config);
+    test_host host(ctrl);
+    if (!host.enable()) return 5;
+    auto q1 = host.create_pair(1, 8);
+    auto q2 = host.create_pair(2, 8);
+    std::unique_ptr<std::byte, decltype(&std::free)> device(static_cast<std::byte*>(std::aligned_alloc(4096, 4096)), &std::free);
+    const std::uint64_t device_bus = ctrl.dma().map(device.get(), 4096, emu::memory_kind::device);
+    dma_buffer host_page(ctrl, 4096);
+    dma_buffer written(ctrl, 8192);
+    (void)host.place(*q1, spec::make_rw(spec::nvm_opcode::read, 1, 128, 8, device_bus, 0));   // bytes 64 KiB.. (chunk 1)
+    (void)host.place(*q1, spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, host_page.bus, 0));  // chunk 0, host memory
+    host.ring_sq(*q1);
+    if (!test_host::eventually([&] { return copying.load(); }, 5s)) return 6;
+    // Bytes 61440..69631: chunks 0 and 1.
+    (void)host.place(*q2, spec::make_rw(spec::nvm_opcode::write, 1, 120, 16, written.bus, written.bus + 4096));
+    host.ring_sq(*q2);
+    const auto a = host.next_completion(*q1, 10s);
+    const auto b = host.next_completion(*q1, 10s);
+    const auto w = host.next_completion(*q2, 10s);
+    if (!a || !b || !w) return 7;
+    if (a->status() != spec::status::successful_completion || b->status() != spec::status::successful_completion ||
+        w->status() != spec::status::successful_completion) {
+      return 8;
+    }
+    ctrl.dma().unmap(device_bus);
+    return 0;
+  });
+  CHECK(result == "exit 0");
+}
 // ---- item 18: per-thread device-copy state is released when each thread ends ----------------------
 
 TEST_CASE("every controller thread runs the device copier's thread_end before it exits") {

@@ -954,6 +954,12 @@ class controller {
   [[nodiscard]] bool read_from_store(engine& e, const dma_space::view& mem, const backing_store& store, std::uint64_t offset,
                                      std::uint64_t len, bool in_flight, Copy copy) {
     if (!in_flight) {
+      // Done before returning, so held only for the copy; but with earlier reads' holds kept,
+      // waiting for this range could deadlock as below: try it, else let them go first.
+      if (!e.holds.empty()) {
+        if (auto hold = store.try_hold_for_read(offset, len); hold && e.held_locks + hold->locks_held() <= max_held_locks) return copy(hold->data());
+        settle_copies(e, mem);
+      }
       bool ok = false;
       store.with_read_access(offset, len, [&](const std::byte* p) { ok = copy(p); });
       return ok;
