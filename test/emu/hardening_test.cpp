@@ -438,3 +438,50 @@ TEST_CASE("every controller thread runs the device copier's thread_end before it
   CHECK(started.load() == 4);
   CHECK(ended.load() == 4);
 }
+
+// ---- review of issue 14: copies settled mid-command, MDTS validation ------------------------------
+
+TEST_CASE("a read whose own copies fail while it settles the burst mid-command completes with Data Transfer Error") {
+  // A separate-metadata read: its 2 MiB of data go to "device" memory and hold 32 store stripes
+  // (the most a thread keeps), so its metadata range cannot be added and the copies settle
+  // before the metadata moves. The copier's wait reports them failed: this read lost its data.
+  auto config = small_config();
+  config.namespaces = {emu::namespace_config::in_memory(512, 8192).with_metadata(8, false)};
+  config.mdts = 9;  // 2 MiB
+  config.memory.device_copy.copy = [](void* dst, const void* src, std::uint64_t bytes, bool) {
+    std::memcpy(dst, src, bytes);
+    return true;
+  };
+  // A failure is reported once, by the wait that covers it (as cudaStreamSynchronize does).
+  std::atomic<int> waits{0};
+  config.memory.device_copy.wait = [&] { return waits.fetch_add(1) != 0; };
+  emu::controller ctrl(config);
+  test_host host(ctrl);
+  REQUIRE(host.enable());
+  auto q = host.create_pair(1, 8);
+  constexpr std::size_t data_bytes = 2u << 20;
+  std::unique_ptr<std::byte, decltype(&std::free)> device(static_cast<std::byte*>(std::aligned_alloc(4096, data_bytes)), &std::free);
+  const std::uint64_t device_bus = ctrl.dma().map(device.get(), data_bytes, emu::memory_kind::device);
+  dma_buffer list(ctrl, 4096), metadata(ctrl, 4096 * 8);
+  for (std::size_t i = 1; i < data_bytes / 4096; ++i) list.as<std::uint64_t>()[i - 1] = device_bus + i * 4096;
+  auto read = spec::make_rw(spec::nvm_opcode::read, 1, 0, data_bytes / 512, device_bus, list.bus);
+  read.mptr = metadata.bus;
+  CHECK(host.run(*q, read).status() == spec::status::data_transfer_error);
+  CHECK(waits.load() >= 1);
+  ctrl.dma().unmap(device_bus);
+}
+
+TEST_CASE("controller_config::mdts whose transfer size does not fit in 64 bits is refused") {
+  auto config = small_config();
+  config.mdts = 64;
+  CHECK_THROWS_AS(emu::controller{config}, std::invalid_argument);
+  config.mdts = 52;  // 2^52 pages of 4 KiB: 2^64 bytes
+  CHECK_THROWS_AS(emu::controller{config}, std::invalid_argument);
+  config.mdts = 48;
+  config.mpsmin = 4;  // 2^48 pages of 64 KiB
+  config.mpsmax = 4;
+  CHECK_THROWS_AS(emu::controller{config}, std::invalid_argument);
+  config.mdts = 51;
+  config.mpsmin = config.mpsmax = 0;
+  CHECK_NOTHROW(emu::controller{config});
+}

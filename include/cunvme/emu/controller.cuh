@@ -303,6 +303,10 @@ class controller {
     /// The store ranges those reads copy from, held until the copies are done (`read_from_store`).
     std::vector<backing_store::read_hold> holds;
     std::size_t held_locks = 0;
+    /// The command being executed has copies in flight that are not in `awaiting` yet, and
+    /// whether a settle in its middle (read_from_store) found copies failed: it then fails too.
+    bool command_copies = false;
+    bool command_copies_lost = false;
     prp_walker walker;
     std::vector<std::byte> scratch;
     std::mt19937_64 rng;
@@ -398,6 +402,12 @@ class controller {
     if (!config_.contiguous_queues_required) bad("only physically contiguous queues are emulated: keep contiguous_queues_required");
     if (config_.doorbell_stride > 15) bad("doorbell_stride (CAP.DSTRD) must be 0..15");
     if (config_.mpsmin > config_.mpsmax || config_.mpsmax > 15) bad("need mpsmin <= mpsmax <= 15");
+    // MDTS counts pages of 2^(12 + MPSMIN) bytes: the limit in bytes must fit in 64 bits.
+    if (config_.mdts != 0 && config_.mdts + 12u + config_.mpsmin >= 64) {
+      bad("mdts " + std::to_string(config_.mdts) + " with mpsmin " + std::to_string(config_.mpsmin) +
+          " gives a transfer limit of 2^" + std::to_string(config_.mdts + 12u + config_.mpsmin) +
+          " bytes; need mdts + 12 + mpsmin <= 63 (or mdts 0, no limit)");
+    }
     if (config_.timeout == 0) bad("timeout (CAP.TO) must be at least 1 (500 ms)");
     if (config_.ready_delay > std::chrono::milliseconds(500ull * config_.timeout)) bad("ready_delay exceeds CAP.TO");
     if (config_.max_io_queues == 0) bad("max_io_queues must be at least 1");
@@ -907,6 +917,8 @@ class controller {
     // The data has left the store: writers may have its ranges again.
     e.holds.clear();
     e.held_locks = 0;
+    if (!copied && e.command_copies) e.command_copies_lost = true;
+    e.command_copies = false;
     if (!copied) {
       for (const auto& a : e.awaiting) {
         pending_completion& pc = e.batch[a.index];
@@ -967,6 +979,7 @@ class controller {
     for (int attempt = 0; attempt < 2; ++attempt) {
       if (auto hold = store.try_hold_for_read(offset, len); hold && e.held_locks + hold->locks_held() <= max_held_locks) {
         const bool ok = copy(hold->data());
+        e.command_copies = true;
         e.held_locks += hold->locks_held();
         e.holds.push_back(std::move(*hold));
         return ok;
@@ -1855,6 +1868,7 @@ class controller {
       // device memory) until the copies are done: an overlapping write sees all of it or none.
       const std::uint64_t at = slba * n->data_stride();
       bool ok = true;
+      e.command_copies = e.command_copies_lost = false;
       if (is_write) {
         n->store.with_write_access(at, bytes, [&](std::byte* p) {
           for (const auto& seg : e.walker.segments()) {
@@ -1883,6 +1897,9 @@ class controller {
         }
         if (!ok) return failed(spec::status::data_transfer_error);
       }
+      // Its data went out before the metadata range had to settle the burst's copies, which
+      // reported a failure: that failure may be this command's own (one wait covers them all).
+      if (e.command_copies_lost) return failed(spec::status::data_transfer_error);
       // Copies into GPU memory may still be in flight: serve_sq waits for the whole burst's
       // before any completion is posted (settle_copies).
       o.copies_in_flight = !is_write;
