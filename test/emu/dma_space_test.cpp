@@ -101,3 +101,15 @@ TEST_CASE("device regions move through the installed copier, and fault without o
   CHECK(waits == 1);  // a 32-bit store completes the copies before it
   CHECK(dma.pin().finish_device_writes());
 }
+
+TEST_CASE("dma_space::map with an alignment above 2 MiB returns a bus address congruent to the pointer modulo it") {
+  emu::dma_space dma;
+  alignas(4096) static std::byte page[4096];
+  (void)dma.map(page, 3u << 20);  // leaves the next free bus address 2 MiB off a 4 MiB boundary
+  for (const std::uint64_t alignment : {std::uint64_t{4} << 20, std::uint64_t{128} << 20, std::uint64_t{1} << 40}) {
+    CAPTURE(alignment);
+    const std::uint64_t bus = dma.map(page, 4096, emu::memory_kind::host, alignment);
+    CHECK(bus % alignment == reinterpret_cast<std::uintptr_t>(page) % alignment);
+  }
+  CHECK_THROWS_AS((void)dma.map(page, 4096, emu::memory_kind::host, 3u << 20), std::invalid_argument);
+}

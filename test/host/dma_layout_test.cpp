@@ -217,6 +217,30 @@ TEST_CASE("emu:mpsmin=N opens an emulator whose smallest page is 2^(12+N) bytes,
   CHECK(std::memcmp(buf.data(), back.data(), buf.size()) == 0);
 }
 
+TEST_CASE("emu:mpsmin=10 (4 MiB controller pages) brings up and moves data") {
+  // Bus addresses kept a buffer's offset only within 2 MiB: a 4 MiB-aligned buffer landed on
+  // a bus address 2 MiB off a 4 MiB boundary, depending on what was mapped before it.
+  auto ctrl = host::open("emu:mpsmin=10,blocks=16384");
+  CHECK(ctrl->page_shift() == 22);
+  auto q = ctrl->create_queue_pair(8);
+  auto buf = ctrl->memory().allocate(4u << 20, ctrl->page_bytes());
+  fill(buf, 11);
+  REQUIRE(q->write(1, 0, buf.size() / 512, buf) == spec::status::successful_completion);
+  auto back = ctrl->memory().allocate(4u << 20, ctrl->page_bytes());
+  REQUIRE(q->read(1, 0, back.size() / 512, back) == spec::status::successful_completion);
+  CHECK(std::memcmp(buf.data(), back.data(), buf.size()) == 0);
+}
+
+TEST_CASE("an emulator buffer aligned to 4 MiB or more gets a bus address aligned as much, whatever was allocated before") {
+  auto ctrl = host::open("emu:mpsmin=10,blocks=4096");
+  auto odd = ctrl->memory().allocate(3u << 20, 4096);
+  auto aligned = ctrl->memory().allocate(4096, std::size_t{4} << 20);
+  CHECK(aligned.bus() % (std::size_t{4} << 20) == 0);
+  auto more = ctrl->memory().allocate(4096, 4096);
+  auto big = ctrl->memory().allocate(4096, std::size_t{128} << 20);
+  CHECK(big.bus() % (std::size_t{128} << 20) == 0);
+}
+
 // ---- GPU memory: map only the allocation's pages --------------------------------------------
 
 TEST_CASE("a GPU transfer maps from its 64 KiB page, or from the allocation's start where that page begins before it") {

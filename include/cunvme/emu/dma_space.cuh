@@ -8,6 +8,7 @@
 
 #include <cunvme/config.cuh>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <cstddef>
@@ -70,9 +71,10 @@ struct device_copier {
 /// ...
 /// dma.unmap(bus);
 /// ```
-/// Bus addresses keep the buffer's offset inside a 2 MiB page, so a buffer's page boundaries
-/// (4 KiB host pages, 64 KiB GPU pages, any controller page size) fall where they fall in
-/// its virtual addresses, and unmapped guard space separates regions.
+/// Bus addresses keep the buffer's offset inside a 2 MiB page (or the larger alignment `map`
+/// is given), so a buffer's page boundaries (4 KiB host pages, 64 KiB GPU pages, controller
+/// pages up to 2 MiB, larger ones when asked) fall where they fall in its virtual addresses,
+/// and unmapped guard space separates regions.
 class dma_space {
  public:
   static constexpr std::uint64_t first_bus_address = 0x10'0000'0000ull;  // 64 GiB: far from 0
@@ -84,32 +86,43 @@ class dma_space {
   dma_space(const dma_space&) = delete;
   dma_space& operator=(const dma_space&) = delete;
 
-  /// Registers `bytes` bytes at `pointer` and returns the bus address of `pointer`.
-  [[nodiscard]] std::uint64_t map(void* pointer, std::uint64_t bytes, memory_kind kind = memory_kind::host) {
+  /// Registers `bytes` bytes at `pointer` and returns the bus address of `pointer`, which is
+  /// congruent to `pointer` modulo `alignment` (a power of two; at least 2 MiB is kept): a
+  /// pointer aligned to a controller page larger than 2 MiB gets a bus address aligned as much.
+  [[nodiscard]] std::uint64_t map(void* pointer, std::uint64_t bytes, memory_kind kind = memory_kind::host,
+                                  std::uint64_t alignment = bus_granule) {
     if (pointer == nullptr || bytes == 0) {
       throw std::invalid_argument("dma_space::map: empty region (pointer " + hex(reinterpret_cast<std::uintptr_t>(pointer)) +
                                   ", " + std::to_string(bytes) + " bytes)");
     }
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > max_bus_address / 4) {
+      throw std::invalid_argument("dma_space::map: alignment " + std::to_string(alignment) + " is not a power of two up to 2^61");
+    }
+    alignment = std::max(alignment, bus_granule);
     std::unique_lock lock(mutex_);
-    const std::uint64_t offset = reinterpret_cast<std::uintptr_t>(pointer) % bus_granule;
-    if (bytes > max_bus_address - offset - 2 * bus_granule) {
+    const std::uint64_t offset = reinterpret_cast<std::uintptr_t>(pointer) % alignment;
+    if (bytes > max_bus_address - offset - 2 * alignment) {
       throw std::invalid_argument("dma_space::map: region of " + std::to_string(bytes) + " bytes is larger than the bus");
     }
-    // The region and one empty granule after it as a guard.
+    // The region (from the alignment boundary before it) and one empty granule after it as a guard.
     const std::uint64_t span = ((offset + bytes + bus_granule - 1) / bus_granule + 1) * bus_granule;
+    const auto aligned_next = [&] { return (next_bus_ + alignment - 1) / alignment * alignment; };
     // Skip the ranges of regions placed with map_at (the CMB at the host's CMBMSC.CBA): a
     // buffer aliasing one would send its DMA into the other, and unmapping one would remove
     // the other. Every region placed ahead of next_bus_ is passed at most once.
+    // next_bus_ < 2^63 and alignment <= 2^61: rounding it up cannot wrap.
+    std::uint64_t start = aligned_next();
     for (;;) {
-      if (next_bus_ > max_bus_address - span) throw std::length_error("dma_space::map: bus address space exhausted");
-      auto after = regions_.lower_bound(next_bus_ + span);
+      if (start > max_bus_address - span) throw std::length_error("dma_space::map: bus address space exhausted");
+      auto after = regions_.lower_bound(start + span);
       if (after == regions_.begin()) break;
       const dma_region& before = std::prev(after)->second;
-      if (before.bus + before.bytes + bus_granule <= next_bus_) break;
+      if (before.bus + before.bytes + bus_granule <= start) break;
       next_bus_ = (before.bus + before.bytes + bus_granule - 1) / bus_granule * bus_granule + bus_granule;
+      start = aligned_next();
     }
-    const std::uint64_t bus = next_bus_ + offset;
-    next_bus_ += span;
+    const std::uint64_t bus = start + offset;
+    next_bus_ = start + span;
     regions_.emplace(bus, dma_region{bus, static_cast<std::byte*>(pointer), bytes, kind});
     return bus;
   }

@@ -65,7 +65,8 @@ class emu_allocator final : public dma_allocator {
     };
     std::uint64_t bus = 0;
     try {
-      bus = ctrl_.dma().map(p, rounded, emu::memory_kind::host);
+      // The bus address aligned as the pointer is: controller pages may exceed 2 MiB (MPSMIN 10..15).
+      bus = ctrl_.dma().map(p, rounded, emu::memory_kind::host, alignment);
     } catch (const std::exception& e) {
       release();
       throw error("Allocate DMA memory", "emu", e.what());
