@@ -175,6 +175,9 @@ template <bool Write>
   // The byte count (block_bytes() per block: extended LBAs carry their metadata) must fit the
   // buffer (a division: no wrap), and the LBA range must not wrap.
   if (blocks > capacity / ns.block_bytes() || lba > ~cuda::std::uint64_t{0} - (blocks - 1)) return io_result::failure(io_error::invalid_request, lba, 0);
+  // Commands after the first start max_blocks x block_bytes() apart: not whole dwords, a later
+  // one would be refused (PRP1 unaligned) after other warps' commands ran.
+  if (blocks > ns.max_blocks && (std::uint64_t{ns.max_blocks} * ns.block_bytes()) % 4 != 0) return io_result::failure(io_error::invalid_request, lba, 0);
   const std::uint64_t bytes = blocks * ns.block_bytes();
   // Map the buffer's pages for the controller for the duration of the call: only pages of
   // its own allocation (a GPU page below it, or past its end, may belong to another one,
@@ -188,8 +191,11 @@ template <bool Write>
   const host::gpu_page_table table = host::gpu_page_table::of(mapped, window, address, name);
   // The page table and the per-warp results in pinned, mapped memory the kernel reads. A warp
   // takes 32 commands of MDTS, or less so that every queue pair gets warps.
-  const std::uint64_t per_warp = std::max<std::uint64_t>(ns.max_blocks, std::min<std::uint64_t>(std::uint64_t{32} * ns.max_blocks,
-                                                                                                (blocks + dev.queue_count() - 1) / dev.queue_count()));
+  std::uint64_t per_warp = std::max<std::uint64_t>(ns.max_blocks, std::min<std::uint64_t>(std::uint64_t{32} * ns.max_blocks,
+                                                                                          (blocks + dev.queue_count() - 1) / dev.queue_count()));
+  // Warps start per_warp x block_bytes() apart: whole dwords, as each one's PRP1 must be
+  // (extended LBAs make block_bytes() any size). At most three steps.
+  while ((per_warp * ns.block_bytes()) % 4 != 0) ++per_warp;
   const std::uint64_t warps = (blocks + per_warp - 1) / per_warp;
   std::uint64_t* pages = nullptr;
   io_result* results = nullptr;

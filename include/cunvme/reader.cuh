@@ -100,6 +100,11 @@ class block_io {
   [[nodiscard]] CUNVME_HOST_DEVICE io_result transfer(Group& g, spec::nvm_opcode opcode, cuda::std::uint64_t lba, cuda::std::uint64_t blocks,
                                                       const Prp& data, cuda::std::uint64_t offset) const {
     if (const io_result bad = check(lba, blocks); !bad) return bad;
+    // A command after the first starts (commands so far) x max_blocks x block_bytes() in: not
+    // dword aligned (PRP1) it would be refused after earlier ones ran. Refused before any.
+    if (blocks > ns_.max_blocks && (cuda::std::uint64_t{ns_.max_blocks} * ns_.block_bytes()) % 4 != 0) {
+      return io_result::failure(io_error::invalid_request, lba, 0);
+    }
     const cuda::std::uint64_t chunks = (blocks + ns_.max_blocks - 1) / ns_.max_blocks;
     io_result mine{};
     cid_wait waiting;

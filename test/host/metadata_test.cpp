@@ -77,6 +77,35 @@ TEST_CASE("transfers on an extended-LBA namespace are split so each command's da
   CHECK(std::memcmp(out.data(), in.data(), out.size()) == 0);
 }
 
+TEST_CASE("a transfer longer than MDTS on extended LBAs of 513 bytes starts every command dword aligned and moves all of it") {
+  // 524288 / 513 = 1022 blocks per command would put the second command at byte 524286.
+  auto ctrl = controller_with(emu::namespace_config::in_memory(512, 4096).with_metadata(1, true));
+  auto q = ctrl->create_queue_pair(8);
+  const std::uint64_t blocks = 2 * ctrl->max_transfer_bytes() / 513 + 5;
+  auto out = ctrl->memory().allocate(blocks * 513);
+  auto in = ctrl->memory().allocate(blocks * 513);
+  fill_random(out.data(), out.size(), 9);
+  REQUIRE(q->write(1, 3, blocks, out) == spec::status::successful_completion);
+  REQUIRE(q->read(1, 3, blocks, in) == spec::status::successful_completion);
+  CHECK(std::memcmp(out.data(), in.data(), out.size()) == 0);
+}
+
+TEST_CASE("a transfer that cannot be split with every command dword aligned is refused before any command") {
+  // 8 KiB MDTS, 2561-byte blocks: at most 3 per command, and 1, 2 or 3 of them are never a
+  // multiple of 4 bytes, so a second command could not start dword aligned.
+  emu::controller_config config;
+  config.mdts = 1;
+  config.namespaces = {emu::namespace_config::in_memory(512, 64).with_metadata(2049, true)};
+  host::controller ctrl(std::make_unique<host::emu_backend>(std::move(config)));
+  auto q = ctrl.create_queue_pair(8);
+  auto out = ctrl.memory().allocate(8 * 2561);
+  fill_random(out.data(), out.size(), 10);
+  CHECK_THROWS_WITH_AS((void)q->write(1, 0, 8, out), doctest::Contains("dword"), host::error);
+  CHECK(dynamic_cast<host::emu_backend&>(ctrl.backend()).controller().stats().io_commands == 0);
+  // One command's worth still goes.
+  CHECK(q->write(1, 0, 3, out) == spec::status::successful_completion);
+}
+
 TEST_CASE("namespace_info carries the metadata size and whether it travels with the data") {
   emu::controller_config config;
   config.namespaces = {emu::namespace_config::in_memory(512, 64).with_metadata(8, true),

@@ -96,3 +96,35 @@ TEST_CASE("a block count whose bytes with metadata would exceed 2^64 is an inval
   auto buf = r.ctrl->memory().allocate(4096);
   CHECK(reader.read(0, ~std::uint64_t{0} / 520 + 1, contiguous_of(buf), 0).error == io_error::invalid_request);
 }
+
+TEST_CASE("a reader on extended LBAs of 513 bytes splits a request longer than MDTS with every command dword aligned") {
+  emu::controller_config c;
+  c.namespaces = {emu::namespace_config::in_memory(512, 4096).with_metadata(1, true)};
+  rig r(c);
+  auto& store = r.emulator->store(1);
+  std::vector<std::byte> bytes(store.size());
+  std::mt19937 rng(7);
+  for (auto& b : bytes) b = static_cast<std::byte>(rng());
+  store.write(0, bytes.data(), bytes.size());
+  host::io_queue q(*r.ctrl, 16);
+  mp_reader reader(q.view(), q.namespace_view(1));
+  const std::uint64_t blocks = 2 * r.ctrl->max_transfer_bytes() / 513 + 3;
+  auto buf = r.ctrl->memory().allocate(blocks * 513);
+  const io_result got = reader.read(5, blocks, contiguous_of(buf), 0);
+  CHECK(got.ok());
+  CHECK(std::memcmp(buf.data(), bytes.data() + 5 * 513, blocks * 513) == 0);
+}
+
+TEST_CASE("a writer refuses with invalid_request before submitting a request whose split commands could not start dword aligned") {
+  emu::controller_config c;
+  c.mdts = 1;  // 8 KiB: at most 3 blocks of 2561 bytes per command
+  c.namespaces = {emu::namespace_config::in_memory(512, 64).with_metadata(2049, true)};
+  rig r(c);
+  host::io_queue q(*r.ctrl, 8);
+  const auto ns = q.namespace_view(1);
+  mp_writer writer(q.view(), ns);
+  auto buf = r.ctrl->memory().allocate(8 * 2561);
+  CHECK(writer.write(0, 8, contiguous_of(buf), 0).error == io_error::invalid_request);
+  CHECK(r.emulator->stats().io_commands == 0);
+  CHECK(writer.write(0, ns.max_blocks, contiguous_of(buf), 0).ok());
+}

@@ -147,6 +147,17 @@ inline void require_transferable(const namespace_info& ns, bool with_metadata_bu
   }
 }
 
+/// Blocks per command when a transfer is split into commands of at most `per_command`: the
+/// largest count whose data (`block_bytes` each, metadata included for extended LBAs) and
+/// separate metadata (`metadata_bytes` each) are whole dwords, so that every command after
+/// the first starts dword aligned as PRP1 and MPTR must (bits 1:0 zero). 0 where none of
+/// 1..per_command is (then only a transfer of one command can be done).
+[[nodiscard]] inline std::uint64_t dword_aligned_split(std::uint64_t per_command, std::uint64_t block_bytes, std::uint64_t metadata_bytes) noexcept {
+  // A multiple of 4 always qualifies: at most three steps down. per_command <= 65536 (NLB).
+  while (per_command > 0 && ((per_command * block_bytes) % 4 != 0 || (per_command * metadata_bytes) % 4 != 0)) --per_command;
+  return per_command;
+}
+
 /// Where a queue pair's queues live.
 enum class queue_placement : std::uint8_t {
   host,            ///< both in pinned host memory
@@ -879,10 +890,20 @@ inline spec::status queue_pair::transfer(spec::nvm_opcode opcode, std::uint32_t 
     }
   }
   // MDTS counts metadata interleaved with the data, not a separate metadata buffer.
-  const std::uint64_t per_command = std::min<std::uint64_t>(ctrl_.max_transfer_bytes() / block, spec::rw_fields::max_blocks);
+  std::uint64_t per_command = std::min<std::uint64_t>(ctrl_.max_transfer_bytes() / block, spec::rw_fields::max_blocks);
   if (per_command == 0) {
     throw error(operation, ctrl_.name(), "MDTS (" + std::to_string(ctrl_.max_transfer_bytes()) + " bytes) is smaller than one " +
                                              std::to_string(block) + "-byte block");
+  }
+  // Split so that no later command starts unaligned: refused there, it would leave the
+  // transfer partly done.
+  if (blocks > per_command) {
+    per_command = dword_aligned_split(per_command, block, metadata_block);
+    if (per_command == 0) {
+      throw error(operation, ctrl_.name(), std::to_string(blocks) + " blocks of " + std::to_string(block) +
+                                               " bytes need several commands under MDTS (" + std::to_string(ctrl_.max_transfer_bytes()) +
+                                               " bytes), and no split starts every command dword aligned");
+    }
   }
   while (blocks > 0) {
     const std::uint64_t n = std::min(blocks, per_command);

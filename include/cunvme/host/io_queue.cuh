@@ -39,7 +39,10 @@ namespace host {
   namespace_view v;
   v.nsid = nsid;
   v.lba_shift = static_cast<std::uint32_t>(std::countr_zero(ns.lba_size));
-  v.max_blocks = static_cast<std::uint32_t>(per_command);
+  // Readers split at max_blocks: a count whose bytes are whole dwords keeps every command's
+  // start dword aligned (readers refuse a split where none is: one command at most).
+  const std::uint64_t aligned = dword_aligned_split(per_command, ns.block_bytes(), 0);
+  v.max_blocks = static_cast<std::uint32_t>(aligned != 0 ? aligned : per_command);
   v.lba_count = ns.lba_count;
   v.metadata_size = ns.metadata_size;
   v.metadata = ns.metadata_size == 0 ? metadata_layout::none : ns.extended_lba ? metadata_layout::extended : metadata_layout::separate;
