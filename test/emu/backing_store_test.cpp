@@ -498,3 +498,29 @@ TEST_CASE("a moved file store keeps its file") {
   b.flush();
   CHECK(read_file(path)[0] == 'M');
 }
+
+TEST_CASE("a two-range access locks ranges sharing a stripe once, and more than 32 chunks in all as the whole store") {
+  constexpr std::uint64_t chunk = 64 * 1024;
+  auto store = emu::backing_store::in_memory(300 * chunk);
+  // Chunks 0 and 256 share stripe 0: locking it twice would deadlock a shared_mutex.
+  store.with_write_access(10, 100, 256 * chunk + 10, 100, [](std::byte* p, std::byte* p2) {
+    p[0] = std::byte{1};
+    p2[0] = std::byte{2};
+  });
+  std::byte a{}, b{};
+  store.read(10, &a, 1);
+  store.read(256 * chunk + 10, &b, 1);
+  CHECK(a == std::byte{1});
+  CHECK(b == std::byte{2});
+  // 20 + 20 chunks: one whole-store lock, then a plain access runs again.
+  store.with_read_access(0, 20 * chunk, 100 * chunk, 20 * chunk, [](const std::byte* p, const std::byte* p2) {
+    CHECK(p[10] == std::byte{1});
+    CHECK(p2[10] == std::byte{0});
+  });
+  auto hold = store.try_hold_for_read(0, 20 * chunk, 100 * chunk, 20 * chunk);
+  CHECK_FALSE(hold.has_value());
+  auto small = store.try_hold_for_read(10, 100, 256 * chunk + 10, 100);
+  REQUIRE(small.has_value());
+  CHECK(small->locks_held() == 1);
+  CHECK(small->data2()[0] == std::byte{2});
+}

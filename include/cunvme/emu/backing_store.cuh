@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <concepts>
 #include <cstddef>
@@ -221,6 +222,29 @@ class backing_store {
     f(data_ + offset);
   }
 
+  /// As `with_read_access` over two ranges under one lock, calling `f(p, p2)` (`p2` at
+  /// `offset2`): a command's data and its separate metadata, which a writer must change
+  /// together as seen by readers (no read returns one write's data with another's metadata).
+  template <class F>
+    requires std::invocable<F&, const std::byte*, const std::byte*>
+  void with_read_access(std::uint64_t offset, std::uint64_t len, std::uint64_t offset2, std::uint64_t len2, F&& f) const {
+    check_range(offset, len, "read");
+    check_range(offset2, len2, "read");
+    range_lock<lock_mode::shared> lock(locks_.get(), offset, len, offset2, len2);
+    f(static_cast<const std::byte*>(data_ + offset), static_cast<const std::byte*>(data_ + offset2));
+  }
+
+  /// As `with_write_access` over two ranges under one lock (see the two-range `with_read_access`).
+  template <class F>
+    requires std::invocable<F&, std::byte*, std::byte*>
+  void with_write_access(std::uint64_t offset, std::uint64_t len, std::uint64_t offset2, std::uint64_t len2, F&& f) {
+    check_writable("write");
+    check_range(offset, len, "write");
+    check_range(offset2, len2, "write");
+    range_lock<lock_mode::exclusive> lock(locks_.get(), offset, len, offset2, len2);
+    f(data_ + offset, data_ + offset2);
+  }
+
  private:
   static constexpr std::uint64_t chunk_bytes = 64 * 1024;
   static constexpr std::size_t stripe_count = 256;
@@ -258,21 +282,38 @@ class backing_store {
   /// holding a stripe, so the two lock orders cannot deadlock.
   struct try_only_t {};
 
+  /// The stripes an access locks, one bit each: visited in ascending stripe order.
+  using stripe_set = std::array<std::uint64_t, stripe_count / 64>;
+
+  /// Adds the stripes of [offset, offset + len)'s chunks to `set`; false when that range
+  /// spans more than 32 chunks (it then takes the whole store).
+  static bool add_stripes(stripe_set& set, std::uint64_t offset, std::uint64_t len) noexcept {
+    if (len == 0) return true;
+    const std::uint64_t first = offset / chunk_bytes;
+    const std::uint64_t chunks = (offset + len - 1) / chunk_bytes - first + 1;
+    if (chunks > max_striped_chunks) return false;
+    for (std::uint64_t i = 0; i < chunks; ++i) {
+      const std::size_t s = static_cast<std::size_t>((first + i) % stripe_count);
+      set[s / 64] |= std::uint64_t{1} << (s % 64);
+    }
+    return true;
+  }
+
   template <lock_mode Mode>
   class range_lock {
    public:
-    /// Takes the range only if that needs no waiting: every stripe free for `Mode` at once, no
-    /// long access in progress, at most 32 chunks. Otherwise `owns()` is false, nothing held.
-    range_lock(lock_table* table, std::uint64_t offset, std::uint64_t len, try_only_t) : table_(table) {
-      if (len == 0) {
+    /// Takes the ranges only if that needs no waiting: every stripe free for `Mode` at once, no
+    /// long access in progress, at most 32 stripes. Otherwise `owns()` is false, nothing held.
+    range_lock(lock_table* table, std::uint64_t offset, std::uint64_t len, try_only_t) : range_lock(table, offset, len, 0, 0, try_only_t{}) {}
+    /// As above over two ranges at once (a command's data and its separate metadata).
+    range_lock(lock_table* table, std::uint64_t offset, std::uint64_t len, std::uint64_t offset2, std::uint64_t len2, try_only_t)
+        : table_(table) {
+      if (len == 0 && len2 == 0) {
         owns_ = true;
         return;
       }
-      const std::uint64_t first = offset / chunk_bytes;
-      const std::uint64_t chunks = (offset + len - 1) / chunk_bytes - first + 1;
-      if (chunks > max_striped_chunks) return;
-      first_ = static_cast<std::size_t>(first % stripe_count);
-      count_ = static_cast<std::size_t>(chunks);
+      if (!add_stripes(set_, offset, len) || !add_stripes(set_, offset2, len2) || stripes_in_set() > max_striped_chunks) return;
+      count_ = stripes_in_set();
       std::size_t locked = 0;
       bool all = true;
       for_each_stripe([&](std::shared_mutex& m) {
@@ -297,18 +338,17 @@ class backing_store {
     /// Mutexes held (stripes, or 1 for the whole store).
     [[nodiscard]] std::size_t locks_held() const noexcept { return whole_ ? 1 : count_; }
 
-    range_lock(lock_table* table, std::uint64_t offset, std::uint64_t len) : table_(table) {
+    range_lock(lock_table* table, std::uint64_t offset, std::uint64_t len) : range_lock(table, offset, len, 0, 0) {}
+    /// Both ranges under one lock: an access of the other sees both before or both after.
+    range_lock(lock_table* table, std::uint64_t offset, std::uint64_t len, std::uint64_t offset2, std::uint64_t len2) : table_(table) {
       owns_ = true;
       // Nothing is touched: nothing to lock (a moved-from store has no lock table).
-      if (len == 0) return;
-      const std::uint64_t first = offset / chunk_bytes;
-      const std::uint64_t chunks = (offset + len - 1) / chunk_bytes - first + 1;
-      if (chunks > max_striped_chunks) {
+      if (len == 0 && len2 == 0) return;
+      if (!add_stripes(set_, offset, len) || !add_stripes(set_, offset2, len2) || stripes_in_set() > max_striped_chunks) {
         lock_whole();
         return;
       }
-      first_ = static_cast<std::size_t>(first % stripe_count);
-      count_ = static_cast<std::size_t>(chunks);
+      count_ = stripes_in_set();
       for (;;) {
         for_each_stripe([](std::shared_mutex& m) { Mode == lock_mode::shared ? m.lock_shared() : m.lock(); });
         if (!table_->whole_held.load(std::memory_order_acquire)) return;
@@ -346,21 +386,25 @@ class backing_store {
       for_each_stripe([](std::shared_mutex& m) { Mode == lock_mode::shared ? m.unlock_shared() : m.unlock(); });
     }
 
-    /// Visits the stripes of chunks first_ .. first_ + count_ - 1 in ascending stripe order:
-    /// a run that wraps past the last stripe visits the low stripes first.
+    [[nodiscard]] std::size_t stripes_in_set() const noexcept {
+      std::size_t n = 0;
+      for (const std::uint64_t word : set_) n += static_cast<std::size_t>(std::popcount(word));
+      return n;
+    }
+
+    /// Visits the stripes in `set_` in ascending stripe order (one global order: no deadlock),
+    /// each once even where two ranges share it.
     template <class Op>
     void for_each_stripe(Op op) {
-      const std::size_t end = first_ + count_;
-      if (end > stripe_count) {
-        for (std::size_t i = 0; i < end - stripe_count; ++i) op(table_->stripes[i].mutex);
-        for (std::size_t i = first_; i < stripe_count; ++i) op(table_->stripes[i].mutex);
-      } else {
-        for (std::size_t i = first_; i < end; ++i) op(table_->stripes[i].mutex);
+      for (std::size_t w = 0; w < set_.size(); ++w) {
+        for (std::uint64_t bits = set_[w]; bits != 0; bits &= bits - 1) {
+          op(table_->stripes[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))].mutex);
+        }
       }
     }
 
     lock_table* table_;
-    std::size_t first_ = 0;
+    stripe_set set_{};
     std::size_t count_ = 0;
     bool whole_ = false;
     bool owns_ = false;
@@ -374,6 +418,8 @@ class backing_store {
     read_hold() = default;
     /// The store's bytes at the held range's start.
     [[nodiscard]] const std::byte* data() const noexcept { return data_; }
+    /// The store's bytes at the second range's start (`try_hold_for_read` of two ranges).
+    [[nodiscard]] const std::byte* data2() const noexcept { return data2_; }
     /// Mutexes it holds (ThreadSanitizer allows a thread 64 at once).
     [[nodiscard]] std::size_t locks_held() const noexcept { return lock_ ? lock_->locks_held() : 0; }
 
@@ -381,6 +427,7 @@ class backing_store {
     friend class backing_store;
     std::unique_ptr<range_lock<lock_mode::shared>> lock_;
     const std::byte* data_ = nullptr;
+    const std::byte* data2_ = nullptr;
   };
 
   /// Holds [offset, offset + len) against writers until the returned hold is destroyed, if
@@ -395,6 +442,20 @@ class backing_store {
     read_hold hold;
     hold.lock_ = std::move(lock);
     hold.data_ = data_ + offset;
+    return hold;
+  }
+
+  /// As above, holding two ranges under one lock (a command's data and separate metadata).
+  [[nodiscard]] std::optional<read_hold> try_hold_for_read(std::uint64_t offset, std::uint64_t len, std::uint64_t offset2,
+                                                          std::uint64_t len2) const {
+    check_range(offset, len, "read");
+    check_range(offset2, len2, "read");
+    auto lock = std::make_unique<range_lock<lock_mode::shared>>(locks_.get(), offset, len, offset2, len2, try_only_t{});
+    if (!lock->owns()) return std::nullopt;
+    read_hold hold;
+    hold.lock_ = std::move(lock);
+    hold.data_ = data_ + offset;
+    hold.data2_ = data_ + offset2;
     return hold;
   }
 

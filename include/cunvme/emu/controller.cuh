@@ -955,8 +955,9 @@ class controller {
   /// runs, aborts a thread holding more than 64, and the controller holds a few of its own.
   static constexpr std::size_t max_held_locks = 32;
 
-  /// Runs `copy(p)`, `p` the store's bytes at `offset`, under a shared lock of
-  /// [offset, offset + len). When `in_flight` (copies into device memory complete later, in
+  /// Runs `copy(p, p2)`, `p` and `p2` the store's bytes at `offset` and `offset2`, under one
+  /// shared lock of [offset, offset + len) and [offset2, offset2 + len2) (a command's data and
+  /// separate metadata: a write lands before both or after both). When `in_flight` (copies into device memory complete later, in
   /// settle_copies), the lock is kept until they have: a write overlapping the read waits for
   /// the read's data to have left the store, so no read returns a mix of old and new data.
   /// A thread that keeps such locks never waits for another lock while it does (that could
@@ -964,21 +965,23 @@ class controller {
   /// now, and otherwise settles the burst's copies, letting its locks go, before it waits.
   template <class Copy>
   [[nodiscard]] bool read_from_store(engine& e, const dma_space::view& mem, const backing_store& store, std::uint64_t offset,
-                                     std::uint64_t len, bool in_flight, Copy copy) {
+                                     std::uint64_t len, std::uint64_t offset2, std::uint64_t len2, bool in_flight, Copy copy) {
     if (!in_flight) {
       // Done before returning, so held only for the copy; but with earlier reads' holds kept,
       // waiting for this range could deadlock as below: try it, else let them go first.
       if (!e.holds.empty()) {
-        if (auto hold = store.try_hold_for_read(offset, len); hold && e.held_locks + hold->locks_held() <= max_held_locks) return copy(hold->data());
+        if (auto hold = store.try_hold_for_read(offset, len, offset2, len2); hold && e.held_locks + hold->locks_held() <= max_held_locks) {
+          return copy(hold->data(), hold->data2());
+        }
         settle_copies(e, mem);
       }
       bool ok = false;
-      store.with_read_access(offset, len, [&](const std::byte* p) { ok = copy(p); });
+      store.with_read_access(offset, len, offset2, len2, [&](const std::byte* p, const std::byte* p2) { ok = copy(p, p2); });
       return ok;
     }
     for (int attempt = 0; attempt < 2; ++attempt) {
-      if (auto hold = store.try_hold_for_read(offset, len); hold && e.held_locks + hold->locks_held() <= max_held_locks) {
-        const bool ok = copy(hold->data());
+      if (auto hold = store.try_hold_for_read(offset, len, offset2, len2); hold && e.held_locks + hold->locks_held() <= max_held_locks) {
+        const bool ok = copy(hold->data(), hold->data2());
         e.command_copies = true;
         e.held_locks += hold->locks_held();
         e.holds.push_back(std::move(*hold));
@@ -990,7 +993,7 @@ class controller {
     // Contended, or too long to hold: wait for the range holding nothing else, and for the
     // copies before letting it go.
     bool ok = false;
-    store.with_read_access(offset, len, [&](const std::byte* p) { ok = copy(p) && mem.finish_device_writes(); });
+    store.with_read_access(offset, len, offset2, len2, [&](const std::byte* p, const std::byte* p2) { ok = copy(p, p2) && mem.finish_device_writes(); });
     return ok;
   }
 
@@ -1864,41 +1867,36 @@ class controller {
     // Without data movement every check above has run and the command completes as it
     // would have; only the copies (which, not attempted, cannot fail) are left out.
     if (config_.move_data) {
-      // One lock over the command's whole range, not one per segment, held (for reads into
-      // device memory) until the copies are done: an overlapping write sees all of it or none.
+      // One lock over the command's whole range, not one per segment, and over its separate
+      // metadata too, held (for reads into device memory) until the copies are done: an
+      // overlapping write sees all of it or none, data and metadata alike.
       const std::uint64_t at = slba * n->data_stride();
+      const std::uint64_t metadata_at = metadata ? n->metadata_offset(slba) : 0;
+      const std::uint64_t from = metadata ? sqe.mptr - metadata->bus : 0;
       bool ok = true;
       e.command_copies = e.command_copies_lost = false;
       if (is_write) {
-        n->store.with_write_access(at, bytes, [&](std::byte* p) {
+        n->store.with_write_access(at, bytes, metadata_at, metadata_bytes, [&](std::byte* p, std::byte* mp) {
           for (const auto& seg : e.walker.segments()) {
             if (ok) ok = mem.copy_out(seg.region, seg.offset, p, seg.length);
             p += seg.length;
           }
+          if (ok && metadata) ok = mem.copy_out(*metadata, from, mp, metadata_bytes);
         });
       } else {
-        ok = read_from_store(e, mem, n->store, at, bytes, lands_on_device(e.walker.segments()), [&](const std::byte* p) {
+        const bool in_flight = lands_on_device(e.walker.segments()) || (metadata && metadata->kind == memory_kind::device);
+        ok = read_from_store(e, mem, n->store, at, bytes, metadata_at, metadata_bytes, in_flight, [&](const std::byte* p, const std::byte* mp) {
           for (const auto& seg : e.walker.segments()) {
             if (!mem.copy_in(seg.region, seg.offset, p, seg.length)) return false;
             p += seg.length;
           }
-          return true;
+          return !metadata || mem.copy_in(*metadata, from, mp, metadata_bytes);
         });
       }
       if (!ok) return failed(spec::status::data_transfer_error);
-      if (metadata) {
-        const std::uint64_t from = sqe.mptr - metadata->bus;
-        if (is_write) {
-          n->store.with_write_access(n->metadata_offset(slba), metadata_bytes,
-                                     [&](std::byte* p) { ok = mem.copy_out(*metadata, from, p, metadata_bytes); });
-        } else {
-          ok = read_from_store(e, mem, n->store, n->metadata_offset(slba), metadata_bytes, metadata->kind == memory_kind::device,
-                               [&](const std::byte* p) { return mem.copy_in(*metadata, from, p, metadata_bytes); });
-        }
-        if (!ok) return failed(spec::status::data_transfer_error);
-      }
-      // Its data went out before the metadata range had to settle the burst's copies, which
-      // reported a failure: that failure may be this command's own (one wait covers them all).
+      // A settle of the burst's copies after this command's own had started (read_from_store
+      // settles before copying, so only a later path could) that reported a failure may have
+      // been this command's (one wait covers them all).
       if (e.command_copies_lost) return failed(spec::status::data_transfer_error);
       // Copies into GPU memory may still be in flight: serve_sq waits for the whole burst's
       // before any completion is posted (settle_copies).
