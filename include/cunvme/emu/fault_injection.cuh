@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/checked.cuh>
 #include <cunvme/spec/status.cuh>
 
 #include <atomic>
@@ -155,7 +156,7 @@ class fault_injector {
           counters_.statuses.fetch_add(1, std::memory_order_relaxed);
           break;
         case fault_action::add_delay:
-          d.extra_delay_ns = saturating_add(d.extra_delay_ns, r.delay_ns);
+          d.extra_delay_ns = cunvme::detail::saturating_add(d.extra_delay_ns, r.delay_ns);
           counters_.delays.fetch_add(1, std::memory_order_relaxed);
           break;
         case fault_action::lose_completion:
@@ -290,11 +291,6 @@ class fault_injector {
   /// The top 53 bits of `h` as a double in [0, 1): a fraction of 1 always fires, 0 never.
   [[nodiscard]] static constexpr double unit_interval(std::uint64_t h) noexcept {
     return static_cast<double>(h >> 11) * 0x1p-53;
-  }
-
-  [[nodiscard]] static std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
-    constexpr auto max = std::numeric_limits<std::uint64_t>::max();
-    return b > max - a ? max : a + b;
   }
 
   std::vector<fault_rule> rules_;

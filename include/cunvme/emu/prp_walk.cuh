@@ -6,17 +6,14 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/prp.cuh>
 #include <cunvme/spec/status.cuh>
 
+#include <cuda/std/bit>
 #include <cuda/std/cstdint>
 
 CUNVME_NAMESPACE_BEGIN
 namespace emu {
-
-/// Whether `page_size` is a memory page size CC.MPS can select: a power of two, 4 KiB..128 MiB.
-[[nodiscard]] CUNVME_HOST_DEVICE constexpr bool valid_prp_page_size(cuda::std::uint64_t page_size) noexcept {
-  return page_size >= 4096 && page_size <= (cuda::std::uint64_t{1} << 27) && (page_size & (page_size - 1)) == 0;
-}
 
 /// Walks the PRPs of a `length`-byte transfer with memory pages of `page_size` bytes.
 ///
@@ -47,7 +44,10 @@ template <unsigned Chunk = 1, class ReadEntries, class Segment>
   static_assert(Chunk >= 1, "at least one list entry per read");
   constexpr auto ok = spec::status::successful_completion;
   if (length == 0) return ok;
-  if (!valid_prp_page_size(page_size)) return spec::status::invalid_field_in_command;
+  // A memory page size CC.MPS can select: a power of two, 4 KiB..128 MiB (prp::valid_page_shift).
+  if (page_size == 0 || (page_size & (page_size - 1)) != 0 || !prp::valid_page_shift(static_cast<unsigned>(cuda::std::countr_zero(page_size)))) {
+    return spec::status::invalid_field_in_command;
+  }
   if ((prp1 & 0x3u) != 0) return spec::status::prp_offset_invalid;
   const cuda::std::uint64_t mask = page_size - 1;
 

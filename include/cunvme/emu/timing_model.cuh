@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/checked.cuh>
 
 #include <algorithm>
 #include <atomic>
@@ -120,8 +121,8 @@ class timing_scheduler {
   /// per command.
   [[nodiscard]] std::uint64_t due_ns(std::uint64_t now_ns, std::uint64_t bytes, bool is_write) {
     const auto fixed = is_write ? model_.write_latency_ns : model_.read_latency_ns;
-    const std::uint64_t latency = saturating_add(fixed, to_integer(model_.ns_per_byte * static_cast<double>(bytes)));
-    const std::uint64_t ready = saturating_add(now_ns, latency);
+    const std::uint64_t latency = cunvme::detail::saturating_add(fixed, to_integer(model_.ns_per_byte * static_cast<double>(bytes)));
+    const std::uint64_t ready = cunvme::detail::saturating_add(now_ns, latency);
     const double cost = std::max(ticks_per_command_, ticks_per_byte_ * static_cast<double>(bytes));
     if (cost <= 0) return ready;
     // At least one tick, so a cap, however high, still gives every command its own slot.
@@ -131,7 +132,7 @@ class timing_scheduler {
     std::uint64_t end = 0;
     // Relaxed: the timeline's value is all that is shared; it publishes no other data.
     do {
-      end = saturating_add(std::max(next, now_ticks), cost_ticks);
+      end = cunvme::detail::saturating_add(std::max(next, now_ticks), cost_ticks);
     } while (!next_free_ticks_.compare_exchange_weak(next, end, std::memory_order_relaxed));
     // Rounded up: a command is never due before its reservation ends.
     const std::uint64_t end_ns = (end >> tick_shift) + ((end & (ticks_per_ns - 1)) != 0 ? 1 : 0);
@@ -157,11 +158,6 @@ class timing_scheduler {
     check(m.max_iops, "max_iops");
     check(m.max_bytes_per_second, "max_bytes_per_second");
     return m;
-  }
-
-  [[nodiscard]] static std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
-    constexpr auto max = std::numeric_limits<std::uint64_t>::max();
-    return b > max - a ? max : a + b;
   }
 
   /// `x` (finite, >= 0) truncated, saturating: converting a double beyond the range of
