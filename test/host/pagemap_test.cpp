@@ -246,8 +246,8 @@ TEST_CASE("locked 4 KiB pages serve as PRP list memory page by page, and as memo
   const std::vector<std::uint64_t> pages = lists.bus_pages(4096);
   REQUIRE(pages.size() == bytes / 4096);
   CHECK(pages == lists.pages());
-  // An 8 KiB controller page (CAP.MPSMIN = 1): a one-page buffer physically on 8 KiB.
-  auto page = memory.allocate(4096, 8192);
+  // An 8 KiB controller page (CAP.MPSMIN = 1): a buffer physically on 8 KiB.
+  auto page = memory.allocate(8192, 8192);
   CHECK(page.bus() % 8192 == 0);
-  check_buffer(page, 4096);
+  check_buffer(page, 8192);
 }
