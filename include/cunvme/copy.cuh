@@ -154,6 +154,14 @@ template <class P>
     return reinterpret_cast<get_address_range>(fn);
   }();
   if (get_range == nullptr) throw host::error("Find the GPU allocation", device, "the CUDA driver offers no cuMemGetAddressRange");
+  // Host memory (pageable or pinned) is refused here, without asking the driver for a range it
+  // does not have: that failed call would stay a reported error under compute-sanitizer.
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, gpu) != cudaSuccess) (void)cudaGetLastError();
+  if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) {
+    throw host::error("Find the GPU allocation", device,
+                      "address " + std::to_string(reinterpret_cast<std::uintptr_t>(gpu)) + " is not GPU memory (cudaPointerGetAttributes)");
+  }
   CUdeviceptr base = 0;
   std::size_t size = 0;
   const CUresult r = get_range(&base, &size, reinterpret_cast<CUdeviceptr>(gpu));

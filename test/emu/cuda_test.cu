@@ -35,6 +35,10 @@ struct device_memory {
   device_memory(emu::controller& c, std::size_t n) : ctrl(c), bytes(n) {
     REQUIRE_CUDA(cudaMalloc(&data, n));
     REQUIRE_CUDA(cudaMemset(data, 0, n));
+    // cudaMemset runs on the legacy stream, asynchronously, and the emulator copies on
+    // non-blocking streams that do not wait for it: done before the region is used, or a
+    // memset delayed by another process's kernels lands on the data a read put there.
+    REQUIRE_CUDA(cudaDeviceSynchronize());
     bus = c.dma().map(data, n, emu::memory_kind::device);
   }
   ~device_memory() {
@@ -145,6 +149,9 @@ TEST_CASE("a write takes its data from GPU memory") {
   device_memory gpu(ctrl, 8192);
   std::vector<std::byte> data(8192, std::byte{0x3c});
   REQUIRE_CUDA(cudaMemcpy(gpu.data, data.data(), data.size(), cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy returns once the data is staged, before its DMA into GPU
+  // memory is done (CUDA's "API synchronization behavior"); the controller must find it there.
+  REQUIRE_CUDA(cudaDeviceSynchronize());
   REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::write, 1, 64, 16, gpu.bus, gpu.bus + 4096)).status() ==
           spec::status::successful_completion);
   std::vector<std::byte> back(8192);
