@@ -4,12 +4,14 @@
 #include "test_host.hpp"
 
 #include <array>
+#include <atomic>
 #include <map>
 #include <span>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include <sys/resource.h>
@@ -190,6 +192,90 @@ TEST_CASE("after EN=0, RDY=0 and EN=1 the controller is ready only with the new 
     REQUIRE_MESSAGE(cqe.has_value(), "round " << round);
     CHECK(cqe->cid == cid);
   }
+}
+
+TEST_CASE("EN=0 written before a pending enable was acted on never lets RDY rise and fall again") {
+  // Found by the emulator fuzzer under load (CUNVME_FUZZ_SPIN, 5 jobs): the host wrote EN=1,
+  // then EN=0 before the controller had acted on it. RDY read 0 (it had never risen), so the
+  // host went on at once (3.7.2: AQA/ASQ/ACQ, EN=1). The admin thread, still on its CC snapshot
+  // from before the EN=0 write, finished the old enable and raised RDY; the host saw it, then
+  // the counted reset dropped RDY (CSTS 0) and re-attached the admin SQ, losing a doorbell.
+  auto config = small_config();
+  config.idle.spins = ~std::uint32_t{0};  // the admin thread never sleeps: the window is widest
+  emu::controller ctrl(config);
+  test_host host(ctrl);
+  const auto cc = spec::cc_register{}.set_iosqes(6).set_iocqes(4).set_en(true).raw;
+  REQUIRE(host.enable());
+  const int rounds = sanitized ? 3000 : 20000;
+  for (int round = 0; round < rounds; ++round) {
+    // An enable the controller may or may not have acted on yet, cancelled at once.
+    host.set_reg(spec::register_offset::cc, 0);
+    host.set_reg(spec::register_offset::cc, cc);
+    host.set_reg(spec::register_offset::cc, 0);
+    REQUIRE(test_host::eventually([&] { return !host.csts().rdy(); }, 2s));
+    std::memset(host.admin->sq, 0, 32 * sizeof(spec::submission_entry));
+    std::memset(host.admin->cq.data, 0, host.admin->cq.size);
+    host.admin->sq_tail = host.admin->cq_head = 0;
+    host.admin->phase = true;
+    host.set_reg64(spec::register_offset::asq, host.admin->sq_bus);
+    host.set_reg64(spec::register_offset::acq, host.admin->cq.bus);
+    host.set_reg(spec::register_offset::cc, cc);
+    REQUIRE(test_host::eventually([&] { return host.csts().rdy() || host.csts().cfs(); }, 2s));
+    // Nothing reset it since: RDY stays up (3.5.1), and the admin SQ rung now is served.
+    for (int look = 0; look < 8; ++look) REQUIRE_MESSAGE(host.csts().raw == spec::csts_register{}.set_rdy(true).raw, "round " << round);
+    const auto cid = host.place(*host.admin, spec::make_get_features(spec::feature_id::number_of_queues));
+    host.ring_sq(*host.admin);
+    const auto cqe = host.next_completion(*host.admin, 2s);
+    REQUIRE_MESSAGE(cqe.has_value(), "round " << round);
+    CHECK(cqe->cid == cid);
+  }
+}
+
+TEST_CASE("a host polling CSTS during the reset it asked for never sees the old fatal status") {
+  // Found by the emulator fuzzer under load: CC.EN = 0 on a fatal controller (RDY already 0),
+  // EN = 1 with a good configuration at once (3.7.2), then wait for RDY or CFS. A CSTS read took
+  // the register (CFS set) before the admin thread's reset and the reset count after it: the
+  // count said the reset was done, so the stale CFS was not hidden, and the host stopped
+  // waiting on a fatal status that was already gone (CSTS read 0 next). Any CFS read after
+  // the EN = 0 write is that stale status. The window is a preemption inside one register
+  // read: several controllers with spinning threads make preemptions common.
+  constexpr int hosts = 4;
+  const int rounds = sanitized ? 1000 : 5000;
+  std::atomic<int> stale_cfs{0};
+  std::atomic<int> stuck{0};
+  std::vector<std::thread> threads;
+  for (int h = 0; h < hosts; ++h) {
+    threads.emplace_back([&] {
+      auto config = small_config();
+      config.idle.spins = ~std::uint32_t{0};
+      config.workers = 1;
+      emu::controller ctrl(config);
+      test_host host(ctrl);
+      queue_pair admin(ctrl, 0, 16);
+      const auto good = spec::cc_register{}.set_iosqes(6).set_iocqes(4).set_en(true);
+      const auto bad = spec::cc_register{good}.set_mps(15);  // above CAP.MPSMAX: CSTS.CFS
+      host.set_reg(spec::register_offset::aqa, spec::aqa_register{}.set_asqs(15).set_acqs(15).raw);
+      host.set_reg64(spec::register_offset::asq, admin.sq_bus);
+      host.set_reg64(spec::register_offset::acq, admin.cq.bus);
+      for (int round = 0; round < rounds; ++round) {
+        host.set_reg(spec::register_offset::cc, bad.raw);
+        if (!test_host::eventually([&] { return host.csts().cfs(); }, 2s)) return stuck.fetch_add(1), void();
+        host.set_reg(spec::register_offset::cc, spec::cc_register{good}.set_en(false).raw);
+        host.set_reg(spec::register_offset::cc, good.raw);
+        if (!test_host::eventually([&] {
+              const auto c = host.csts();
+              if (c.cfs()) stale_cfs.fetch_add(1);
+              return c.rdy() || c.cfs();
+            }, 2s)) {
+          return stuck.fetch_add(1), void();
+        }
+        if (!host.disable()) return stuck.fetch_add(1), void();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(stuck.load() == 0);
+  CHECK(stale_cfs.load() == 0);
 }
 
 // ---- item 9: buffers never alias a region the host placed ----------------------------------------

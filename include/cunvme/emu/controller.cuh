@@ -146,14 +146,17 @@ class controller {
   [[nodiscard]] std::uint32_t read_register(std::uint32_t offset) const {
     check_register_offset(offset, "read_register");
     if (offset >= spec::to_underlying(spec::register_offset::doorbells)) return load32(offset);
-    std::uint32_t value = register_word(offset).load(std::memory_order_acquire);
+    if (offset != spec::to_underlying(spec::register_offset::csts)) return register_word(offset).load(std::memory_order_acquire);
     // A reset the host asked for (CC.EN 1 → 0) clears CSTS.CFS (3.7.2). Until the admin thread
     // has done it, CFS reads 0 already, so a host that writes EN = 1 right after never sees the
-    // fatal status its reset cleared.
-    if (offset == spec::to_underlying(spec::register_offset::csts) &&
-        cc_disables_.load(std::memory_order_acquire) != cc_disables_done_.load(std::memory_order_acquire)) {
-      value &= ~spec::csts_register{}.set_cfs(true).raw;
-    }
+    // fatal status its reset cleared. The counts are read before CSTS: the admin thread stores
+    // the done count after the reset's CSTS, so a done count that matches means CSTS is read
+    // from after that reset. Read after CSTS, a reset finishing in between passed a CFS read
+    // from before it (emu_fuzz: the host took it for the new enable's, then read CSTS 0).
+    const bool reset_pending =
+        cc_disables_.load(std::memory_order_acquire) != cc_disables_done_.load(std::memory_order_acquire);
+    std::uint32_t value = register_word(offset).load(std::memory_order_acquire);
+    if (reset_pending) value &= ~spec::csts_register{}.set_cfs(true).raw;
     return value;
   }
 
@@ -581,32 +584,36 @@ class controller {
     std::uint32_t scan = 0;
     while (!stop_.load(std::memory_order_acquire)) {
       bool busy = false;
-      // The count and CC from one moment between host writes: seen apart, a reset could be
-      // counted while EN still read 1 from before the write, and the controller re-enabled on
-      // the old admin queues, then reset again under a host that had seen RDY (emu_fuzz).
-      std::uint64_t disables = 0;
       spec::cc_register cc{};
       {
+        // CC, the count of EN 1 -> 0 writes and AQA/ASQ/ACQ are read and acted on (reset,
+        // enable, RDY) with host register writes held off. Acting on a snapshot, a host's
+        // EN = 0 landing after it was lost for this pass: the controller went on to finish the
+        // enable it had seen and raised RDY, and the host, which had read RDY = 0 (the enable
+        // not yet acted on) and gone on with 3.7.2 (new admin queues, EN = 1), took that RDY
+        // for its own; the counted reset then dropped it (CSTS 0) and re-attached the admin SQ
+        // over a doorbell already rung (emu_fuzz). Before that, the count and CC were read
+        // apart and the same happened with the old admin queues.
         std::scoped_lock lock(register_write_mutex_);
-        disables = cc_disables_.load(std::memory_order_relaxed);
+        const std::uint64_t disables = cc_disables_.load(std::memory_order_relaxed);
         cc = spec::cc_register{load(spec::register_offset::cc)};
-      }
-      if (disables != cc_disables_seen_) {
-        reset();
-        cc_disables_seen_ = disables;
-        cc_disables_done_.store(disables, std::memory_order_release);
-        busy = true;
-      }
-      if (cc.en() && !enabled_) {
-        begin_enable(cc);
-        busy = true;
-      } else if (!cc.en() && enabled_) {
-        reset();
-        busy = true;
-      }
-      if (enabled_ && !ready_.load(std::memory_order_relaxed) && !fatal_.load() && now_ns() >= ready_at_ns_) {
-        ready_.store(true, std::memory_order_release);
-        update_csts([](spec::csts_register& c) { c.set_rdy(true); });
+        if (disables != cc_disables_seen_) {
+          reset();
+          cc_disables_seen_ = disables;
+          cc_disables_done_.store(disables, std::memory_order_release);
+          busy = true;
+        }
+        if (cc.en() && !enabled_) {
+          begin_enable(cc);
+          busy = true;
+        } else if (!cc.en() && enabled_) {
+          reset();
+          busy = true;
+        }
+        if (enabled_ && !ready_.load(std::memory_order_relaxed) && !fatal_.load() && now_ns() >= ready_at_ns_) {
+          ready_.store(true, std::memory_order_release);
+          update_csts([](spec::csts_register& c) { c.set_rdy(true); });
+        }
       }
       handle_shutdown(cc);
       handle_cmb();
@@ -1995,7 +2002,7 @@ class controller {
   // The registers below the doorbells (load/store, read_register/write_register).
   std::unique_ptr<std::atomic<std::uint32_t>[]> registers_ =
       std::make_unique<std::atomic<std::uint32_t>[]>(spec::to_underlying(spec::register_offset::doorbells) / 4);
-  std::mutex register_write_mutex_;  // host register writes; the admin thread's CC snapshot
+  std::mutex register_write_mutex_;  // host register writes; the admin thread's CC handling
   std::atomic<std::uint64_t> cc_disables_{0};       // CC.EN 1 → 0 writes by the host
   std::atomic<std::uint64_t> cc_disables_done_{0};  // of those, the resets the admin thread finished
   std::uint64_t cc_disables_seen_ = 0;              // admin thread only
