@@ -484,9 +484,11 @@ TEST_CASE("deleting a submission queue completes its commands in flight as Comma
 TEST_CASE("queues are served round robin: one command on a quiet queue does not wait behind a flood") {
   emu::controller_config config;
   config.workers = 1;               // both queues on one worker
-  config.timing.max_iops = 2'000;   // 1000 commands take 500 ms of device time
-  // An idle worker sleeps long enough that it wakes to find both doorbells rung, whatever
-  // the scheduling of this thread between the two writes.
+  config.timing.max_iops = 1'000;   // 1000 commands take 1 s of device time
+  // An idle worker sleeps long enough that it wakes to find both doorbells rung. The quiet
+  // queue is rung first: should this thread be descheduled between the two writes past the
+  // sleep, the worker finds the quiet command alone, and a flood already being served cannot
+  // be mistaken for a round-robin failure (seen under TSan on a loaded 2-core machine).
   config.idle.spins = 0;
   config.idle.sleep = std::chrono::microseconds(200'000);
   ready_controller r(config);
@@ -494,9 +496,13 @@ TEST_CASE("queues are served round robin: one command on a quiet queue does not 
   auto quiet = r.host.create_pair(2, 8);
   dma_buffer data(r.ctrl, 4096);
   for (int i = 0; i < 1000; ++i) r.host.place(*flood, spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, data.bus));
+  const std::uint16_t cid = r.host.place(*quiet, spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, data.bus));
+  r.host.ring_sq(*quiet);
   r.host.ring_sq(*flood);
-  const auto cqe = r.host.run(*quiet, spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, data.bus));
-  CHECK(cqe.status() == spec::status::successful_completion);
+  const auto cqe = r.host.next_completion(*quiet);
+  REQUIRE(cqe.has_value());
+  CHECK(cqe->cid == cid);
+  CHECK(cqe->status() == spec::status::successful_completion);
   // Count the flood's completions already posted (phase 1 on the first pass), without consuming.
   int done = 0;
   for (std::uint32_t i = 0; i < 1000; ++i) done += test_host::phase_of(flood->cq.as<spec::completion_entry>() + i) ? 1 : 0;
