@@ -188,10 +188,7 @@ TEST_CASE("after EN=0, RDY=0 and EN=1 the controller is ready only with the new 
   for (int round = 0; round < 3000; ++round) {
     host.set_reg(spec::register_offset::cc, 0);
     REQUIRE(test_host::eventually([&] { return !host.csts().rdy(); }, 2s));
-    std::memset(host.admin->sq, 0, 32 * sizeof(spec::submission_entry));
-    std::memset(host.admin->cq.data, 0, host.admin->cq.size);
-    host.admin->sq_tail = host.admin->cq_head = 0;
-    host.admin->phase = true;
+    host.clear_admin_queues();
     host.set_reg(spec::register_offset::cc, cc);
     REQUIRE(test_host::eventually([&] { return host.csts().rdy(); }, 2s));
     const auto cid = host.place(*host.admin, spec::make_get_features(spec::feature_id::number_of_queues));
@@ -223,10 +220,7 @@ TEST_CASE("EN=0 written before a pending enable was acted on never lets RDY rise
     host.set_reg(spec::register_offset::cc, cc);
     host.set_reg(spec::register_offset::cc, 0);
     REQUIRE(test_host::eventually([&] { return !host.csts().rdy(); }, 2s));
-    std::memset(host.admin->sq, 0, 32 * sizeof(spec::submission_entry));
-    std::memset(host.admin->cq.data, 0, host.admin->cq.size);
-    host.admin->sq_tail = host.admin->cq_head = 0;
-    host.admin->phase = true;
+    host.clear_admin_queues();
     host.set_reg64(spec::register_offset::asq, host.admin->sq_bus);
     host.set_reg64(spec::register_offset::acq, host.admin->cq.bus);
     host.set_reg(spec::register_offset::cc, cc);

@@ -111,6 +111,13 @@ class test_host {
     set_reg(spec::register_offset::cc, spec::cc_register{}.set_iosqes(6).set_iocqes(4).set_mps(mps).set_en(true).raw);
     return eventually([&] { return csts().rdy() || csts().cfs(); }) && csts().rdy();
   }
+  /// After a reset (3.7.2) the admin queues start empty: zeroes them and the host's indices.
+  void clear_admin_queues() {
+    std::memset(admin->sq, 0, admin->entries * sizeof(spec::submission_entry));
+    std::memset(admin->cq.data, 0, admin->cq.size);
+    admin->sq_tail = admin->cq_head = 0;
+    admin->phase = true;
+  }
   bool disable() {
     set_reg(spec::register_offset::cc, spec::cc_register{reg(spec::register_offset::cc)}.set_en(false).raw);
     return eventually([&] { return !csts().rdy(); });
