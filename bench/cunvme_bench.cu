@@ -19,7 +19,7 @@
 #include <cunvme/emu/gpu_null_controller.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/host/open.cuh>
-#include <cunvme/reader.cuh>
+#include <cunvme/io/reader.cuh>
 
 #include <cuda/std/bit>
 

@@ -25,7 +25,7 @@
 // compat mode reads from the page cache like the others. A cuFile that cannot run is reported
 // ("failed: …") without failing the run. Exits 0; 1 when a checksum differs or another method
 // fails; 2 for bad arguments; 77 (Meson's "skipped") without a CUDA GPU.
-#include <cunvme/copy.cuh>
+#include <cunvme/facade/copy.cuh>
 
 #ifdef FILE_PEERS_WITH_CUFILE
 #include <cufile.h>

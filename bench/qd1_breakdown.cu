@@ -15,7 +15,7 @@
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/gpu_queue.cuh>
-#include <cunvme/reader.cuh>
+#include <cunvme/io/reader.cuh>
 
 #include <cuda/atomic>
 

@@ -10,7 +10,7 @@
 // With the emulator the namespace is filled here and the checksum is compared with one computed
 // on the host from the same words. Exits 0 when they agree (or, on a real SSD, when every read
 // succeeded), 1 otherwise, 77 (Meson's "skipped") without a CUDA GPU.
-#include <cunvme/copy.cuh>
+#include <cunvme/facade/copy.cuh>
 
 #include <thrust/device_vector.h>
 

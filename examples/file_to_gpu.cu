@@ -15,7 +15,7 @@
 // last block is read whole and its bytes past the file's end are ignored.
 //
 // Exits 0 when the checksums agree, 1 otherwise, 77 (Meson's "skipped") without a CUDA GPU.
-#include <cunvme/copy.cuh>
+#include <cunvme/facade/copy.cuh>
 
 #include <thrust/device_vector.h>
 

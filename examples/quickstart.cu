@@ -9,7 +9,7 @@
 // of our own in which every thread reads with a `block_reader`. Exits 0 when every byte read
 // matched what was written, 1 on any failure, and 77 (what Meson reports as "skipped") where
 // there is no CUDA GPU.
-#include <cunvme/copy.cuh>
+#include <cunvme/facade/copy.cuh>
 
 #include <thrust/device_vector.h>
 

@@ -19,9 +19,9 @@
 //   and segments; the emulator's prp_walker over the same regions agrees with it; every walk
 //   ends within its step budget.
 #include <cunvme/emu/dma_space.cuh>
-#include <cunvme/emu/prp_walk.cuh>
+#include <cunvme/policy/prp_walk.cuh>
 #include <cunvme/emu/prp_walker.cuh>
-#include <cunvme/prp.cuh>
+#include <cunvme/policy/prp.cuh>
 
 #include <fuzzer/FuzzedDataProvider.h>
 

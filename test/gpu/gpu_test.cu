@@ -2,14 +2,14 @@
 // check data, against the emulator on host threads, with queues and data in each memory tier.
 // Skipped (exit 77) without a GPU.
 #define DOCTEST_CONFIG_IMPLEMENT
-#include <cunvme/copy.cuh>
-#include <cunvme/device_group.cuh>
+#include <cunvme/facade/copy.cuh>
+#include <cunvme/policy/device_group.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/emu/gpu_null_controller.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/gpu_queue.cuh>
-#include <cunvme/reader.cuh>
+#include <cunvme/io/reader.cuh>
 
 #include "../pattern.hpp"
 

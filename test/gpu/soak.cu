@@ -12,7 +12,7 @@
 #include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/gpu_queue.cuh>
-#include <cunvme/reader.cuh>
+#include <cunvme/io/reader.cuh>
 
 #include "../pattern.hpp"
 

@@ -6,7 +6,7 @@
 #include <cunvme/detail/checked.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/host/pagemap_memory.cuh>
-#include <cunvme/reader.cuh>
+#include <cunvme/io/reader.cuh>
 
 #include <doctest/doctest.h>
 

@@ -6,7 +6,7 @@
 #include <cunvme/host/gpu_window.cuh>
 #include <cunvme/host/io_queue.cuh>
 #include <cunvme/host/open.cuh>
-#include <cunvme/reader.cuh>
+#include <cunvme/io/reader.cuh>
 
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
 // PRP builder: entries checked one by one, including page offsets and list chaining.
-#include <cunvme/prp.cuh>
+#include <cunvme/policy/prp.cuh>
 
 #include <doctest/doctest.h>
 

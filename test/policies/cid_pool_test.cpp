@@ -1,7 +1,7 @@
 // The command-identifier pool: a lock-free bitmap, one bit per CID, entries − 1 CIDs.
 #include "fake_queue.hpp"
 
-#include <cunvme/cid_pool.cuh>
+#include <cunvme/policy/cid_pool.cuh>
 
 #include <doctest/doctest.h>
 

@@ -1,9 +1,9 @@
 // Completion draining without a controller: CQEs posted by hand, drained into per-CID records.
 #include "fake_queue.hpp"
 
-#include <cunvme/cid_pool.cuh>
-#include <cunvme/completion.cuh>
-#include <cunvme/doorbell.cuh>
+#include <cunvme/policy/cid_pool.cuh>
+#include <cunvme/policy/completion.cuh>
+#include <cunvme/policy/doorbell.cuh>
 
 #include <doctest/doctest.h>
 

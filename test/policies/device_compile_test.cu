@@ -2,8 +2,8 @@
 // sm_90 by the build's -gencode flags). Building this file is the test; running it checks
 // on the host side that each kernel got code for this GPU architecture list.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
-#include <cunvme/device_group.cuh>
-#include <cunvme/reader.cuh>
+#include <cunvme/policy/device_group.cuh>
+#include <cunvme/io/reader.cuh>
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // Doorbell policies: MMIO stores, the shadow doorbell's EventIdx rule, and coalescing.
 #include "fake_queue.hpp"
 
-#include <cunvme/doorbell.cuh>
+#include <cunvme/policy/doorbell.cuh>
 #include <cunvme/spec/shadow_doorbell.cuh>
 
 #include <doctest/doctest.h>

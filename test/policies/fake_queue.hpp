@@ -2,7 +2,7 @@
 // policy play the controller's part by hand (reading doorbells, posting CQEs).
 #pragma once
 
-#include <cunvme/queue_view.cuh>
+#include <cunvme/policy/queue_view.cuh>
 #include <cunvme/spec/queue_entry.cuh>
 
 #include <atomic>

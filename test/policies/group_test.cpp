@@ -2,7 +2,7 @@
 // split one request between them.
 #include "policy_fixture.hpp"
 
-#include <cunvme/group.cuh>
+#include <cunvme/policy/group.cuh>
 
 #include <thread>
 #include <vector>

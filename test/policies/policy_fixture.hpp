@@ -5,7 +5,7 @@
 #include <cunvme/emu/controller_config.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/io_queue.cuh>
-#include <cunvme/reader.cuh>
+#include <cunvme/io/reader.cuh>
 
 #include <doctest/doctest.h>
 

@@ -2,9 +2,9 @@
 // the SQ tail doorbell and consuming SQEs (advancing the SQ head as CQE.SQHD would).
 #include "fake_queue.hpp"
 
-#include <cunvme/doorbell.cuh>
-#include <cunvme/group.cuh>
-#include <cunvme/slots.cuh>
+#include <cunvme/policy/doorbell.cuh>
+#include <cunvme/policy/group.cuh>
+#include <cunvme/policy/slots.cuh>
 
 #include <doctest/doctest.h>
 

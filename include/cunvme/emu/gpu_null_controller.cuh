@@ -25,10 +25,10 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
-#include <cunvme/emu/prp_walk.cuh>
-#include <cunvme/prp.cuh>
-#include <cunvme/queue_view.cuh>
-#include <cunvme/reader.cuh>
+#include <cunvme/policy/prp_walk.cuh>
+#include <cunvme/policy/prp.cuh>
+#include <cunvme/policy/queue_view.cuh>
+#include <cunvme/io/reader.cuh>
 #include <cunvme/spec/command_fields.cuh>
 #include <cunvme/spec/opcodes.cuh>
 #include <cunvme/spec/queue_entry.cuh>

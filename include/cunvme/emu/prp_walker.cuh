@@ -10,7 +10,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/emu/dma_space.cuh>
-#include <cunvme/emu/prp_walk.cuh>
+#include <cunvme/policy/prp_walk.cuh>
 #include <cunvme/spec/status.cuh>
 
 #include <cstdint>

@@ -8,7 +8,7 @@
 #include <cunvme/host/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/register_backend.cuh>
-#include <cunvme/prp.cuh>
+#include <cunvme/policy/prp.cuh>
 #include <cunvme/spec/command_fields.cuh>
 #include <cunvme/spec/identify.cuh>
 #include <cunvme/spec/log_page.cuh>

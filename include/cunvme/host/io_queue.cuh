@@ -8,9 +8,9 @@
 #include <cunvme/detail/checked.cuh>
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/prp.cuh>
-#include <cunvme/queue_view.cuh>
-#include <cunvme/reader.cuh>
+#include <cunvme/policy/prp.cuh>
+#include <cunvme/policy/queue_view.cuh>
+#include <cunvme/io/reader.cuh>
 
 #include <algorithm>
 #include <bit>

@@ -85,6 +85,9 @@ static_assert(offsetof(submission_entry, cdw13) == 52);
 static_assert(offsetof(submission_entry, cdw14) == 56);
 static_assert(offsetof(submission_entry, cdw15) == 60);
 
+/// NSID FFFFFFFFh: every attached namespace (3.2.1.1, broadcast value).
+inline constexpr cuda::std::uint32_t broadcast_nsid = 0xffffffffu;
+
 /// log2 of the entry sizes, as CC.IOSQES/IOCQES and Identify SQES/CQES express them.
 inline constexpr cuda::std::uint8_t submission_entry_size_log2 = 6;
 inline constexpr cuda::std::uint8_t completion_entry_size_log2 = 4;
@@ -117,6 +120,41 @@ static_assert(offsetof(completion_entry, sqhd) == 8);
 static_assert(offsetof(completion_entry, sqid) == 10);
 static_assert(offsetof(completion_entry, cid) == 12);
 static_assert(offsetof(completion_entry, status_field) == 14);
+
+/// A CQE's Dword 2 and Dword 3 as the 32-bit words a poller loads (4.6): a consumer tests the
+/// phase with one 32-bit acquire load of DW3 and decodes the rest from the words it loaded,
+/// rather than from a second read of memory the controller may be overwriting.
+namespace cqe_dword {
+/// DW2 bits 15:0 — SQ Head Pointer.
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint16_t sq_head(cuda::std::uint32_t dw2) noexcept {
+  return static_cast<cuda::std::uint16_t>(dw2 & 0xffffu);
+}
+/// DW2 bits 31:16 — SQ Identifier.
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint16_t sq_id(cuda::std::uint32_t dw2) noexcept {
+  return static_cast<cuda::std::uint16_t>(dw2 >> 16);
+}
+/// DW3 bits 15:0 — Command Identifier.
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint16_t cid(cuda::std::uint32_t dw3) noexcept {
+  return static_cast<cuda::std::uint16_t>(dw3 & 0xffffu);
+}
+/// DW3 bits 31:16 — the Phase Tag and Status field.
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint16_t status_field(cuda::std::uint32_t dw3) noexcept {
+  return static_cast<cuda::std::uint16_t>(dw3 >> 16);
+}
+/// DW3 bit 16 — Phase Tag.
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr bool phase(cuda::std::uint32_t dw3) noexcept { return cqe_status::phase(status_field(dw3)); }
+/// DW3 bits 31:17 — Status (type << 8 | code, with CRD, More and DNR dropped).
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr status status_of(cuda::std::uint32_t dw3) noexcept {
+  return cqe_status::status_of(status_field(dw3));
+}
+/// Byte offsets of DW2 and DW3 in the entry, for pollers that load them as words.
+inline constexpr cuda::std::uint32_t dw2_offset = offsetof(completion_entry, sqhd);
+inline constexpr cuda::std::uint32_t dw3_offset = offsetof(completion_entry, cid);
+}  // namespace cqe_dword
+
+static_assert(cqe_dword::cid(0x8001'1234u) == 0x1234u && cqe_dword::phase(0x8001'1234u));
+static_assert(!cqe_dword::phase(0x8000'1234u));
+static_assert(cqe_dword::sq_head(0x0003'0007u) == 7u && cqe_dword::sq_id(0x0003'0007u) == 3u);
 
 }  // namespace spec
 CUNVME_NAMESPACE_END

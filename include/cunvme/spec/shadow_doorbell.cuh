@@ -18,5 +18,16 @@ namespace spec {
   return static_cast<cuda::std::uint16_t>(new_value - event_idx - 1u) < static_cast<cuda::std::uint16_t>(new_value - old_value);
 }
 
+/// The 32-bit slot of a queue's doorbell in the Shadow Doorbell and EventIdx buffers: the
+/// buffers mirror the doorbell registers' layout, stride included (5.8: "the same offset …
+/// as the doorbell register"), so SQ y's tail is slot 2y and CQ y's head slot 2y + 1, each
+/// 4 << CAP.DSTRD bytes apart.
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint32_t shadow_doorbell_slot(cuda::std::uint16_t qid, bool is_cq,
+                                                                                  unsigned dstrd) noexcept {
+  return (2u * qid + (is_cq ? 1u : 0u)) * ((4u << dstrd) / 4u);
+}
+static_assert(shadow_doorbell_slot(0, false, 0) == 0 && shadow_doorbell_slot(1, true, 0) == 3);
+static_assert(shadow_doorbell_slot(1, false, 2) == 8);
+
 }  // namespace spec
 CUNVME_NAMESPACE_END

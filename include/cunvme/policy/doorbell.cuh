@@ -10,7 +10,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/detail/access.cuh>
-#include <cunvme/queue_view.cuh>
+#include <cunvme/policy/queue_view.cuh>
 #include <cunvme/spec/shadow_doorbell.cuh>
 
 #include <cuda/atomic>

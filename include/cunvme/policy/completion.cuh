@@ -9,11 +9,11 @@
 // CQE.SQHD and the CQ head doorbell is written once (after the batch was read, rule 3).
 #pragma once
 
-#include <cunvme/cid_pool.cuh>
+#include <cunvme/policy/cid_pool.cuh>
 #include <cunvme/config.cuh>
 #include <cunvme/detail/access.cuh>
-#include <cunvme/doorbell.cuh>
-#include <cunvme/queue_view.cuh>
+#include <cunvme/policy/doorbell.cuh>
+#include <cunvme/policy/queue_view.cuh>
 #include <cunvme/spec/queue_entry.cuh>
 
 #include <cuda/atomic>

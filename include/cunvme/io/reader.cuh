@@ -16,18 +16,18 @@
 // at most `namespace_view::max_blocks`.
 #pragma once
 
-#include <cunvme/cid_pool.cuh>
-#include <cunvme/completion.cuh>
+#include <cunvme/policy/cid_pool.cuh>
+#include <cunvme/policy/completion.cuh>
 #include <cunvme/config.cuh>
 #include <cunvme/detail/access.cuh>
 #include <cunvme/detail/checked.cuh>
-#include <cunvme/doorbell.cuh>
-#include <cunvme/group.cuh>
-#include <cunvme/io_result.cuh>
-#include <cunvme/prp.cuh>
-#include <cunvme/queue.cuh>
-#include <cunvme/queue_view.cuh>
-#include <cunvme/slots.cuh>
+#include <cunvme/policy/doorbell.cuh>
+#include <cunvme/policy/group.cuh>
+#include <cunvme/io/io_result.cuh>
+#include <cunvme/policy/prp.cuh>
+#include <cunvme/policy/queue.cuh>
+#include <cunvme/policy/queue_view.cuh>
+#include <cunvme/policy/slots.cuh>
 #include <cunvme/spec/command_fields.cuh>
 #include <cunvme/spec/opcodes.cuh>
 #include <cunvme/spec/queue_entry.cuh>

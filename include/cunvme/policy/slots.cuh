@@ -19,9 +19,9 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/detail/access.cuh>
-#include <cunvme/doorbell.cuh>
-#include <cunvme/group.cuh>
-#include <cunvme/queue_view.cuh>
+#include <cunvme/policy/doorbell.cuh>
+#include <cunvme/policy/group.cuh>
+#include <cunvme/policy/queue_view.cuh>
 
 #include <cuda/atomic>
 #include <cuda/std/concepts>

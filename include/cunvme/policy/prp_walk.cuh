@@ -6,7 +6,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/prp.cuh>
+#include <cunvme/policy/prp.cuh>
 #include <cunvme/spec/status.cuh>
 
 #include <cuda/std/bit>

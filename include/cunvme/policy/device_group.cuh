@@ -12,7 +12,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/group.cuh>
+#include <cunvme/policy/group.cuh>
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>

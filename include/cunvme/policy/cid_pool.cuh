@@ -6,7 +6,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/queue_view.cuh>
+#include <cunvme/policy/queue_view.cuh>
 
 #include <cuda/atomic>
 #include <cuda/std/bit>

@@ -1,9 +1,9 @@
 // A queue's policies, named together: how submitters take SQ slots and who drains the CQ.
 #pragma once
 
-#include <cunvme/completion.cuh>
+#include <cunvme/policy/completion.cuh>
 #include <cunvme/config.cuh>
-#include <cunvme/slots.cuh>
+#include <cunvme/policy/slots.cuh>
 
 CUNVME_NAMESPACE_BEGIN
 

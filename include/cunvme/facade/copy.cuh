@@ -12,13 +12,13 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/device_group.cuh>
+#include <cunvme/policy/device_group.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/detail/checked.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/host/gpu_window.cuh>
 #include <cunvme/host/open.cuh>
-#include <cunvme/reader.cuh>
+#include <cunvme/io/reader.cuh>
 
 #include <thrust/memory.h>
 
