@@ -16,10 +16,11 @@
 // of them, the queues spread over them), `gpu-null` (the on-GPU null controller: the command
 // path alone, no data moved) and `gpu-null:copy` (it also copies a GPU-resident namespace).
 #include <cunvme/emu/cuda_memory.cuh>
-#include <cunvme/emu/gpu_null_controller.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/io/reader.cuh>
+
+#include "gpu_null_controller.cuh"
 
 #include <cuda/std/bit>
 
@@ -396,7 +397,7 @@ struct target {
   std::vector<emu::controller*> emulators;
   std::vector<std::unique_ptr<host::io_queue>> queues;  // host-made queues (emulator, real)
   std::vector<host::dma_buffer> buffers;                // one per controller
-  std::unique_ptr<emu::gpu_null_controller> null;
+  std::unique_ptr<bench::gpu_null_controller> null;
   void* null_buffer = nullptr;
   std::vector<queue_view> views;
   std::vector<namespace_view> namespaces;
@@ -419,13 +420,13 @@ __global__ void fill_pattern(std::uint64_t* words, u64 count) {
 void open_target(const options& o, target& t) {
   const bool null = o.device.rfind("gpu-null", 0) == 0;
   if (null) {
-    emu::gpu_null_controller::options n;
+    bench::gpu_null_controller::options n;
     n.queues = o.queues;
     n.entries = o.entries;
     n.move_data = o.device == "gpu-null:copy";
     n.lba_count = n.move_data ? (u64{1} << 22) : (u64{1} << 32);  // 2 GiB of namespace when it is real
     n.blocks = o.null_blocks;
-    t.null = std::make_unique<emu::gpu_null_controller>(n);
+    t.null = std::make_unique<bench::gpu_null_controller>(n);
     if (n.move_data) {
       fill_pattern<<<1024, 256>>>(reinterpret_cast<std::uint64_t*>(t.null->data()), (n.lba_count << n.lba_shift) / 8);
       check(cudaDeviceSynchronize(), "fill the null controller's namespace");
@@ -522,7 +523,7 @@ result run_io(const options& o, target& t) {
   check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "create a stream");
   // The controller and poller kernels run until stopped: the I/O kernel must be loaded and its
   // local memory reserved before they start, or its launch waits for them forever.
-  emu::prepare_kernels_to_run_beside(io_kernel<reader, writer>, poller_kernel);
+  bench::prepare_kernels_to_run_beside(io_kernel<reader, writer>, poller_kernel);
   if (t.null) t.null->start();
   if (std::is_same_v<Completion, completion::dedicated_poller>) {
     poller_kernel<<<(o.queues * 32 + 127) / 128, 128, 0, side>>>(device_views, o.queues, stop);

@@ -6,12 +6,12 @@
 #include <cunvme/policy/device_group.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/emu/fault_injection.cuh>
-#include <cunvme/emu/gpu_null_controller.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/io/reader.cuh>
 
 #include "../pattern.hpp"
+#include "gpu_null_controller.cuh"  // bench/: the on-GPU null controller
 
 #include <doctest/doctest.h>
 
@@ -174,7 +174,7 @@ __global__ void warp_reads(Reader r, prp::contiguous buf, std::uint64_t* data, s
 /// Each block reads `blocks` blocks (more than MDTS) with the per-block form.
 template <class Reader, int Threads>
 __global__ void block_reads(Reader r, prp::contiguous buf, std::uint64_t* data, std::uint32_t blocks, std::uint64_t seed, tally* t) {
-  using group = block_group<Threads>;
+  using group = thread_block_group<Threads>;
   __shared__ typename group::temp_storage storage;
   group g(storage);
   const std::uint64_t lba = mix(seed ^ blockIdx.x) % (r.ns().lba_count - blocks);
@@ -601,13 +601,13 @@ TEST_CASE_TEMPLATE("lost completions become timeouts for their threads only, and
 }
 
 TEST_CASE("the on-GPU null controller serves per-thread reads with its namespace's bytes through PRP1, PRP2 and PRP lists") {
-  emu::gpu_null_controller::options o;
+  bench::gpu_null_controller::options o;
   o.queues = 2;
   o.entries = 256;
   o.lba_count = 1 << 17;
   o.move_data = true;
-  emu::gpu_null_controller ctrl(o);
-  emu::prepare_kernels_to_run_beside(thread_reads<combo_wa_coop_coalescing::reader>);
+  bench::gpu_null_controller ctrl(o);
+  bench::prepare_kernels_to_run_beside(thread_reads<combo_wa_coop_coalescing::reader>);
   std::vector<std::uint64_t> words(o.lba_count * 64);
   for (std::size_t i = 0; i < words.size(); ++i) words[i] = word_at(i * 8);
   REQUIRE_CUDA(cudaMemcpy(ctrl.data(), words.data(), words.size() * 8, cudaMemcpyHostToDevice));
@@ -632,10 +632,10 @@ TEST_CASE("the on-GPU null controller serves per-thread reads with its namespace
 }
 
 TEST_CASE("the on-GPU null controller ignores a CQ head doorbell outside the queue and never overwrites unconsumed CQEs") {
-  emu::gpu_null_controller::options o;
+  bench::gpu_null_controller::options o;
   o.queues = 1;
   o.entries = 4;
-  emu::gpu_null_controller ctrl(o);
+  bench::gpu_null_controller ctrl(o);
   const queue_view& v = ctrl.views()[0];
   auto submit = [&](std::uint32_t slot, std::uint16_t cid, std::uint32_t new_tail) {
     spec::submission_entry sqe = spec::make_rw(spec::nvm_opcode::read, 1, 0, 1);

@@ -37,7 +37,7 @@ __global__ void per_warp(block_reader<Queue, Prp, Doorbell> r, block_writer<Queu
 
 template <class Queue, class Prp, class Doorbell>
 __global__ void per_block(block_reader<Queue, Prp, Doorbell> r, block_writer<Queue, Prp, Doorbell> w, Prp buffer, io_result* out) {
-  using group = block_group<128>;
+  using group = thread_block_group<128>;
   __shared__ group::temp_storage storage;
   group g(storage);
   io_result a = r.read(g, blockIdx.x * 65536ull, 65536, buffer, blockIdx.x * (65536ull << 9));

@@ -93,6 +93,24 @@ TEST_CASE("a completion entry decodes SQHD, SQID, CID, phase and status from raw
   CHECK(cqe.crd() == 0);
 }
 
+TEST_CASE("CQE dwords composed by make_dw2 and make_dw3 land in the entry's fields and decode back") {
+  const std::uint16_t status = spec::cqe_status::make_status_field(spec::status::lba_out_of_range, /*phase=*/true, /*dnr=*/true);
+  const std::uint32_t raw[4] = {0, 0, spec::cqe_dword::make_dw2(17, 3), spec::cqe_dword::make_dw3(0x42, status)};
+  spec::completion_entry cqe;
+  std::memcpy(&cqe, raw, sizeof cqe);
+  CHECK(cqe.sqhd == 17);
+  CHECK(cqe.sqid == 3);
+  CHECK(cqe.cid == 0x42);
+  CHECK(cqe.phase());
+  CHECK(cqe.status() == spec::status::lba_out_of_range);
+  CHECK(cqe.dnr());
+  CHECK(spec::cqe_dword::sq_head(raw[spec::cqe_dword::dw2_offset / 4]) == 17);
+  CHECK(spec::cqe_dword::sq_id(raw[spec::cqe_dword::dw2_offset / 4]) == 3);
+  CHECK(spec::cqe_dword::cid(raw[spec::cqe_dword::dw3_offset / 4]) == 0x42);
+  CHECK(spec::cqe_dword::phase(raw[spec::cqe_dword::dw3_offset / 4]));
+  CHECK(spec::cqe_dword::status_of(raw[spec::cqe_dword::dw3_offset / 4]) == spec::status::lba_out_of_range);
+}
+
 TEST_CASE("a completion entry reports More, CRD and a successful status") {
   constexpr spec::completion_entry ok{0, 0, 0, 0, 0, 0x0000};
   static_assert(!ok.phase() && ok.status() == spec::status::successful_completion && !ok.dnr());

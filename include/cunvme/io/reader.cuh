@@ -10,8 +10,8 @@
 // }
 // ```
 // Forms: per thread (`read(lba, n, dst, offset)`), per group (`read(group, …)`: a warp, a
-// block or `host_group` members call together with the same arguments and split the request
-// between them), and asynchronous (`submit_read` → `io_handle`, then `test`/`wait`), so one
+// thread block or `host_group` members call together with the same arguments and split the
+// request between them), and asynchronous (`submit_read` → `io_handle`, then `test`/`wait`), so one
 // thread keeps many commands in flight. Requests larger than MDTS are split into commands of
 // at most `namespace_view::max_blocks`.
 #pragma once
@@ -79,7 +79,7 @@ struct io_handle {
 namespace detail {
 
 /// The I/O path shared by readers and writers.
-template <class Queue, prp::buffer Prp, doorbell::policy Doorbell>
+template <queue_policy Queue, prp::buffer Prp, doorbell::policy Doorbell>
 class block_io {
  public:
   using slots = typename Queue::slots;
@@ -361,10 +361,10 @@ class block_io {
 }  // namespace detail
 
 /// Reads blocks into a buffer described by `Prp`.
-/// @tparam Queue    `queue<Slots, Completion>`
+/// @tparam Queue    `queue<Slots, Completion>` (any `queue_policy`)
 /// @tparam Prp      `prp::contiguous` or `prp::page_list` (the buffer's bus layout)
 /// @tparam Doorbell `doorbell::mmio`, `doorbell::shadow` or `doorbell::coalescing<…>`
-template <class Queue, prp::buffer Prp, doorbell::policy Doorbell>
+template <queue_policy Queue, prp::buffer Prp, doorbell::policy Doorbell>
 class block_reader : public detail::block_io<Queue, Prp, Doorbell> {
   using base = detail::block_io<Queue, Prp, Doorbell>;
 
@@ -376,7 +376,7 @@ class block_reader : public detail::block_io<Queue, Prp, Doorbell> {
     single_thread self;
     return this->transfer(self, spec::nvm_opcode::read, lba, blocks, dst, offset);
   }
-  /// Per group (warp, block, host_group member): all members pass the same request.
+  /// Per group (warp, thread block, host_group member): all members pass the same request.
   CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group>
   [[nodiscard]] CUNVME_HOST_DEVICE io_result read(Group& g, cuda::std::uint64_t lba, cuda::std::uint64_t blocks, const Prp& dst,
@@ -392,7 +392,7 @@ class block_reader : public detail::block_io<Queue, Prp, Doorbell> {
 
 /// Writes blocks from a buffer described by `Prp`, and flushes. Template parameters as for
 /// `block_reader`.
-template <class Queue, prp::buffer Prp, doorbell::policy Doorbell>
+template <queue_policy Queue, prp::buffer Prp, doorbell::policy Doorbell>
 class block_writer : public detail::block_io<Queue, Prp, Doorbell> {
   using base = detail::block_io<Queue, Prp, Doorbell>;
 

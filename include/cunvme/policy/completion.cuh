@@ -89,14 +89,13 @@ template <class Doorbell>
     auto* words = reinterpret_cast<cuda::std::uint32_t*>(q.cq + slot);
     // Rule 2 ("phase_before_payload"): the acquire load of DW3, which carries the phase tag,
     // orders every later read of the entry (and of the data) after the controller's writes.
-    const cuda::std::uint32_t dw3 = system_word<cuda::std::uint32_t>(words[3]).load(cuda::std::memory_order_acquire);
-    if (((dw3 >> 16) & 1u) != expected_phase) break;
-    const cuda::std::uint32_t dw2 = system_word<cuda::std::uint32_t>(words[2]).load(cuda::std::memory_order_relaxed);
+    const cuda::std::uint32_t dw3 = system_word<cuda::std::uint32_t>(words[spec::cqe_dword::dw3_offset / 4]).load(cuda::std::memory_order_acquire);
+    if ((spec::cqe_dword::phase(dw3) ? 1u : 0u) != expected_phase) break;
+    const cuda::std::uint32_t dw2 = system_word<cuda::std::uint32_t>(words[spec::cqe_dword::dw2_offset / 4]).load(cuda::std::memory_order_relaxed);
     taken[n] = {system_word<cuda::std::uint32_t>(words[0]).load(cuda::std::memory_order_relaxed), system_word<cuda::std::uint32_t>(words[1]).load(cuda::std::memory_order_relaxed),
-                static_cast<cuda::std::uint16_t>(dw3 & 0xffffu), static_cast<cuda::std::uint16_t>(spec::cqe_status::status_of(static_cast<cuda::std::uint16_t>(dw3 >> 16))),
-                static_cast<cuda::std::uint16_t>(dw2 >> 16)};
+                spec::cqe_dword::cid(dw3), static_cast<cuda::std::uint16_t>(spec::cqe_dword::status_of(dw3)), spec::cqe_dword::sq_id(dw2)};
     // SQHD is an index; the fetched count moves forward by its distance from our count's slot.
-    const cuda::std::uint32_t sqhd = dw2 & 0xffffu;
+    const cuda::std::uint32_t sqhd = spec::cqe_dword::sq_head(dw2);
     if (sqhd < q.entries) sq_head += q.slot(sqhd + q.entries - q.slot(sq_head));
     ++head;
   }

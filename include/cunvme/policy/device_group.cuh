@@ -3,9 +3,9 @@
 //
 // ```
 // __global__ void k(reader r, cunvme::prp::contiguous dst) {
-//   using block = cunvme::block_group<256>;
-//   __shared__ block::temp_storage storage;
-//   block g(storage);
+//   using group = cunvme::thread_block_group<256>;
+//   __shared__ group::temp_storage storage;
+//   group g(storage);
 //   cunvme::io_result s = r.read(g, blockIdx.x * 2048ull, 2048, dst, blockIdx.x * (2048ull << 9));
 // }
 // ```
@@ -64,11 +64,13 @@ static_assert(thread_group<warp_group>);
 /// All threads of a thread block of `BlockThreads` (1-D) threads: every thread must call each
 /// collective operation (each is a __syncthreads barrier).
 ///
-/// When to choose it: the per-block form, for large requests split across up to
-/// `BlockThreads` commands at once (one block streaming a file region, say).
-/// @tparam BlockThreads the block size the kernel is launched with
+/// When to choose it: the per-thread-block form, for large requests split across up to
+/// `BlockThreads` commands at once (one thread block streaming a file region, say). Named
+/// as cooperative groups name it (`thread_block`): in this library a bare "block" is a
+/// logical block (LBA), as in `block_reader`.
+/// @tparam BlockThreads the thread-block size the kernel is launched with
 template <int BlockThreads>
-class block_group {
+class thread_block_group {
   static_assert(BlockThreads > 0 && BlockThreads <= 1024, "a thread block has 1 to 1024 threads");
   using scan = cub::BlockScan<cuda::std::uint32_t, BlockThreads>;
   using reduce = cub::BlockReduce<cuda::std::uint64_t, BlockThreads>;
@@ -81,7 +83,7 @@ class block_group {
     } cub;
     cuda::std::uint64_t shared;
   };
-  __device__ explicit block_group(temp_storage& storage) noexcept : storage_(storage) {}
+  __device__ explicit thread_block_group(temp_storage& storage) noexcept : storage_(storage) {}
 
   [[nodiscard]] __device__ cuda::std::uint32_t rank() const noexcept { return threadIdx.x; }
   [[nodiscard]] __device__ constexpr cuda::std::uint32_t size() const noexcept { return BlockThreads; }
@@ -109,5 +111,6 @@ class block_group {
  private:
   temp_storage& storage_;
 };
+static_assert(thread_group<thread_block_group<128>>);
 
 CUNVME_NAMESPACE_END

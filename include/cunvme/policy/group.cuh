@@ -1,4 +1,4 @@
-// Groups: the threads that cooperate on one request (a warp splitting a read, a block, or CPU
+// Groups: the threads that cooperate on one request (a warp splitting a read, a thread block, or CPU
 // threads standing in for them). Readers and slot policies are written once against the
 // `thread_group` concept; this header has the host groups (no CUB), `device_group.cuh` the
 // GPU ones (CUB and cooperative groups).
@@ -51,11 +51,11 @@ struct single_thread {
 };
 static_assert(thread_group<single_thread>);
 
-/// CPU threads acting as one group, as a warp or a block does on the GPU: the same collective
+/// CPU threads acting as one group, as a warp or a thread block does on the GPU: the same collective
 /// reader code runs in CPU threads (and under ThreadSanitizer). Each of `size` threads takes
 /// its `member(rank)` and uses it as its group.
 ///
-/// When to choose it: tests and host-side tools that want the warp/block code paths without
+/// When to choose it: tests and host-side tools that want the warp/thread-block code paths without
 /// a GPU; it synchronises through a std::barrier, so it is far slower than a warp.
 /// ```
 /// cunvme::host_group group(4);

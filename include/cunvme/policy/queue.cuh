@@ -1,11 +1,20 @@
 // A queue's policies, named together: how submitters take SQ slots and who drains the CQ.
 #pragma once
 
-#include <cunvme/policy/completion.cuh>
 #include <cunvme/config.cuh>
+#include <cunvme/policy/completion.cuh>
 #include <cunvme/policy/slots.cuh>
 
 CUNVME_NAMESPACE_BEGIN
+
+/// What readers and writers take as their `Queue` parameter: a bundle naming a slot policy
+/// (`Q::slots`) and a completion policy (`Q::completion`), each checked by its own concept.
+/// `queue<Slots, Completion>` is the one shipped; a user type that names both works as well.
+template <class Q>
+concept queue_policy = requires {
+  typename Q::slots;
+  typename Q::completion;
+} && slots::policy<typename Q::slots> && completion::policy<typename Q::completion>;
 
 /// The policies a reader uses on its queue pair.
 /// @tparam Slots      `slots::exclusive`, `slots::warp_aggregated` or `slots::multi_producer`
@@ -18,5 +27,12 @@ struct queue {
   using slots = Slots;
   using completion = Completion;
 };
+
+static_assert(queue_policy<queue<slots::exclusive, completion::cooperative>>);
+static_assert(queue_policy<queue<slots::exclusive, completion::dedicated_poller>>);
+static_assert(queue_policy<queue<slots::warp_aggregated, completion::cooperative>>);
+static_assert(queue_policy<queue<slots::warp_aggregated, completion::dedicated_poller>>);
+static_assert(queue_policy<queue<slots::multi_producer, completion::cooperative>>);
+static_assert(queue_policy<queue<slots::multi_producer, completion::dedicated_poller>>);
 
 CUNVME_NAMESPACE_END

@@ -129,7 +129,7 @@ concept policy = requires(const queue_view& q, single_thread& g, cuda::std::uint
 /// One owner: a single thread, or a single group whose members call collectively. Tickets
 /// are plain counters; the owner rings after each batch it wrote.
 ///
-/// When to choose it: one queue per thread, warp or block (the usual layout with many
+/// When to choose it: one queue per thread, warp or thread block (the usual layout with many
 /// queues: 1 queue per SM), where nothing else submits to the queue. Cheapest: no atomic
 /// read-modify-write on the submission path. Using it from two independent submitters at
 /// once is a data race.

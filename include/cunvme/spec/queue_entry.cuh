@@ -147,6 +147,16 @@ namespace cqe_dword {
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr status status_of(cuda::std::uint32_t dw3) noexcept {
   return cqe_status::status_of(status_field(dw3));
 }
+/// DW2 as a controller posts it: SQ Head Pointer in bits 15:0, SQ Identifier in bits 31:16.
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint32_t make_dw2(cuda::std::uint16_t sq_head, cuda::std::uint16_t sq_id) noexcept {
+  return cuda::std::uint32_t{sq_head} | cuda::std::uint32_t{sq_id} << 16;
+}
+/// DW3 as a controller posts it: the CID in bits 15:0, the Phase Tag and Status field
+/// (`cqe_status::make_status_field`) in bits 31:16. A controller stores it last, with
+/// release: the phase tag makes the entry valid (4.6).
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint32_t make_dw3(cuda::std::uint16_t cid, cuda::std::uint16_t status_field) noexcept {
+  return cuda::std::uint32_t{cid} | cuda::std::uint32_t{status_field} << 16;
+}
 /// Byte offsets of DW2 and DW3 in the entry, for pollers that load them as words.
 inline constexpr cuda::std::uint32_t dw2_offset = offsetof(completion_entry, sqhd);
 inline constexpr cuda::std::uint32_t dw3_offset = offsetof(completion_entry, cid);
@@ -155,6 +165,7 @@ inline constexpr cuda::std::uint32_t dw3_offset = offsetof(completion_entry, cid
 static_assert(cqe_dword::cid(0x8001'1234u) == 0x1234u && cqe_dword::phase(0x8001'1234u));
 static_assert(!cqe_dword::phase(0x8000'1234u));
 static_assert(cqe_dword::sq_head(0x0003'0007u) == 7u && cqe_dword::sq_id(0x0003'0007u) == 3u);
+static_assert(cqe_dword::make_dw2(7, 3) == 0x0003'0007u && cqe_dword::make_dw3(0x1234, 0x8001) == 0x8001'1234u);
 
 }  // namespace spec
 CUNVME_NAMESPACE_END

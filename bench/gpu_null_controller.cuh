@@ -8,8 +8,14 @@
 //
 // Numbers measured against it are the command path's, not a drive's: label them so.
 //
+// A benchmark device, not part of the library: it lives beside the benchmarks (the GPU tests
+// reach it through bench/ on their include path). It serves commands with the spec's
+// accessors and the policies' PRP walker (`emu::walk_prps`, shared with the CPU emulator) and
+// lays out queues with `bookkeeping_layout`; it takes `namespace_view` from the io layer only
+// to hand its readers the namespace, and `emu::cuda_error` for CUDA failures.
+//
 // ```
-// cunvme::emu::gpu_null_controller ctrl({.queues = 8, .entries = 1024});
+// cunvme::bench::gpu_null_controller ctrl({.queues = 8, .entries = 1024});
 // ctrl.start();
 // reader r(ctrl.views()[0], ctrl.namespace_view());   // any block_reader over prp::contiguous
 // my_kernel<<<…>>>(r, cunvme::prp::contiguous{reinterpret_cast<std::uint64_t>(gpu_buffer)}, …);
@@ -25,10 +31,10 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
-#include <cunvme/policy/prp_walk.cuh>
-#include <cunvme/policy/prp.cuh>
-#include <cunvme/policy/queue_view.cuh>
 #include <cunvme/io/reader.cuh>
+#include <cunvme/policy/prp.cuh>
+#include <cunvme/policy/prp_walk.cuh>
+#include <cunvme/policy/queue_view.cuh>
 #include <cunvme/spec/command_fields.cuh>
 #include <cunvme/spec/opcodes.cuh>
 #include <cunvme/spec/queue_entry.cuh>
@@ -47,7 +53,7 @@
 #include <vector>
 
 CUNVME_NAMESPACE_BEGIN
-namespace emu {
+namespace bench {
 
 namespace null_detail {
 
@@ -109,14 +115,14 @@ __device__ inline spec::status move_data(const controller_view& c, const spec::s
     }
     return spec::status::successful_completion;
   };
-  return walk_prps<1>(sqe.prp1, sqe.prp2, bytes, cuda::std::uint64_t{1} << c.page_shift, read_entries, segment);
+  return emu::walk_prps<1>(sqe.prp1, sqe.prp2, bytes, cuda::std::uint64_t{1} << c.page_shift, read_entries, segment);
 }
 
 /// Executes one I/O command; returns its status.
 __device__ inline spec::status execute(const controller_view& c, const spec::submission_entry& sqe) {
   if (sqe.fuse() != spec::fused_operation::normal || sqe.psdt() != spec::data_transfer_kind::prp) return spec::status::invalid_field_in_command;
   const auto opcode = static_cast<spec::nvm_opcode>(sqe.opcode());
-  if (opcode == spec::nvm_opcode::flush) return sqe.nsid == 1 || sqe.nsid == 0xffffffffu ? spec::status::successful_completion : spec::status::invalid_namespace_or_format;
+  if (opcode == spec::nvm_opcode::flush) return sqe.nsid == 1 || sqe.nsid == spec::broadcast_nsid ? spec::status::successful_completion : spec::status::invalid_namespace_or_format;
   if (opcode != spec::nvm_opcode::read && opcode != spec::nvm_opcode::write) return spec::status::invalid_command_opcode;
   if (sqe.nsid != 1) return spec::status::invalid_namespace_or_format;
   const cuda::std::uint64_t slba = spec::starting_lba(sqe);
@@ -177,11 +183,11 @@ __device__ inline bool serve(const controller_view& c, const queue& q) {
     auto* words = reinterpret_cast<cuda::std::uint32_t*>(q.cq + at % q.entries);
     words[0] = 0;
     words[1] = 0;
-    words[2] = new_head | cuda::std::uint32_t{q.qid} << 16;
+    words[spec::cqe_dword::dw2_offset / 4] = spec::cqe_dword::make_dw2(static_cast<cuda::std::uint16_t>(new_head), q.qid);
     const cuda::std::uint16_t status = spec::cqe_status::make_status_field(s, my_phase, s != spec::status::successful_completion);
     // DW3 (CID, status, phase) last, with release: whoever sees the phase sees the entry and the data.
-    cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(words[3]).store(cuda::std::uint32_t{sqe.cid()} | cuda::std::uint32_t{status} << 16,
-                                                                                     cuda::std::memory_order_release);
+    cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(words[spec::cqe_dword::dw3_offset / 4])
+        .store(spec::cqe_dword::make_dw3(sqe.cid(), status), cuda::std::memory_order_release);
   }
   __syncwarp();
   if (lane == 0) {
@@ -225,7 +231,7 @@ void prepare_kernels_to_run_beside(Kernels... kernels) {
   auto inspect = [&](auto kernel) {
     cudaFuncAttributes a{};
     if (const cudaError_t e = cudaFuncGetAttributes(&a, kernel); e != cudaSuccess) {
-      throw cuda_error(e, "prepare_kernels_to_run_beside: reading a kernel's attributes");
+      throw emu::cuda_error(e, "prepare_kernels_to_run_beside: reading a kernel's attributes");
     }
     need = std::max(need, a.localSizeBytes);
   };
@@ -238,7 +244,7 @@ void prepare_kernels_to_run_beside(Kernels... kernels) {
   std::size_t stack = 0;
   if (cudaDeviceGetLimit(&stack, cudaLimitStackSize) == cudaSuccess && need + 1024 > stack) {
     if (const cudaError_t e = cudaDeviceSetLimit(cudaLimitStackSize, need + 1024); e != cudaSuccess) {
-      throw cuda_error(e, "prepare_kernels_to_run_beside: reserving local memory");
+      throw emu::cuda_error(e, "prepare_kernels_to_run_beside: reserving local memory");
     }
   }
 }
@@ -349,7 +355,7 @@ class gpu_null_controller {
 
  private:
   static void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) throw cuda_error(e, std::string("gpu_null_controller: ") + what);
+    if (e != cudaSuccess) throw emu::cuda_error(e, std::string("gpu_null_controller: ") + what);
   }
   static void* allocate(std::size_t bytes, const char* what) {
     void* p = nullptr;
@@ -368,5 +374,5 @@ class gpu_null_controller {
   std::vector<queue_view> views_;
 };
 
-}  // namespace emu
+}  // namespace bench
 CUNVME_NAMESPACE_END
