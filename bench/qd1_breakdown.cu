@@ -72,9 +72,9 @@ __global__ void qd1_reads(Reader r, queue_view q, prp::contiguous buffer, std::u
     const std::uint64_t t1 = access::now_ns();
     // This thread is the queue's only user, so command i's CQE is the queue's i-th.
     const std::uint32_t phase = (i / q.entries) % 2 == 0 ? 1u : 0u;
-    auto& dw3 = reinterpret_cast<std::uint32_t*>(q.cq + i % q.entries)[3];
+    auto& dw3 = reinterpret_cast<std::uint32_t*>(q.cq + i % q.entries)[spec::cqe_dword::dw3_offset / 4];
     const std::uint64_t give_up = t1 + q.timeout_ns;
-    while (((cuda::atomic_ref<std::uint32_t, cuda::thread_scope_system>(dw3).load(cuda::std::memory_order_relaxed) >> 16) & 1u) != phase &&
+    while ((spec::cqe_dword::phase(cuda::atomic_ref<std::uint32_t, cuda::thread_scope_system>(dw3).load(cuda::std::memory_order_relaxed)) ? 1u : 0u) != phase &&
            access::now_ns() < give_up) {
     }
     const std::uint64_t t2 = access::now_ns();

@@ -119,6 +119,14 @@ TEST_CASE("a completion entry reports More, CRD and a successful status") {
   CHECK(retry.status() == spec::status::successful_completion);
 }
 
+TEST_CASE("a PRP entry is dword aligned when its bits 1:0 are zero, whatever its page offset") {
+  CHECK(spec::prp_dword_aligned(0x1000));
+  CHECK(spec::prp_dword_aligned(0x1ffc));
+  CHECK_FALSE(spec::prp_dword_aligned(0x1001));
+  CHECK_FALSE(spec::prp_dword_aligned(0x1002));
+  CHECK_FALSE(spec::prp_dword_aligned(~std::uint64_t{0}));
+}
+
 TEST_CASE("entry sizes match the log2 values CC.IOSQES and CC.IOCQES carry") {
   static_assert(sizeof(spec::submission_entry) == (1u << spec::submission_entry_size_log2));
   static_assert(sizeof(spec::completion_entry) == (1u << spec::completion_entry_size_log2));

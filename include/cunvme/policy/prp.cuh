@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/spec/queue_entry.cuh>
 
 #include <cuda/std/concepts>
 #include <cuda/std/cstdint>
@@ -154,7 +155,7 @@ template <class Buffer>
   if (length != 0 && length - 1 > ~cuda::std::uint64_t{0} - offset) return build_result::range_overflow;
   const cuda::std::uint64_t page = cuda::std::uint64_t{1} << page_shift;
   prp_entries e{buffer.bus(offset), 0};
-  if ((e.prp1 & 3u) != 0) return build_result::unaligned_start;
+  if (!spec::prp_dword_aligned(e.prp1)) return build_result::unaligned_start;
   const cuda::std::uint64_t first = page - (e.prp1 & (page - 1));
   // Controller pages after the first must each be one contiguous, page-aligned piece of
   // bus space: true when the buffer's own pages are at least as large and aligned.

@@ -7,6 +7,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/policy/prp.cuh>
+#include <cunvme/spec/queue_entry.cuh>
 #include <cunvme/spec/status.cuh>
 
 #include <cuda/std/bit>
@@ -48,7 +49,7 @@ template <unsigned Chunk = 1, class ReadEntries, class Segment>
   if (page_size == 0 || (page_size & (page_size - 1)) != 0 || !prp::valid_page_shift(static_cast<unsigned>(cuda::std::countr_zero(page_size)))) {
     return spec::status::invalid_field_in_command;
   }
-  if ((prp1 & 0x3u) != 0) return spec::status::prp_offset_invalid;
+  if (!spec::prp_dword_aligned(prp1)) return spec::status::prp_offset_invalid;
   const cuda::std::uint64_t mask = page_size - 1;
 
   const cuda::std::uint64_t room = page_size - (prp1 & mask);
@@ -63,7 +64,7 @@ template <unsigned Chunk = 1, class ReadEntries, class Segment>
     return segment(prp2, remaining);
   }
 
-  if ((prp2 & 0x3u) != 0) return spec::status::prp_offset_invalid;
+  if (!spec::prp_dword_aligned(prp2)) return spec::status::prp_offset_invalid;
   cuda::std::uint64_t list = prp2;
   cuda::std::uint64_t entries[Chunk];
   while (remaining > 0) {
