@@ -1,7 +1,9 @@
 // Host bring-up over the emulator backend: the failure cases come back as clear errors.
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/io_queue.cuh>
 #include <cunvme/host/open.cuh>
+#include <cunvme/io/reader.cuh>
 
 #include <doctest/doctest.h>
 
@@ -388,4 +390,34 @@ TEST_CASE("fill_prps refuses a range outside its buffer and names why prp::build
   CHECK_THROWS_WITH_AS(ctrl.fill_prps(sqe, buf, 8, ~std::uint64_t{0}, lists), doctest::Contains("do not fit"), host::error);
   CHECK_THROWS_WITH_AS(ctrl.fill_prps(sqe, buf, 2, 16, lists), doctest::Contains("not dword aligned"), host::error);
   CHECK_NOTHROW(ctrl.fill_prps(sqe, buf, 0, 8192, lists));
+}
+
+TEST_CASE("the host's own I/O and a CPU reader on the same queue pair share its one view and bookkeeping") {
+  host::controller_options options;
+  options.shadow_doorbells = true;
+  host::controller ctrl(backend(), options);
+  auto q = ctrl.create_queue_pair(16);
+  const cunvme::queue_view& v = q->view();
+  REQUIRE(v.counters != nullptr);
+  REQUIRE(v.records != nullptr);
+  CHECK(v.prp_lists != nullptr);
+  CHECK(v.prp_lists_bus % ctrl.page_bytes() == 0);
+  CHECK(v.timeout_ns == static_cast<std::uint64_t>(std::chrono::nanoseconds(options.command_timeout).count()));
+  auto out = ctrl.memory().allocate(64 * 1024);
+  for (std::size_t i = 0; i < out.size() / 8; ++i) reinterpret_cast<std::uint64_t*>(out.data())[i] = 0x0ddba11000000000ull + i;
+  // 128 blocks: more than two pages, so the write goes through a CID's PRP list.
+  REQUIRE(q->write(1, 40, 128, out) == spec::status::successful_completion);
+  const std::uint64_t rung = v.counters->doorbell_mmio_writes + v.counters->doorbell_skipped;
+  CHECK(rung >= 2);  // an SQ tail and a CQ head update per command
+  CHECK(ctrl.mmio_doorbell_writes() + ctrl.skipped_doorbell_writes() == rung);
+  using queue = cunvme::queue<cunvme::slots::exclusive, cunvme::completion::cooperative>;
+  cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::shadow> reader(v, host::make_namespace_view(ctrl, 1));
+  auto in = ctrl.memory().allocate(64 * 1024);
+  REQUIRE(reader.read(40, 128, cunvme::prp::contiguous{in.bus()}, 0).ok());
+  CHECK(std::memcmp(in.data(), out.data(), out.size()) == 0);
+  CHECK(cunvme::cid_pool::in_use(v) == 0);
+  // The reader went on from where the host's I/O left the queue: the host's next command too.
+  REQUIRE(q->read(1, 40, 128, in) == spec::status::successful_completion);
+  CHECK(std::memcmp(in.data(), out.data(), out.size()) == 0);
+  CHECK(ctrl.unexpected_completions() == 0);
 }

@@ -1,0 +1,127 @@
+// Where a queue pair lives: its placement, and the memory of its bookkeeping (counters,
+// per-slot turns, the CID bitmap, completion records) and its PRP lists (one per CID), laid
+// out once (`bookkeeping_layout`) for every submitter — GPU threads and the host's own I/O.
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/detail/checked.cuh>
+#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/policy/prp.cuh>
+#include <cunvme/policy/queue_view.cuh>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+CUNVME_NAMESPACE_BEGIN
+namespace host {
+
+/// Where a queue pair's queues live.
+enum class queue_placement : std::uint8_t {
+  host,            ///< both in pinned host memory
+  cmb_submission,  ///< the SQ in the controller memory buffer (a GPU then only writes across PCIe), the CQ in host memory
+  provided,        ///< memory the caller provides, e.g. GPU memory from `dma_allocator::map_gpu`
+};
+
+/// Where a queue pair keeps its bookkeeping and its PRP lists. The defaults suit CPU threads
+/// (the host's own I/O among them): both in the controller's DMA memory. Kernels want the
+/// bookkeeping in GPU memory (its atomics stay on the GPU): see `host/gpu_queue.cuh`; the
+/// host's own I/O then refuses the queue (it cannot address the bookkeeping).
+struct io_queue_memory {
+  /// Zeroed memory every submitter can address; nullptr: the controller's DMA memory.
+  std::function<dma_buffer(std::size_t bytes)> bookkeeping;
+  /// Memory the controller reads PRP lists from, its bus address aligned to `alignment` (the
+  /// controller page) and each controller page of it one bus range; nullptr: its DMA memory.
+  std::function<dma_buffer(std::size_t bytes, std::size_t alignment)> prp_lists;
+  /// Copies bookkeeping bytes to the host (for `counters()`); nullptr: memcpy.
+  std::function<void(void* to, const void* from, std::size_t bytes)> copy_out;
+  /// Copies bytes from the host into PRP list memory the host cannot address (GPU memory);
+  /// nullptr: memcpy.
+  std::function<void(void* to, const void* from, std::size_t bytes)> copy_in;
+};
+
+/// The bookkeeping and PRP lists of one queue pair, allocated and zeroed.
+class queue_bookkeeping {
+ public:
+  queue_bookkeeping() = default;
+
+  /// Allocates for a queue of `entries` whose commands move at most `max_transfer_bytes`
+  /// with controller pages of 2^`page_shift` bytes, in `memory` or else the controller's
+  /// DMA memory (`allocator`). Throws `host::error` (`operation` on `device`).
+  queue_bookkeeping(const io_queue_memory& memory, dma_allocator& allocator, std::uint32_t entries,
+                    unsigned page_shift, std::uint64_t max_transfer_bytes, const std::string& operation, const std::string& device)
+      : layout_(bookkeeping_layout::of(entries)) {
+    const std::uint32_t cids = entries - 1;
+    const std::size_t page = std::size_t{1} << page_shift;
+    const std::uint64_t list_bytes = prp::list_bytes_per_command(max_transfer_bytes, page_shift);
+    // One list per CID, each whole controller pages, then room for a table of each list
+    // page's bus address (used when the lists are contiguous only page by page). MDTS may be
+    // reported as anything up to 2^64 - 1 bytes: every size is checked.
+    std::uint64_t total = 0;
+    if (list_bytes / 8 > ~std::uint32_t{0} || cunvme::detail::mul_overflows<std::uint64_t>(cids, list_bytes, lists_bytes_) ||
+        cunvme::detail::mul_overflows<std::uint64_t>(lists_bytes_ / page, 8, table_bytes_) ||
+        cunvme::detail::add_overflows<std::uint64_t>(lists_bytes_, table_bytes_, total) || total > ~std::size_t{0}) {
+      throw error(operation, device, std::to_string(cids) + " PRP lists for " + std::to_string(max_transfer_bytes) +
+                                         "-byte transfers (MDTS) do not fit the address space");
+    }
+    list_entries_ = static_cast<std::uint32_t>(list_bytes / 8);
+    page_shift_ = page_shift;
+    state_ = memory.bookkeeping ? memory.bookkeeping(layout_.bytes) : allocator.allocate(layout_.bytes);
+    lists_ = memory.prp_lists ? memory.prp_lists(total, page) : allocator.allocate(total, page);
+    if (lists_.bus() % page != 0) throw error(operation, device, "the PRP list memory is not on a controller page");
+    // A PRP list needs each of its pages contiguous (4.1.1), not the whole block of lists:
+    // where the lists are one bus range a CID's list is found by offset, otherwise through
+    // the table of page addresses.
+    if (!lists_.contiguous(0, lists_bytes_)) {
+      std::vector<std::uint64_t> pages = lists_.bus_pages(page);
+      if (pages.size() < lists_bytes_ / page) {
+        throw error(operation, device, "a " + std::to_string(page) + "-byte page of the PRP list memory is not one aligned bus range");
+      }
+      pages.resize(lists_bytes_ / page);
+      paged_ = true;
+      if (lists_.data() != nullptr) {
+        std::memcpy(lists_.data() + lists_bytes_, pages.data(), table_bytes_);
+      } else if (memory.copy_in) {
+        memory.copy_in(static_cast<std::byte*>(lists_.device_data()) + lists_bytes_, pages.data(), table_bytes_);
+      } else {
+        throw error(operation, device, "the PRP list memory is contiguous only page by page and the host cannot write its page table");
+      }
+    }
+  }
+
+  /// Points `view`'s bookkeeping and PRP lists at this memory, through the addresses kernels
+  /// use (`device`: GPU-usable where the memory has them) or the host's. False when the host
+  /// is asked for and cannot address some of it (GPU memory).
+  bool bind(queue_view& view, bool device, std::chrono::nanoseconds timeout) const {
+    const auto pick = [device](const dma_buffer& b) -> std::byte* {
+      return device && b.device_data() != nullptr ? static_cast<std::byte*>(b.device_data()) : b.data();
+    };
+    std::byte* base = pick(state_);
+    std::byte* lists = pick(lists_);
+    if (!device && (base == nullptr || lists == nullptr)) return false;
+    layout_.bind(view, base);
+    view.prp_lists = reinterpret_cast<std::uint64_t*>(lists);
+    view.prp_lists_bus = lists_.bus();
+    view.prp_list_pages = paged_ ? reinterpret_cast<const std::uint64_t*>(lists + lists_bytes_) : nullptr;
+    view.list_entries = list_entries_;
+    view.page_shift = page_shift_;
+    view.timeout_ns = static_cast<std::uint64_t>(timeout.count());
+    return true;
+  }
+
+ private:
+  bookkeeping_layout layout_{};
+  std::uint64_t lists_bytes_ = 0, table_bytes_ = 0;
+  std::uint32_t list_entries_ = 0;
+  unsigned page_shift_ = 12;
+  bool paged_ = false;
+  dma_buffer state_;  // zeroed by the allocator: counters 0, turns 0, CIDs free
+  dma_buffer lists_;
+};
+
+}  // namespace host
+CUNVME_NAMESPACE_END
