@@ -82,25 +82,34 @@ class pagemap_allocator final : public dma_allocator {
   /// `bytes` of zeroed memory, each 4 KiB page translated to its physical address, the first
   /// physically aligned to `alignment`. Huge pages are physically aligned to 2 MiB; a locked
   /// 4 KiB page is aligned to more than 4 KiB only by chance, so for a larger alignment
-  /// without huge pages mappings are taken until one's first page is (a bounded number).
+  /// without huge pages each try maps `alignment - 4 KiB` more and starts the buffer at the
+  /// first page of it that is aligned (a bounded number of tries). Taking whole mappings until
+  /// one's first page was aligned failed now and then: the kernel hands consecutive small
+  /// mappings pages of the same parity.
   [[nodiscard]] dma_buffer allocate_aligned(std::size_t bytes, std::size_t alignment) override {
     if (bytes == 0) throw error("Allocate DMA memory", device_, "0 bytes asked for");
     if (bytes > std::numeric_limits<std::size_t>::max() / 2) throw error("Allocate DMA memory", device_, std::to_string(bytes) + " bytes asked for");
     mapping m = policy_ == huge_pages::prefer ? map_huge(bytes) : mapping{};
     std::vector<std::uint64_t> pages;
+    std::size_t offset = 0;  // of the buffer in the mapping
     if (m.address != nullptr) {
       pages = prepare(m, bytes);
     } else {
       std::vector<mapping> misaligned;  // held until the end, so the kernel cannot hand their pages back
       constexpr int attempts = 64;
+      const std::size_t slack = alignment > page ? alignment - page : 0;
+      const std::size_t page_count = (bytes + page - 1) / page;
       for (int i = 0; i < attempts && m.address == nullptr; ++i) {
-        mapping candidate = map_locked(bytes);
-        pages = prepare(candidate, bytes);
-        if (pages.front() % alignment == 0) {
+        mapping candidate = map_locked(bytes + slack);
+        const std::vector<std::uint64_t> all = prepare(candidate, bytes + slack);
+        for (std::size_t first = 0; first <= slack / page; ++first) {
+          if (all[first] % alignment != 0) continue;
+          offset = first * page;
+          pages.assign(all.begin() + static_cast<std::ptrdiff_t>(first), all.begin() + static_cast<std::ptrdiff_t>(first + page_count));
           m = std::move(candidate);
-        } else {
-          misaligned.push_back(std::move(candidate));
+          break;
         }
+        if (m.address == nullptr) misaligned.push_back(std::move(candidate));
       }
       if (m.address == nullptr) {
         throw error("Allocate DMA memory", device_,
@@ -110,7 +119,7 @@ class pagemap_allocator final : public dma_allocator {
     }
     const std::size_t size = m.size;
     std::byte* const address = m.release();
-    return dma_buffer(address, nullptr, bytes, page, std::move(pages), memory_location::pinned_host,
+    return dma_buffer(address + offset, nullptr, bytes, page, std::move(pages), memory_location::pinned_host,
                       [address, size] { ::munmap(address, size); });
   }
 
