@@ -31,7 +31,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
-#include <cunvme/io/reader.cuh>
+#include <cunvme/io/namespace_view.cuh>
 #include <cunvme/policy/prp.cuh>
 #include <cunvme/policy/prp_walk.cuh>
 #include <cunvme/policy/queue_view.cuh>

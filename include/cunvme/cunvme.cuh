@@ -27,4 +27,5 @@
 #endif
 
 #include <cunvme/io/io_result.cuh>
+#include <cunvme/io/namespace_view.cuh>
 #include <cunvme/io/reader.cuh>

@@ -4,7 +4,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/io/reader.cuh>
+#include <cunvme/io/namespace_view.cuh>
 #include <cunvme/spec/command_fields.cuh>
 #include <cunvme/spec/identify.cuh>
 
