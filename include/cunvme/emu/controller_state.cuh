@@ -1,0 +1,340 @@
+// What the emulated controller owns and every part of it shares: configuration, namespaces,
+// the DMA space, BAR memory, queue and thread state, the error log and event queues, counters.
+// The parts (emu/register_file.cuh, doorbells.cuh, queues.cuh, nvm_commands.cuh,
+// admin_commands.cuh) derive from it in that order, each using only what lies below it, and
+// emu/controller.cuh wires them to threads; the chain has no virtual calls, so the per-command
+// path compiles as one class did.
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/emu/backing_store.cuh>
+#include <cunvme/emu/controller_config.cuh>
+#include <cunvme/emu/dma_space.cuh>
+#include <cunvme/emu/events.cuh>
+#include <cunvme/emu/fault_injection.cuh>
+#include <cunvme/emu/prp_walker.cuh>
+#include <cunvme/emu/timing_model.cuh>
+#include <cunvme/spec/queue_entry.cuh>
+#include <cunvme/spec/registers.cuh>
+#include <cunvme/spec/status.cuh>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+CUNVME_NAMESPACE_BEGIN
+namespace emu::detail {
+
+class controller_state {
+ protected:
+  explicit controller_state(controller_config config) : config_(std::move(config)) {}
+  controller_state(const controller_state&) = delete;
+  controller_state& operator=(const controller_state&) = delete;
+  ~controller_state() = default;
+
+  // ---- per-queue and per-thread state --------------------------------------------------------
+  struct sq_state {
+    std::mutex mutex;  // held by the owning thread while serving, by the admin thread to create/delete
+    bool live = false;
+    std::uint16_t cqid = 0;
+    std::uint32_t size = 0;
+    std::uint64_t base = 0;  // bus address; looked up again on every access, never cached
+    std::atomic<std::uint32_t> head{0};  // read by whoever posts this queue's completions (SQHD)
+    std::uint32_t tail = 0;
+    std::uint64_t sequence = 0;
+    std::uint32_t rejected_tail = ~0u;  // last invalid doorbell value, reported once
+  };
+  struct cq_state {
+    std::mutex mutex;  // completions for one CQ may come from several threads
+    bool live = false;
+    std::uint32_t size = 0;
+    std::uint64_t base = 0;
+    std::uint32_t tail = 0;
+    std::uint32_t head = 0;
+    bool phase = true;  // the first pass through a new queue posts phase 1 (4.6.2)
+    std::uint32_t sq_refs = 0;
+    std::uint32_t rejected_head = ~0u;
+    // Completions for this CQ waiting in the threads' pending lists (not yet due, or the CQ
+    // was full). The SQs feeding it stop being fetched once this reaches the CQ's size, so a
+    // host that never consumes its CQ cannot make the controller queue without bound.
+    std::atomic<std::uint32_t> parked{0};
+    // Bumped whenever the queue is created: a completion made for an earlier incarnation
+    // (before a reset or a delete and re-create) is dropped, never posted into the new one.
+    std::atomic<std::uint32_t> generation{0};
+  };
+  struct pending_completion {
+    std::uint64_t due_ns = 0;
+    std::uint16_t sqid = 0;
+    std::uint16_t cqid = 0;
+    std::uint32_t cq_generation = 0;
+    spec::completion_entry cqe{};  // SQHD and phase are filled when posted
+    bool dnr = false;
+  };
+  struct engine {
+    explicit engine(std::uint64_t seed) : rng(seed) {}
+    std::mutex pending_mutex;
+    std::vector<pending_completion> pending;  // min-heap on due_ns
+    std::vector<pending_completion> batch;
+    std::vector<pending_completion> due;
+    /// Reads of the burst in `batch` whose copies into device memory may still be in flight:
+    /// one wait for all of them before the burst's completions go out (`settle_copies`).
+    struct awaiting_copy {
+      std::size_t index;  // into `batch`
+      std::uint64_t lba;
+      std::uint32_t nsid;
+    };
+    std::vector<awaiting_copy> awaiting;
+    /// The store ranges those reads copy from, held until the copies are done (`read_from_store`).
+    std::vector<backing_store::read_hold> holds;
+    std::size_t held_locks = 0;
+    /// The command being executed has copies in flight that are not in `awaiting` yet, and
+    /// whether a settle in its middle (read_from_store) found copies failed: it then fails too.
+    bool command_copies = false;
+    bool command_copies_lost = false;
+    prp_walker walker;
+    std::vector<std::byte> scratch;
+    std::mt19937_64 rng;
+  };
+  /// A namespace's mapping registered through `memory_hooks::register_host`, unregistered
+  /// when this is destroyed. Keeps the pointer, not the store: namespaces move while the
+  /// vector holding them grows, their mappings do not.
+  class host_registration {
+   public:
+    host_registration() = default;
+    /// Registers `store`'s mapping; an inactive registration when the hook declines.
+    host_registration(backing_store& store, const memory_hooks& hooks) {
+      if (!hooks.register_host || !hooks.register_host(store.mapping(), store.size(), store.read_only())) return;
+      // Write Zeroes and Deallocate must now write zeros rather than drop the pinned pages.
+      store.set_pages_pinned(true);
+      pointer_ = store.mapping();
+      bytes_ = store.size();
+      unregister_ = hooks.unregister_host;
+      active_ = true;
+    }
+    host_registration(host_registration&& other) noexcept
+        : pointer_(std::exchange(other.pointer_, nullptr)),
+          bytes_(std::exchange(other.bytes_, 0)),
+          unregister_(std::move(other.unregister_)),
+          active_(std::exchange(other.active_, false)) {}
+    host_registration& operator=(host_registration&& other) noexcept {
+      if (this != &other) {
+        release();
+        pointer_ = std::exchange(other.pointer_, nullptr);
+        bytes_ = std::exchange(other.bytes_, 0);
+        unregister_ = std::move(other.unregister_);
+        active_ = std::exchange(other.active_, false);
+      }
+      return *this;
+    }
+    host_registration(const host_registration&) = delete;
+    host_registration& operator=(const host_registration&) = delete;
+    ~host_registration() { release(); }
+
+    [[nodiscard]] bool active() const noexcept { return active_; }
+
+   private:
+    void release() noexcept {
+      if (active_ && unregister_) unregister_(pointer_, bytes_);
+      active_ = false;
+    }
+
+    void* pointer_ = nullptr;
+    std::size_t bytes_ = 0;
+    std::function<void(void*, std::size_t)> unregister_;
+    bool active_ = false;
+  };
+
+  struct namespace_state {
+    backing_store store;
+    std::uint32_t lba_size;
+    std::uint8_t lbads;
+    std::uint64_t lba_count;
+    bool read_only;
+    std::uint16_t ms;  // metadata bytes per block (LBAF.MS)
+    bool extended;     // metadata at the end of each block (FLBAS bit 4), else through MPTR
+    // Declared after `store`, so destroyed (unregistered) before the store is unmapped.
+    host_registration registration;
+
+    /// Store (and data buffer) bytes per block: extended LBAs carry their metadata inline.
+    [[nodiscard]] std::uint64_t data_stride() const noexcept { return std::uint64_t{lba_size} + (extended ? ms : 0u); }
+    [[nodiscard]] bool separate_metadata() const noexcept { return ms != 0 && !extended; }
+    /// Separate metadata lives after all the data in the store (namespace_config says why).
+    [[nodiscard]] std::uint64_t metadata_offset(std::uint64_t lba) const noexcept { return lba_count * lba_size + lba * ms; }
+    /// Write Zeroes and deallocation: data and metadata of the blocks read back as zeros.
+    void zero_blocks(std::uint64_t slba, std::uint64_t blocks) {
+      store.zero(slba * data_stride(), blocks * data_stride());
+      if (separate_metadata()) store.zero(metadata_offset(slba), blocks * ms);
+    }
+  };
+  /// What executing a command produced.
+  struct outcome {
+    spec::status status = spec::status::successful_completion;
+    std::uint32_t dw0 = 0;
+    bool deferred = false;  // completes later (Asynchronous Event Request)
+    std::uint64_t bytes = 0;
+    bool is_write = false;
+    std::uint64_t lba = 0;
+    std::uint32_t nsid = 0;
+    bool copies_in_flight = false;  // a read whose copies into device memory `settle_copies` waits for
+  };
+  static constexpr outcome fail(spec::status s) { return outcome{s}; }
+
+  // ---- configuration ---------------------------------------------------------------------------
+  void validate_config() const {
+    auto bad = [](const std::string& what) { throw std::invalid_argument("emu::controller: " + what); };
+    if (config_.max_queue_entries < 2 || config_.max_queue_entries > 65536) bad("max_queue_entries must be 2..65536");
+    if (!config_.contiguous_queues_required) bad("only physically contiguous queues are emulated: keep contiguous_queues_required");
+    if (config_.doorbell_stride > 15) bad("doorbell_stride (CAP.DSTRD) must be 0..15");
+    if (config_.mpsmin > config_.mpsmax || config_.mpsmax > 15) bad("need mpsmin <= mpsmax <= 15");
+    // MDTS counts pages of 2^(12 + MPSMIN) bytes: the limit in bytes must fit in 64 bits.
+    if (config_.mdts != 0 && config_.mdts + 12u + config_.mpsmin >= 64) {
+      bad("mdts " + std::to_string(config_.mdts) + " with mpsmin " + std::to_string(config_.mpsmin) +
+          " gives a transfer limit of 2^" + std::to_string(config_.mdts + 12u + config_.mpsmin) +
+          " bytes; need mdts + 12 + mpsmin <= 63 (or mdts 0, no limit)");
+    }
+    if (config_.timeout == 0) bad("timeout (CAP.TO) must be at least 1 (500 ms)");
+    if (config_.ready_delay > std::chrono::milliseconds(500ull * config_.timeout)) bad("ready_delay exceeds CAP.TO");
+    if (config_.max_io_queues == 0) bad("max_io_queues must be at least 1");
+    if (config_.workers == 0) bad("workers must be at least 1");
+    if (config_.error_log_entries == 0 || config_.error_log_entries > 256) bad("error_log_entries must be 1..256");
+    if (config_.cmb_bytes % 4096 != 0 || config_.cmb_bytes / 4096 > spec::cmbsz_register::sz_field::max) {
+      bad("cmb_bytes must be a multiple of 4 KiB below 4 GiB");
+    }
+    if (config_.namespaces.empty()) bad("at least one namespace is needed");
+    for (std::size_t i = 0; i < config_.namespaces.size(); ++i) {
+      const auto& n = config_.namespaces[i];
+      if (n.lba_size != 512 && n.lba_size != 4096) bad("namespace " + std::to_string(i + 1) + ": lba_size must be 512 or 4096");
+      if (n.file.empty() && n.lba_count == 0) bad("namespace " + std::to_string(i + 1) + ": lba_count must not be 0");
+      if (n.metadata_size > 4096) bad("namespace " + std::to_string(i + 1) + ": metadata_size must be 0..4096");
+      if (n.lba_count > ~std::uint64_t{0} / n.stored_block_bytes()) {
+        bad("namespace " + std::to_string(i + 1) + ": lba_count blocks of " + std::to_string(n.stored_block_bytes()) + " bytes exceed 2^64 bytes");
+      }
+    }
+  }
+
+  void open_namespaces() {
+    for (const auto& n : config_.namespaces) {
+      const std::uint64_t per_block = n.stored_block_bytes();
+      backing_store store = n.file.empty()
+                                ? backing_store::in_memory(n.lba_count * per_block)
+                                : backing_store::from_file(n.file, n.lba_count * per_block, n.read_only);
+      const std::uint64_t blocks = store.size() / per_block;
+      if (blocks == 0) {
+        throw std::invalid_argument("emu::controller: namespace file '" + n.file + "' is smaller than one " +
+                                    std::to_string(per_block) + "-byte block");
+      }
+      const std::uint8_t lbads = n.lba_size == 512 ? 9 : 12;
+      namespace_state& added = namespaces_.emplace_back(
+          namespace_state{std::move(store), n.lba_size, lbads, blocks, n.read_only, n.metadata_size, n.extended_lba && n.metadata_size != 0, {}});
+      // Before any worker thread starts: the store's pinned flag is then fixed while they run.
+      added.registration = host_registration(added.store, config_.memory);
+    }
+  }
+
+  [[nodiscard]] std::byte* allocate(std::size_t bytes) {
+    void* p = nullptr;
+    if (config_.memory.allocate) {
+      p = config_.memory.allocate(bytes);
+    } else {
+      p = std::aligned_alloc(4096, bytes);
+    }
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+    return static_cast<std::byte*>(p);
+  }
+  void release(void* p, std::size_t bytes) noexcept {
+    if (config_.memory.release) {
+      config_.memory.release(p, bytes);
+    } else {
+      std::free(p);
+    }
+  }
+  static constexpr std::uint64_t round_up(std::uint64_t v, std::uint64_t to) { return (v + to - 1) / to * to; }
+  static std::uint64_t now_ns() {
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+  }
+
+  [[nodiscard]] bool namespace_active(std::uint32_t nsid) const noexcept { return nsid >= 1 && nsid <= namespaces_.size(); }
+
+  /// The last value seen in a missing queue's doorbell (`stray_doorbells_`, SQ then CQ per queue).
+  [[nodiscard]] std::uint32_t& stray_doorbell(std::uint16_t qid, bool is_cq) noexcept {
+    return stray_doorbells_[2u * qid + (is_cq ? 1u : 0u)];
+  }
+
+  static void init_cq(cq_state& cq, std::uint32_t entries, std::uint64_t bus) {
+    cq.live = true;
+    cq.size = entries;
+    cq.base = bus;
+    cq.tail = cq.head = 0;
+    cq.phase = true;
+    cq.sq_refs = 0;
+    cq.rejected_head = ~0u;
+    cq.generation.fetch_add(1, std::memory_order_relaxed);
+  }
+  static void init_sq(sq_state& sq, std::uint16_t cqid, std::uint32_t entries, std::uint64_t bus) {
+    sq.live = true;
+    sq.cqid = cqid;
+    sq.size = entries;
+    sq.base = bus;
+    sq.head.store(0, std::memory_order_relaxed);
+    sq.tail = 0;
+    sq.sequence = 0;
+    sq.rejected_tail = ~0u;
+  }
+
+  // ---- members ------------------------------------------------------------------------------------
+  controller_config config_;
+  std::vector<namespace_state> namespaces_;
+  dma_space dma_;
+  std::byte* bar_ = nullptr;
+  std::size_t bar_size_ = 0;
+  std::byte* cmb_ = nullptr;
+  std::unique_ptr<sq_state[]> sqs_;
+  std::unique_ptr<cq_state[]> cqs_;
+  std::vector<std::unique_ptr<engine>> engines_;  // workers 0..N-1, then the admin thread's
+  std::unique_ptr<fault_injector> faults_;
+  std::unique_ptr<timing_scheduler> timing_;
+
+  // Owned by the admin thread.
+  std::uint64_t page_size_ = 4096;  // CC.MPS, set when the controller is enabled
+  std::vector<std::uint32_t> stray_doorbells_;  // last value seen in each missing queue's doorbells
+  std::uint32_t allocated_sqs_ = 0, allocated_cqs_ = 0;
+  std::atomic<bool> volatile_write_cache_enabled_{true};
+
+  // Bus addresses of the Doorbell Buffer Config pages, 0 while none is configured. Plain
+  // atomics on the polling path: every access through them goes through a DMA view, which
+  // checks the region, so a stale address can only fail, never touch unregistered memory.
+  std::atomic<std::uint64_t> shadow_doorbells_{0};
+  std::atomic<std::uint64_t> event_indexes_{0};
+
+  error_log errors_{config_.error_log_entries};
+  async_events events_;
+  doorbell_fault_inbox doorbell_faults_;
+
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> fatal_{false};
+  std::atomic<bool> setup_failed_{false};  // a thread's device-copy setup failed: every enable is fatal
+  std::atomic<std::uint64_t> thread_failures_{0};
+  std::atomic<std::uint64_t> admin_commands_{0}, io_commands_{0}, completions_posted_{0};
+  std::atomic<std::uint64_t> bytes_read_{0}, bytes_written_{0}, host_read_commands_{0}, host_write_commands_{0};
+  std::atomic<std::uint64_t> doorbell_errors_{0}, completions_dropped_{0};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace emu::detail
+CUNVME_NAMESPACE_END
