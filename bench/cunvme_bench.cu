@@ -18,6 +18,7 @@
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/emu/gpu_null_controller.cuh>
 #include <cunvme/host/gpu_queue.cuh>
+#include <cunvme/host/gpu_reach.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/io/reader.cuh>
 
@@ -445,7 +446,7 @@ void open_target(const options& o, target& t) {
   const auto tier = static_cast<host::tier>(o.tier);
   t.buffer_bytes = o.buffer / o.devices;
   for (unsigned d = 0; d < o.devices; ++d) {
-    t.controllers.push_back(host::open(o.device, {}, emu::cuda_memory()));
+    t.controllers.push_back(host::open(o.device, {}, host::gpu_reach()));
     host::controller& ctrl = *t.controllers.back();
     if (auto* e = dynamic_cast<host::emu_backend*>(&ctrl.backend())) t.emulators.push_back(&e->controller());
     t.buffers.push_back(tier == host::tier::host_queues_host_data ? ctrl.memory().allocate(t.buffer_bytes) : host::allocate_gpu(ctrl, t.buffer_bytes));

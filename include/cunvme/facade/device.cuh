@@ -164,6 +164,11 @@ class device {
     const std::lock_guard lock(mutex_);
     return cache_.cached_count();
   }
+  /// Buffers mapped for the controller so far: one per registration and per cache miss.
+  [[nodiscard]] std::uint64_t mappings_made() const {
+    const std::lock_guard lock(mutex_);
+    return mappings_made_;
+  }
   /// Copies enqueued whose streams had not reached their end when last looked at.
   [[nodiscard]] std::size_t copies_in_flight() {
     const std::lock_guard lock(mutex_);
@@ -188,7 +193,12 @@ class device {
     check(cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming), "Create an event");
     launch(mapping->pages(), mapping->offset_of(address), state->results.as<io_result>());
     check(cudaGetLastError(), operation);
-    check(cudaEventRecord(state->done, stream), "Record an event");
+    if (const cudaError_t e = cudaEventRecord(state->done, stream); e != cudaSuccess) {
+      // The kernel is queued but cannot be tracked: let it finish before its results and
+      // mapping are given back.
+      (void)cudaStreamSynchronize(stream);
+      check(e, "Record an event");
+    }
     in_flight_.push_back(in_flight{state, std::move(mapping)});
     return pending_copy(std::move(state));
   }
@@ -228,6 +238,7 @@ class device {
   /// else's memory).
   [[nodiscard]] std::shared_ptr<const detail::gpu_mapping> map(const host::gpu_window& w) {
     auto m = std::make_shared<detail::gpu_mapping>();
+    ++mappings_made_;
     m->mapped = ctrl_->memory().map_gpu_range(reinterpret_cast<void*>(w.start), w.bytes);
     const host::gpu_page_table t = host::gpu_page_table::of(m->mapped, w, w.start, ctrl_->name());
     m->table = pool_->take(t.pages.size() * sizeof(std::uint64_t));
@@ -256,6 +267,7 @@ class device {
   mutable std::mutex mutex_;
   registration_cache<detail::gpu_mapping> cache_;
   std::vector<in_flight> in_flight_;
+  std::uint64_t mappings_made_ = 0;
 };
 
 CUNVME_NAMESPACE_END
