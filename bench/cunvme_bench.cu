@@ -17,6 +17,7 @@
 // path alone, no data moved) and `gpu-null:copy` (it also copies a GPU-resident namespace).
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/host/gpu_queue.cuh>
+#include <cunvme/host/gpu_reach.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/io/reader.cuh>
 
@@ -446,7 +447,7 @@ void open_target(const options& o, target& t) {
   const auto tier = static_cast<host::tier>(o.tier);
   t.buffer_bytes = o.buffer / o.devices;
   for (unsigned d = 0; d < o.devices; ++d) {
-    t.controllers.push_back(host::open(o.device, {}, emu::cuda_memory()));
+    t.controllers.push_back(host::open(o.device, {}, host::gpu_reach()));
     host::controller& ctrl = *t.controllers.back();
     if (auto* e = dynamic_cast<host::emu_backend*>(&ctrl.backend())) t.emulators.push_back(&e->controller());
     t.buffers.push_back(tier == host::tier::host_queues_host_data ? ctrl.memory().allocate(t.buffer_bytes) : host::allocate_gpu(ctrl, t.buffer_bytes));

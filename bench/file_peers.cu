@@ -397,7 +397,7 @@ class cunvme_method final : public method {
   void transfer(unsigned char* gpu) override {
     // The whole blocks in one call: copy_n gives every warp 32 × MDTS and keeps them all in flight.
     if (blocks_ != 0) {
-      if (const cunvme::io_result r = cunvme::copy_n(dev_, 0, blocks_, gpu); !r) {
+      if (const cunvme::io_result r = cunvme::copy_n_sync(dev_, 0, blocks_, gpu); !r) {
         std::string why = cunvme::to_string(r.error);
         if (r.error == cunvme::io_error::nvme_status) why += ": " + cunvme::spec::to_string(r.status);
         throw std::runtime_error("copy_n: " + why + " at LBA " + std::to_string(r.lba));

@@ -15,37 +15,25 @@
 // last block is read whole and its bytes past the file's end are ignored.
 //
 // Exits 0 when the checksums agree, 1 otherwise, 77 (Meson's "skipped") without a CUDA GPU.
+#include "example_support.hpp"
+
 #include <cunvme/facade/copy.cuh>
 
 #include <thrust/device_vector.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace {
 
-/// splitmix64's finaliser: a cheap, well-mixed 64-bit hash.
-__host__ __device__ constexpr std::uint64_t mix(std::uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-/// The checksum is the sum (mod 2^64) of one term per little-endian 64-bit word, keyed by the
-/// word's index: a sum can be added up in any order (by thousands of GPU threads), and the key
-/// makes it notice words that trade places. A last partial word is padded with zeros.
-__host__ __device__ constexpr std::uint64_t term(std::uint64_t word, std::uint64_t index) {
-  return mix(word ^ (index * 0x9e3779b97f4a7c15ull));
-}
+using example::term;  // the sum (mod 2^64) of one term per little-endian word; a last partial word is padded with zeros
 
 /// The checksum of the first `bytes` bytes of `data`, added to `*sum`.
 __global__ void checksum(const std::uint64_t* data, std::uint64_t bytes, unsigned long long* sum) {
@@ -78,41 +66,19 @@ std::uint64_t host_checksum(std::FILE* f, std::uint64_t bytes) {
   return sum;
 }
 
-/// What went wrong with a read, for messages: why, the NVMe status if a command failed, where.
-std::string describe(const cunvme::io_result& r) {
-  std::string s = cunvme::to_string(r.error);
-  if (r.error == cunvme::io_error::nvme_status) s += ": " + cunvme::spec::to_string(r.status);
-  return s + " at LBA " + std::to_string(r.lba) + " (" + std::to_string(r.blocks) + " blocks)";
-}
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
 int run(const std::string& path, const std::string& uri_arg, std::uint64_t start_lba) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!file) {
-    std::fprintf(stderr, "file_to_gpu: cannot open '%s': %s\n", path.c_str(), std::strerror(errno));
-    return 1;
-  }
+  if (!file) return std::fprintf(stderr, "file_to_gpu: cannot open '%s': %s\n", path.c_str(), std::strerror(errno)), 1;
   std::fseek(file.get(), 0, SEEK_END);
   const long end = std::ftell(file.get());
   std::rewind(file.get());
-  if (end <= 0) {
-    std::fprintf(stderr, "file_to_gpu: '%s' is empty or not a regular file\n", path.c_str());
-    return 1;
-  }
+  if (end <= 0) return std::fprintf(stderr, "file_to_gpu: '%s' is empty or not a regular file\n", path.c_str()), 1;
   const auto size = static_cast<std::uint64_t>(end);
 
   const bool emulated = uri_arg.empty();
-  if (emulated && path.find(',') != std::string::npos) {
-    std::fprintf(stderr, "file_to_gpu: the emulator's URI separates options with ',': rename or link '%s' without one\n", path.c_str());
-    return 1;
-  }
-  if (emulated && size < 512) {
-    std::fprintf(stderr, "file_to_gpu: '%s' has %llu bytes, less than one 512-byte block: there is nothing for NVMe to read\n", path.c_str(),
-                 static_cast<unsigned long long>(size));
-    return 1;
+  // The emulator's URI separates options with ','; a file under one 512-byte block has nothing for NVMe to read.
+  if (emulated && (path.find(',') != std::string::npos || size < 512)) {
+    return std::fprintf(stderr, "file_to_gpu: the emulator needs a path without ',' and at least 512 bytes ('%s')\n", path.c_str()), 1;
   }
   const std::string uri = emulated ? "emu:file=" + path : uri_arg;
   cunvme::device dev(uri);
@@ -123,40 +89,33 @@ int run(const std::string& path, const std::string& uri_arg, std::uint64_t start
   const std::uint64_t blocks = emulated ? size / block : padded / block;
   const std::uint64_t tail = emulated ? size % block : 0;  // bytes no command can address
   if (start_lba > dev.ns().lba_count || blocks > dev.ns().lba_count - start_lba) {
-    std::fprintf(stderr, "file_to_gpu: %llu blocks from LBA %llu do not fit in namespace %u of %s (%llu blocks)\n",
-                 static_cast<unsigned long long>(blocks), static_cast<unsigned long long>(start_lba), dev.ns().nsid, uri.c_str(),
-                 static_cast<unsigned long long>(dev.ns().lba_count));
-    return 1;
+    return std::fprintf(stderr, "file_to_gpu: %llu blocks from LBA %llu do not fit in %s (%llu blocks)\n", static_cast<unsigned long long>(blocks),
+                        static_cast<unsigned long long>(start_lba), uri.c_str(), static_cast<unsigned long long>(dev.ns().lba_count)), 1;
   }
 
   // GPU memory for the file, rounded up to whole blocks (DMA moves whole blocks).
   thrust::device_vector<std::uint64_t> gpu(padded / 8);
-  cudaStream_t stream = nullptr;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "create a stream");
-
-  const auto t0 = std::chrono::steady_clock::now();
-  // The whole blocks, straight from the device into GPU memory (waits for its kernel).
-  if (const cunvme::io_result r = cunvme::copy_n(dev, start_lba, blocks, gpu, stream); !r) {
-    std::fprintf(stderr, "file_to_gpu: reading %s failed: %s\n", uri.c_str(), describe(r).c_str());
-    return 1;
+  example::stream stream;
+  const example::timer timer;
+  // The whole blocks, straight from the device into GPU memory; copy_n_sync waits for its kernel.
+  if (const cunvme::io_result r = cunvme::copy_n_sync(dev, start_lba, blocks, gpu, stream); !r) {
+    return std::fprintf(stderr, "file_to_gpu: reading %s failed: %s\n", uri.c_str(), cunvme::to_string(r).c_str()), 1;
   }
-  const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double read_s = timer.seconds();
   if (tail != 0) {
     // The partial last block: from the file, by the host.
     std::vector<unsigned char> rest(tail);
     std::fseek(file.get(), static_cast<long>(blocks * block), SEEK_SET);
     if (std::fread(rest.data(), 1, tail, file.get()) != tail) throw std::runtime_error("reading the file's last bytes failed");
     std::rewind(file.get());
-    check(cudaMemcpyAsync(reinterpret_cast<unsigned char*>(thrust::raw_pointer_cast(gpu.data())) + blocks * block, rest.data(), tail,
-                          cudaMemcpyHostToDevice, stream),
-          "copy the last bytes");
+    auto* at = reinterpret_cast<unsigned char*>(thrust::raw_pointer_cast(gpu.data())) + blocks * block;
+    example::check(cudaMemcpyAsync(at, rest.data(), tail, cudaMemcpyHostToDevice, stream), "copy the last bytes");
   }
 
   thrust::device_vector<unsigned long long> sum(1, 0);
   checksum<<<1024, 256, 0, stream>>>(thrust::raw_pointer_cast(gpu.data()), size, thrust::raw_pointer_cast(sum.data()));
-  check(cudaGetLastError(), "launch the checksum");
-  check(cudaStreamSynchronize(stream), "run the checksum");
-  (void)cudaStreamDestroy(stream);
+  example::check(cudaGetLastError(), "launch the checksum");
+  example::check(cudaStreamSynchronize(stream), "run the checksum");
   const std::uint64_t on_gpu = sum[0];
   const std::uint64_t on_host = host_checksum(file.get(), size);
 
@@ -167,10 +126,7 @@ int run(const std::string& path, const std::string& uri_arg, std::uint64_t start
   if (tail != 0) std::printf("  host:  the last %llu bytes (a partial block, outside the namespace)\n", static_cast<unsigned long long>(tail));
   std::printf("  checksum on the GPU  %016llx\n  checksum on the host %016llx\n", static_cast<unsigned long long>(on_gpu),
               static_cast<unsigned long long>(on_host));
-  if (on_gpu != on_host) {
-    std::fprintf(stderr, "file_to_gpu: FAILED: the bytes in GPU memory are not the file's\n");
-    return 1;
-  }
+  if (on_gpu != on_host) return std::fprintf(stderr, "file_to_gpu: FAILED: the bytes in GPU memory are not the file's\n"), 1;
   std::printf("file_to_gpu: OK\n");
   return 0;
 }
@@ -178,20 +134,8 @@ int run(const std::string& path, const std::string& uri_arg, std::uint64_t start
 }  // namespace
 
 int main(int argc, char** argv) {
-  cunvme::emu::prepare_cuda_environment();  // before any CUDA call: kernels wait for emulated I/O
-  int gpus = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&gpus); e != cudaSuccess || gpus == 0) {
-    std::printf("file_to_gpu: no CUDA GPU (%s): skipped\n", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
-    return 77;
-  }
-  if (argc < 2 || argc > 4) {
-    std::fprintf(stderr, "usage: file_to_gpu FILE [URI [LBA]]\n");
-    return 1;
-  }
-  try {
+  return example::run_main("file_to_gpu", [&] {
+    if (argc < 2 || argc > 4) return std::fprintf(stderr, "usage: file_to_gpu FILE [URI [LBA]]\n"), 1;
     return run(argv[1], argc > 2 ? argv[2] : "", argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 0);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "file_to_gpu: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -20,6 +20,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -681,7 +683,7 @@ TEST_CASE("copy_n moves blocks between the namespace and raw pointers, device_pt
   emulator.store(1).write(0, words.data(), words.size() * 8);
 
   thrust::device_vector<std::uint64_t> v(4096 * 64);  // 2 MiB: 4 commands of MDTS
-  CHECK(copy_n(dev, 100, 4096, v).ok());
+  CHECK(copy_n_sync(dev, 100, 4096, v).ok());
   thrust::host_vector<std::uint64_t> back = v;
   std::uint64_t bad = 0;
   for (std::size_t i = 0; i < back.size(); ++i) bad += back[i] != word_at(100 * 512 + i * 8);
@@ -689,8 +691,8 @@ TEST_CASE("copy_n moves blocks between the namespace and raw pointers, device_pt
 
   std::uint64_t* raw = nullptr;
   REQUIRE_CUDA(cudaMalloc(&raw, 64 * 512 + 8));
-  CHECK(copy_n(dev, 7, 64, raw + 1).ok());  // an 8-byte offset into the allocation
-  CHECK(copy_n(dev, 7, 64, thrust::device_pointer_cast(raw)).ok());
+  CHECK(copy_n_sync(dev, 7, 64, raw + 1).ok());  // an 8-byte offset into the allocation
+  CHECK(copy_n_sync(dev, 7, 64, thrust::device_pointer_cast(raw)).ok());
   std::vector<std::uint64_t> small(64 * 64);
   REQUIRE_CUDA(cudaMemcpy(small.data(), raw, small.size() * 8, cudaMemcpyDeviceToHost));
   bad = 0;
@@ -698,15 +700,15 @@ TEST_CASE("copy_n moves blocks between the namespace and raw pointers, device_pt
   CHECK(bad == 0);
 
   // Write from a span over GPU memory, read it back elsewhere.
-  CHECK(copy_n(cuda::std::span<std::uint64_t>(raw, 64 * 64), 64, dev, 50000).ok());
+  CHECK(copy_n_sync(cuda::std::span<std::uint64_t>(raw, 64 * 64), 64, dev, 50000).ok());
   std::vector<std::uint64_t> stored(64 * 64);
   emulator.store(1).read(50000ull * 512, stored.data(), stored.size() * 8);
   CHECK(stored == small);
 
   // More blocks than the container holds, zero blocks, past the namespace's end.
-  CHECK(copy_n(dev, 0, 4097, v).error == io_error::invalid_request);
-  CHECK(copy_n(dev, 0, 0, raw).error == io_error::invalid_request);
-  const io_result past = copy_n(dev, 65530, 64, raw);
+  CHECK(copy_n_sync(dev, 0, 4097, v).error == io_error::invalid_request);
+  CHECK(copy_n_sync(dev, 0, 0, raw).error == io_error::invalid_request);
+  const io_result past = copy_n_sync(dev, 65530, 64, raw);
   CHECK(past.error == io_error::nvme_status);
   CHECK(past.status == spec::status::lba_out_of_range);
   cudaFree(raw);
@@ -732,13 +734,13 @@ TEST_CASE("copy_n maps only its allocation's pages: a start off a 64 KiB page wo
   if (unaligned == nullptr) {
     MESSAGE("every small allocation started on a 64 KiB page: the unaligned start is not exercised here");
   } else {
-    CHECK(copy_n(dev, 3, 16, unaligned).ok());
+    CHECK(copy_n_sync(dev, 3, 16, unaligned).ok());
     std::vector<std::uint64_t> back(16 * 64);
     REQUIRE_CUDA(cudaMemcpy(back.data(), unaligned, back.size() * 8, cudaMemcpyDeviceToHost));
     std::uint64_t bad = 0;
     for (std::size_t i = 0; i < back.size(); ++i) bad += back[i] != word_at(3 * 512 + i * 8);
     CHECK(bad == 0);
-    CHECK(copy_n(unaligned, 16, dev, 60000).ok());
+    CHECK(copy_n_sync(unaligned, 16, dev, 60000).ok());
   }
   // A 16-block allocation takes 16 blocks, not 17, nor 16 from 64 bytes in.
   std::uint64_t* last = held.back();
@@ -749,6 +751,172 @@ TEST_CASE("copy_n maps only its allocation's pages: a start off a 64 KiB page wo
   std::vector<std::uint64_t> pageable(16 * 64);
   CHECK_THROWS_AS((void)copy_n(dev, 3, 1, pageable.data()), host::error);
   for (auto* p : held) cudaFree(p);
+}
+
+/// Holds its stream until the host opens the gate, or for about `limit_us` microseconds;
+/// `timed_out` says which.
+__global__ void gate(const volatile unsigned* open, unsigned* timed_out, unsigned long long limit_us) {
+  for (unsigned long long i = 0; i < limit_us; ++i) {
+    if (*open != 0) return;
+    __nanosleep(1000);
+  }
+  *timed_out = 1;
+}
+
+/// The words of `blocks` 512-byte blocks of GPU memory at `gpu` that differ from namespace
+/// words from block `lba` on.
+std::uint64_t differing(const std::uint64_t* gpu, std::uint64_t lba, std::uint64_t blocks) {
+  std::vector<std::uint64_t> back(blocks * 64);
+  REQUIRE_CUDA(cudaMemcpy(back.data(), gpu, back.size() * 8, cudaMemcpyDeviceToHost));
+  std::uint64_t bad = 0;
+  for (std::size_t i = 0; i < back.size(); ++i) bad += back[i] != word_at(lba * 512 + i * 8);
+  return bad;
+}
+
+/// Fills the first `blocks` blocks of an emulated device's namespace with `word_at`.
+void fill_words(device& dev, std::uint64_t blocks) {
+  std::vector<std::uint64_t> words(blocks * 64);
+  for (std::size_t i = 0; i < words.size(); ++i) words[i] = word_at(i * 8);
+  static_cast<host::emu_backend&>(dev.controller().backend()).controller().store(1).write(0, words.data(), words.size() * 8);
+}
+
+TEST_CASE("copy_n enqueues on its stream and returns at once; wait() gives the outcome once the stream has run it") {
+  device dev("emu:blocks=65536");
+  fill_words(dev, 2048);
+  std::uint64_t* v = nullptr;
+  REQUIRE_CUDA(cudaMalloc(&v, 1024 * 512));
+  cudaStream_t s = nullptr;
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // The buffer mapped and a result slot pooled first, as register_buffer up front would: the
+  // gated copy below then allocates nothing that could wait for the GPU.
+  REQUIRE(copy_n_sync(dev, 0, 1024, v, s).ok());
+  REQUIRE_CUDA(cudaMemset(v, 0, 1024 * 512));
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  unsigned* flags = nullptr;  // [0]: open the gate, [1]: the gate timed out
+  REQUIRE_CUDA(cudaHostAlloc(&flags, 2 * sizeof(unsigned), cudaHostAllocMapped));
+  flags[0] = flags[1] = 0;
+
+  gate<<<1, 1, 0, s>>>(flags, flags + 1, 5'000'000);  // about 5 s at most
+  REQUIRE_CUDA(cudaGetLastError());
+  const auto t0 = std::chrono::steady_clock::now();
+  pending_copy c = copy_n(dev, 1024, 1024, v, s);
+  const double enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  CHECK_FALSE(c.ready());
+  CHECK(dev.copies_in_flight() == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK_FALSE(c.ready());  // the gate holds the stream: the copy has not run …
+  std::uint64_t first = 1;
+  REQUIRE_CUDA(cudaMemcpy(&first, v, 8, cudaMemcpyDeviceToHost));  // (the legacy stream does not wait for `s`)
+  CHECK(first == 0);  // … and nothing has arrived
+  std::atomic_ref<unsigned>(flags[0]).store(1, std::memory_order_release);
+  const io_result r = c.wait();
+  CHECK(r.ok());
+  CHECK(flags[1] == 0);  // opened by us, not by its timeout: copy_n did not wait for the stream
+  CHECK(c.ready());
+  CHECK(c.wait().ok());  // asked again: the same outcome
+  CHECK(differing(v, 1024, 1024) == 0);
+  CHECK(dev.copies_in_flight() == 0);
+  MESSAGE("copy_n enqueued in " << enqueue_ms << " ms");
+  cudaStreamDestroy(s);
+  cudaFreeHost(flags);
+  cudaFree(v);
+}
+
+TEST_CASE("copies on one stream run in its order, and a copy dropped without wait() still runs to its end") {
+  device dev("emu:blocks=65536");
+  fill_words(dev, 256);
+  const std::size_t words = 256 * 64;
+  std::vector<std::uint64_t> pattern(words);
+  for (std::size_t i = 0; i < words; ++i) pattern[i] = mix(i) | 1;  // nothing like word_at, never 0
+  thrust::device_vector<std::uint64_t> src(pattern.begin(), pattern.end()), dst(words, 0);
+  cudaStream_t s = nullptr;
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  (void)copy_n(src, 256, dev, 30000, s);  // its pending_copy dropped at once
+  pending_copy read = copy_n(dev, 30000, 256, dst, s);
+  REQUIRE(read.wait().ok());
+  thrust::host_vector<std::uint64_t> back = dst;
+  CHECK(std::equal(back.begin(), back.end(), pattern.begin()));
+  std::vector<std::uint64_t> stored(words);
+  static_cast<host::emu_backend&>(dev.controller().backend()).controller().store(1).read(30000ull * 512, stored.data(), stored.size() * 8);
+  CHECK(stored == pattern);
+  CHECK(dev.copies_in_flight() == 0);
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("the device maps a buffer once for many copies, caches at most cached_buffers, and keeps registered buffers until deregistered") {
+  device_options o;
+  o.cached_buffers = 2;
+  device dev("emu:blocks=65536", o);
+  fill_words(dev, 256);
+  std::uint64_t* bufs[3] = {};
+  for (auto*& b : bufs) REQUIRE_CUDA(cudaMalloc(&b, 64 * 512));
+  for (int i = 0; i < 5; ++i) CHECK(copy_n_sync(dev, i, 64, bufs[0]).ok());
+  CHECK(dev.mappings_made() == 1);
+  CHECK(dev.cached_buffers() == 1);
+  CHECK(differing(bufs[0], 4, 64) == 0);
+  CHECK(copy_n_sync(dev, 0, 64, bufs[1]).ok());
+  CHECK(copy_n_sync(dev, 0, 64, bufs[2]).ok());
+  CHECK(dev.cached_buffers() == 2);
+  CHECK(dev.mappings_made() == 3);
+  CHECK(copy_n_sync(dev, 0, 64, bufs[0]).ok());  // the least recently used: unmapped, mapped again
+  CHECK(dev.mappings_made() == 4);
+  CHECK(dev.cached_buffers() == 2);
+
+  std::uint64_t* reg = nullptr;
+  REQUIRE_CUDA(cudaMalloc(&reg, 256 * 512));
+  dev.register_buffer(reg, 256 * 512);
+  CHECK(dev.registered_buffers() == 1);
+  CHECK(dev.mappings_made() == 5);
+  CHECK(copy_n_sync(dev, 0, 256, reg).ok());
+  CHECK(copy_n_sync(dev, 10, 64, reg + 64 * 100).ok());
+  CHECK(copy_n_sync(reg, 16, dev, 40000).ok());
+  CHECK(dev.mappings_made() == 5);  // every copy inside the registration
+  CHECK(dev.cached_buffers() == 2);
+  CHECK(differing(reg, 0, 100) == 0);
+  CHECK(differing(reg + 64 * 100, 10, 64) == 0);
+  CHECK_THROWS_AS(dev.register_buffer(reg, 4096), host::error);
+  dev.deregister_buffer(reg);
+  CHECK(dev.registered_buffers() == 0);
+  CHECK_THROWS_AS(dev.deregister_buffer(reg), host::error);
+  cudaFree(reg);
+  for (auto* b : bufs) cudaFree(b);
+}
+
+TEST_CASE("a registered buffer freed before deregister_buffer is refused, never used stale") {
+  device dev("emu:blocks=65536");
+  fill_words(dev, 64);
+  constexpr std::size_t bytes = 2 << 20;
+  std::uint64_t* a = nullptr;
+  REQUIRE_CUDA(cudaMalloc(&a, bytes));
+  dev.register_buffer(a, bytes);
+  REQUIRE(copy_n_sync(dev, 0, 64, a).ok());
+  cudaFree(a);  // without deregister_buffer
+  std::uint64_t* b = nullptr;
+  REQUIRE_CUDA(cudaMalloc(&b, bytes));
+  const auto at = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  if (at(b) < at(a) + bytes && at(a) < at(b) + bytes) {
+    CHECK_THROWS_AS((void)copy_n(dev, 0, 64, b), host::error);
+    CHECK(dev.registered_buffers() == 0);
+    CHECK(copy_n_sync(dev, 0, 64, b).ok());  // the new buffer, mapped afresh
+    CHECK(differing(b, 0, 64) == 0);
+  } else {
+    MESSAGE("the allocator did not reuse the freed range: the stale registration is not exercised here");
+  }
+  cudaFree(b);
+}
+
+TEST_CASE("copy_n takes its launch shape and queue count from device_options::tuning; a bad tuning is refused") {
+  device_options o;
+  o.tuning = copy_tuning{1, 2, 2};  // 1 warp per block, 2 commands per warp, 2 queue pairs
+  device dev("emu:blocks=65536", o);
+  fill_words(dev, 4096);
+  CHECK(dev.queue_count() == 2);
+  CHECK(dev.tuning() == copy_tuning{1, 2, 2});
+  thrust::device_vector<std::uint64_t> v(4096 * 64);
+  CHECK(copy_n_sync(dev, 0, 4096, v).ok());  // 4 commands of MDTS (512 KiB): 2 warps of 2
+  CHECK(differing(thrust::raw_pointer_cast(v.data()), 0, 4096) == 0);
+  o.tuning = copy_tuning{copy_tuning::max_warps_per_block + 1, 32, 8};
+  CHECK_THROWS_AS(device("emu:blocks=1024", o), host::error);
 }
 
 int main(int argc, char** argv) {

@@ -9,7 +9,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <utility>
 
 CUNVME_NAMESPACE_BEGIN
 namespace host {
@@ -84,6 +86,37 @@ class emu_allocator final : public dma_allocator {
     return pages;
   }
   emu::controller& ctrl_;
+};
+
+/// Who besides CPU threads reaches a controller `host::open` brings up: nobody (the default),
+/// or GPU threads too (`host::gpu_reach()`, <cunvme/host/gpu_reach.cuh>, CUDA code only). An
+/// opaque option, so `open`'s callers name no emulator type. Real controllers ignore it: their
+/// BAR is registered for GPU threads when a GPU queue is made, and their DMA reaches GPU memory
+/// through the backend's mapping. An emulated controller must know when it is built, since its
+/// BAR, CMB and DMA copies are placed then (`emu::memory_hooks`).
+class memory_reach {
+ public:
+  memory_reach() = default;
+
+  /// Reach through the emulator's memory hooks `make` returns (called once per emulated
+  /// controller opened with this reach).
+  [[nodiscard]] static memory_reach through_emulator_hooks(std::function<emu::memory_hooks()> make) {
+    memory_reach r;
+    r.make_ = std::move(make);
+    return r;
+  }
+
+  /// Whether anything beyond CPU threads is asked for.
+  [[nodiscard]] bool beyond_cpu() const noexcept { return static_cast<bool>(make_); }
+
+  /// Installs the hooks in an emulated controller's configuration; the CPU-only reach leaves
+  /// it as it is.
+  void configure(emu::controller_config& config) const {
+    if (make_) config.memory = make_();
+  }
+
+ private:
+  std::function<emu::memory_hooks()> make_;
 };
 
 /// An emulated controller in this process, driven through its BAR like any other.

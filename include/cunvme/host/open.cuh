@@ -204,16 +204,17 @@ class uri_options {
 /// auto ctrl = cunvme::host::open("emu:lba=4096,blocks=262144");
 /// auto real = cunvme::host::open("sysfs:0000:01:00.0");
 /// ```
-/// `emu_memory` replaces an emulated controller's memory hooks (`emu::cuda_memory()` makes its
-/// BAR writable by GPU threads and its DMA reach GPU memory); other schemes ignore it.
-[[nodiscard]] inline std::unique_ptr<controller> open(std::string_view uri, controller_options options = {}, emu::memory_hooks emu_memory = {}) {
+/// `reach` says who besides CPU threads drives the controller: `host::gpu_reach()`
+/// (<cunvme/host/gpu_reach.cuh>) lets GPU threads ring an emulated controller's doorbells and
+/// its DMA reach GPU memory; real controllers ignore it.
+[[nodiscard]] inline std::unique_ptr<controller> open(std::string_view uri, controller_options options = {}, const memory_reach& reach = {}) {
   const auto colon = uri.find(':');
   const std::string_view scheme = uri.substr(0, colon);
   const std::string_view rest = colon == std::string_view::npos ? std::string_view{} : uri.substr(colon + 1);
   if (scheme == "emu") {
     bool fill_pattern = false;
     emu::controller_config config = detail::parse_emu(rest, uri, fill_pattern);
-    if (emu_memory.allocate || emu_memory.device_copy.copy) config.memory = std::move(emu_memory);
+    reach.configure(config);
     std::unique_ptr<emu_backend> backend;
     try {
       backend = std::make_unique<emu_backend>(std::move(config));

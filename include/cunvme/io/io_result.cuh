@@ -7,6 +7,8 @@
 
 #include <cuda/std/cstdint>
 
+#include <string>
+
 CUNVME_NAMESPACE_BEGIN
 
 enum class io_error : cuda::std::uint8_t {
@@ -63,5 +65,14 @@ struct io_result {
     return io_result{e, s, blocks, lba};
   }
 };
+
+/// An outcome for messages: "success", or why, the NVMe status where a command failed, and the
+/// failing command's range, e.g. "NVMe error status: LBA Out of Range (0/0x80) at LBA 65530 (64 blocks)".
+[[nodiscard]] inline std::string to_string(const io_result& r) {
+  if (r.ok()) return to_string(r.error);
+  std::string s = to_string(r.error);
+  if (r.error == io_error::nvme_status) s += ": " + spec::to_string(r.status);
+  return s + " at LBA " + std::to_string(r.lba) + " (" + std::to_string(r.blocks) + " blocks)";
+}
 
 CUNVME_NAMESPACE_END

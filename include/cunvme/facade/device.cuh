@@ -1,0 +1,273 @@
+// `cunvme::device`: a controller, GPU queue pairs and a namespace, ready for `copy_n`, with the
+// GPU buffers it maps for the controller kept mapped between copies. CUDA host code.
+//
+// ```
+// cunvme::device dev("emu");                  // or "kmod:0000:01:00.0" …
+// dev.register_buffer(gpu, bytes);            // optional: map once, up front (cuFileBufRegister)
+// … copy_n(dev, lba, blocks, gpu, stream) …
+// dev.deregister_buffer(gpu);                 // before cudaFree(gpu)
+// ```
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/facade/gpu_allocation.cuh>
+#include <cunvme/facade/pending_copy.cuh>
+#include <cunvme/facade/pinned_pool.cuh>
+#include <cunvme/facade/registration_cache.cuh>
+#include <cunvme/facade/tuning.cuh>
+#include <cunvme/host/gpu_queue.cuh>
+#include <cunvme/host/gpu_reach.cuh>
+#include <cunvme/host/gpu_window.cuh>
+#include <cunvme/host/open.cuh>
+#include <cunvme/io/reader.cuh>
+#include <cunvme/policy/device_group.cuh>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+CUNVME_NAMESPACE_BEGIN
+
+struct device_options {
+  std::uint32_t nsid = 1;
+  std::uint32_t queue_entries = 1024;
+  std::chrono::nanoseconds timeout = std::chrono::seconds(10);
+  host::controller_options controller{};
+  /// `copy_n`'s launch shape and the queue pairs opened for it; empty: `copy_tuning_for` the
+  /// current GPU.
+  std::optional<copy_tuning> tuning{};
+  /// Buffers nobody registered that stay mapped after their copy (the least recently used
+  /// is unmapped first). 0: each copy maps its buffer and unmaps it when done.
+  std::size_t cached_buffers = 16;
+};
+
+namespace detail {
+
+/// GPU memory mapped for the controller and its page table, resident in pinned memory the
+/// kernels read: one registration. Unmapped when the last copy using it is done.
+struct gpu_mapping {
+  host::dma_buffer mapped;
+  pinned_pool::lease table;
+  unsigned page_shift = 12;
+  std::uintptr_t start = 0;  ///< the window's first byte …
+  std::uint64_t lead = 0;    ///< … lies this far into the table's first page
+
+  [[nodiscard]] prp::page_list pages() const noexcept { return prp::page_list{table.as<std::uint64_t>(), page_shift}; }
+  /// Where GPU address `address` lies in `pages()`.
+  [[nodiscard]] std::uint64_t offset_of(std::uintptr_t address) const noexcept { return lead + (address - start); }
+};
+
+}  // namespace detail
+
+/// A controller, GPU queue pairs (queues in pinned host memory, data straight into GPU memory:
+/// tier 2) and a namespace, ready for `copy_n`. The emulator (`"emu…"`) is opened for GPU
+/// threads (`host::gpu_reach()`), so its BAR takes GPU doorbell stores and its DMA reaches GPU
+/// memory.
+///
+/// Buffers: `copy_n` maps a GPU buffer's pages for the controller and builds their page table
+/// once, then keeps both: buffers given to `register_buffer` until `deregister_buffer`, others
+/// in a cache of `device_options::cached_buffers` entries. The rule is cuFile's: deregister a
+/// buffer before freeing it, and free no buffer a copy still uses. A registered buffer found
+/// freed makes the copy throw `host::error`; a cached one is mapped afresh (the driver's buffer
+/// ID tells a new allocation at the same address from the old one). Mapping a buffer the first
+/// time allocates pinned memory for its page table, which CUDA may hold until other work on the
+/// GPU is done: register buffers up front, before copies are in flight, as with cuFile.
+///
+/// The destructor waits for the copies still in flight (their streams must be able to reach
+/// them), then unmaps every buffer.
+class device {
+ public:
+  using queue_policy = queue<slots::warp_aggregated, completion::cooperative>;
+  using reader = block_reader<queue_policy, prp::page_list, doorbell::coalescing<doorbell::mmio>>;
+  using writer = block_writer<queue_policy, prp::page_list, doorbell::coalescing<doorbell::mmio>>;
+  static constexpr std::uint32_t max_queues = copy_tuning::max_queues;
+
+  /// A kernel argument: the queue pairs and the namespace; warp w reads or writes with `at(w)`.
+  template <class Io>
+  struct io_set {
+    queue_view views[max_queues];
+    namespace_view ns;
+    std::uint32_t count;
+    [[nodiscard]] __device__ Io at(std::uint64_t warp) const { return Io(views[warp % count], ns); }
+  };
+
+  explicit device(std::string_view uri = "emu", device_options options = {})
+      : ctrl_(host::open(uri, options.controller, host::gpu_reach())),
+        tuning_(options.tuning ? *options.tuning : current_tuning()),
+        pool_(std::make_shared<detail::pinned_pool>(ctrl_->name())),
+        cache_(options.cached_buffers, gpu_page, ctrl_->name()) {
+    if (!tuning_.valid()) {
+      throw host::error("Open", std::string(uri), "device_options::tuning: warps_per_block must be 1.." + std::to_string(copy_tuning::max_warps_per_block) +
+                                                      ", commands_per_warp at least 1, queues 1.." + std::to_string(max_queues));
+    }
+    const std::uint32_t entries = std::min<std::uint32_t>(options.queue_entries, ctrl_->cap().max_queue_entries());
+    for (std::uint32_t q = 0; q < tuning_.queues; ++q) {
+      queues_.push_back(host::make_gpu_queue(*ctrl_, entries, host::tier::host_queues_gpu_data, options.timeout));
+    }
+    ns_ = queues_.front()->namespace_view(options.nsid);
+  }
+  device(const device&) = delete;
+  device& operator=(const device&) = delete;
+  ~device() {
+    const std::lock_guard lock(mutex_);
+    for (const in_flight& f : in_flight_) (void)cudaEventSynchronize(f.state->done);
+    in_flight_.clear();
+    cache_.clear();
+  }
+
+  [[nodiscard]] host::controller& controller() noexcept { return *ctrl_; }
+  /// The first queue pair (examples that launch their own kernels use this one).
+  [[nodiscard]] host::io_queue& queue() noexcept { return *queues_.front(); }
+  [[nodiscard]] std::uint32_t queue_count() const noexcept { return static_cast<std::uint32_t>(queues_.size()); }
+  [[nodiscard]] const namespace_view& ns() const noexcept { return ns_; }
+  [[nodiscard]] const copy_tuning& tuning() const noexcept { return tuning_; }
+  /// Bytes per block in the caller's buffer: data, and with extended LBAs the block's metadata.
+  [[nodiscard]] std::uint64_t block_bytes() const noexcept { return ns_.block_bytes(); }
+  [[nodiscard]] reader make_reader() const { return reader(queues_.front()->view(), ns_); }
+  [[nodiscard]] writer make_writer() const { return writer(queues_.front()->view(), ns_); }
+  [[nodiscard]] io_set<reader> readers() const { return make_set<reader>(); }
+  [[nodiscard]] io_set<writer> writers() const { return make_set<writer>(); }
+
+  /// Maps `bytes` of GPU memory at `gpu` (inside one allocation) for the controller and keeps
+  /// them mapped until `deregister_buffer(gpu)`: copies within them map nothing. Throws
+  /// `host::error` for memory outside one GPU allocation or a `gpu` registered already.
+  void register_buffer(const void* gpu, std::size_t bytes) {
+    const gpu_allocation a = detail::gpu_allocation_of(gpu, ctrl_->name());
+    const std::lock_guard lock(mutex_);
+    cache_.register_buffer(a, reinterpret_cast<std::uintptr_t>(gpu), bytes, [this](const host::gpu_window& w) { return map(w); });
+  }
+
+  /// Ends the registration made at `gpu`; copies in flight keep the mapping until they are
+  /// done. Throws `host::error` when no buffer is registered there.
+  void deregister_buffer(const void* gpu) {
+    const std::lock_guard lock(mutex_);
+    if (!cache_.deregister_buffer(reinterpret_cast<std::uintptr_t>(gpu))) {
+      throw host::error("Deregister a buffer", ctrl_->name(), "no buffer is registered at GPU address " + std::to_string(reinterpret_cast<std::uintptr_t>(gpu)));
+    }
+  }
+
+  /// Buffers registered, and buffers kept mapped by the cache (at most `cached_buffers`).
+  [[nodiscard]] std::size_t registered_buffers() const {
+    const std::lock_guard lock(mutex_);
+    return cache_.registered_count();
+  }
+  [[nodiscard]] std::size_t cached_buffers() const {
+    const std::lock_guard lock(mutex_);
+    return cache_.cached_count();
+  }
+  /// Buffers mapped for the controller so far: one per registration and per cache miss.
+  [[nodiscard]] std::uint64_t mappings_made() const {
+    const std::lock_guard lock(mutex_);
+    return mappings_made_;
+  }
+  /// Copies enqueued whose streams had not reached their end when last looked at.
+  [[nodiscard]] std::size_t copies_in_flight() {
+    const std::lock_guard lock(mutex_);
+    reap();
+    return in_flight_.size();
+  }
+
+  /// Enqueues `launch(pages, offset, results)` on `stream` for `bytes` of GPU memory at `gpu`:
+  /// the buffer's mapping, `warps` result slots and an event after the launch, all kept until
+  /// the stream has passed it. For `copy_n`.
+  template <class Launch>
+  [[nodiscard]] pending_copy enqueue(void* gpu, std::size_t bytes, std::uint64_t warps, cudaStream_t stream, const char* operation, Launch&& launch) {
+    const std::string& name = ctrl_->name();
+    const gpu_allocation a = detail::gpu_allocation_of(gpu, name);
+    const auto address = reinterpret_cast<std::uintptr_t>(gpu);
+    const std::lock_guard lock(mutex_);
+    reap();
+    std::shared_ptr<const detail::gpu_mapping> mapping = cache_.find(a, address, bytes, [this](const host::gpu_window& w) { return map(w); });
+    auto state = std::make_shared<detail::copy_state>(name, operation);
+    state->results = pool_->take(warps * sizeof(io_result));
+    state->warps = warps;
+    check(cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming), "Create an event");
+    launch(mapping->pages(), mapping->offset_of(address), state->results.as<io_result>());
+    check(cudaGetLastError(), operation);
+    if (const cudaError_t e = cudaEventRecord(state->done, stream); e != cudaSuccess) {
+      // The kernel is queued but cannot be tracked: let it finish before its results and
+      // mapping are given back.
+      (void)cudaStreamSynchronize(stream);
+      check(e, "Record an event");
+    }
+    in_flight_.push_back(in_flight{state, std::move(mapping)});
+    return pending_copy(std::move(state));
+  }
+
+ private:
+  static constexpr std::size_t gpu_page = 64 * 1024;
+
+  struct in_flight {
+    std::shared_ptr<detail::copy_state> state;
+    std::shared_ptr<const detail::gpu_mapping> mapping;
+  };
+
+  [[nodiscard]] static copy_tuning current_tuning() {
+    int gpu = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&gpu) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, gpu) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return copy_tuning_for(0);
+    }
+    return copy_tuning_for(major * 10 + minor);
+  }
+
+  void check(cudaError_t e, const char* what) const {
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw host::error(what, ctrl_->name(), std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")");
+    }
+  }
+
+  /// Drops the copies the streams have passed: their mappings may be unmapped now.
+  void reap() {
+    std::erase_if(in_flight_, [](const in_flight& f) { return f.state->reached(); });
+  }
+
+  /// Maps `w` for the controller: only pages of the allocation (a GPU page below it, or past its
+  /// end, may belong to another one, and peer-to-peer pinning of it fails or pins someone
+  /// else's memory).
+  [[nodiscard]] std::shared_ptr<const detail::gpu_mapping> map(const host::gpu_window& w) {
+    auto m = std::make_shared<detail::gpu_mapping>();
+    ++mappings_made_;
+    m->mapped = ctrl_->memory().map_gpu_range(reinterpret_cast<void*>(w.start), w.bytes);
+    const host::gpu_page_table t = host::gpu_page_table::of(m->mapped, w, w.start, ctrl_->name());
+    m->table = pool_->take(t.pages.size() * sizeof(std::uint64_t));
+    std::copy(t.pages.begin(), t.pages.end(), m->table.as<std::uint64_t>());
+    m->page_shift = t.page_shift;
+    m->start = w.start;
+    m->lead = t.offset;
+    return m;
+  }
+
+  template <class Io>
+  [[nodiscard]] io_set<Io> make_set() const {
+    io_set<Io> set{};
+    for (std::uint32_t q = 0; q < queues_.size(); ++q) set.views[q] = queues_[q]->view();
+    set.ns = ns_;
+    set.count = static_cast<std::uint32_t>(queues_.size());
+    return set;
+  }
+
+  // Declared first, destroyed last: mappings unmap through the controller.
+  std::unique_ptr<host::controller> ctrl_;
+  copy_tuning tuning_;
+  std::vector<std::unique_ptr<host::io_queue>> queues_;
+  namespace_view ns_{};
+  std::shared_ptr<detail::pinned_pool> pool_;
+  mutable std::mutex mutex_;
+  registration_cache<detail::gpu_mapping> cache_;
+  std::vector<in_flight> in_flight_;
+  std::uint64_t mappings_made_ = 0;
+};
+
+CUNVME_NAMESPACE_END

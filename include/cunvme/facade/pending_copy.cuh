@@ -1,0 +1,102 @@
+// What `cunvme::copy_n` returns: a copy enqueued on a stream, whose outcome is read once the
+// stream has reached the end of it. CUDA host code.
+//
+// ```
+// cunvme::pending_copy c = cunvme::copy_n(dev, 0, 8192, v, stream);   // returns at once
+// launch_more_work<<<g, b, 0, stream>>>(…);                          // runs after the copy
+// if (cunvme::io_result r = c.wait(); !r) std::puts(cunvme::to_string(r).c_str());
+// ```
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/facade/pinned_pool.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/io/io_result.cuh>
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+CUNVME_NAMESPACE_BEGIN
+namespace detail {
+
+/// One enqueued copy: the event recorded after its kernel and the per-warp results the kernel
+/// writes. Shared by the `pending_copy` and the device's list of copies in flight, so neither
+/// outlives what the other still needs; the device also holds the buffer's mapping until the
+/// event has completed.
+struct copy_state {
+  copy_state(std::string device_name, const char* what) : device(std::move(device_name)), operation(what) {}
+  copy_state(const copy_state&) = delete;
+  copy_state& operator=(const copy_state&) = delete;
+  ~copy_state() {
+    // A recorded event not yet reached is released by the driver once it completes.
+    if (done != nullptr) (void)cudaEventDestroy(done);
+  }
+
+  /// Whether the stream has passed the copy (or failed on the way there).
+  [[nodiscard]] bool reached() const noexcept {
+    const cudaError_t e = cudaEventQuery(done);
+    if (e == cudaErrorNotReady) {
+      // Not an error: kept out of the caller's next cudaGetLastError, which keeps theirs.
+      if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+      return false;
+    }
+    return true;
+  }
+
+  std::string device;
+  const char* operation;  ///< "Run the read kernel", for errors
+  cudaEvent_t done = nullptr;
+  pinned_pool::lease results;  ///< `warps` io_results, one per warp
+  std::uint64_t warps = 0;
+  std::optional<io_result> outcome;
+};
+
+}  // namespace detail
+
+/// A copy enqueued on a stream. `wait()` blocks until the stream has run it and returns the
+/// status of the first failing command by LBA (or success); `ready()` says, without blocking,
+/// whether `wait()` would return at once. Destroying it without waiting is allowed: the copy
+/// still runs, and what it uses stays alive until the stream reaches its end.
+///
+/// Errors: an outcome of I/O (an NVMe status, a timeout, a request the namespace refuses) is the
+/// `io_result`; a CUDA failure of the kernel itself (a launch the GPU could not run, a fault)
+/// throws `host::error` from `wait()`.
+class [[nodiscard]] pending_copy {
+ public:
+  /// A copy with nothing to run: `wait()` returns `result` at once.
+  explicit pending_copy(io_result result = {}) : refused_(result) {}
+  explicit pending_copy(std::shared_ptr<detail::copy_state> state) : state_(std::move(state)) {}
+
+  /// Whether `wait()` would return without blocking. Never blocks.
+  [[nodiscard]] bool ready() const noexcept { return state_ == nullptr || state_->outcome.has_value() || state_->reached(); }
+
+  /// Blocks until the stream has run the copy; its outcome. Throws `host::error` when the
+  /// kernel failed to run. May be called again: the same outcome.
+  io_result wait() {
+    if (state_ == nullptr) return refused_;
+    detail::copy_state& s = *state_;
+    if (s.outcome) return *s.outcome;
+    if (const cudaError_t e = cudaEventSynchronize(s.done); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw host::error(s.operation, s.device, std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")");
+    }
+    const io_result* results = s.results.as<io_result>();
+    io_result first{};
+    for (std::uint64_t w = 0; w < s.warps; ++w) {
+      if (!results[w].ok() && (first.ok() || results[w].lba < first.lba)) first = results[w];
+    }
+    s.outcome = first;
+    return first;
+  }
+
+ private:
+  std::shared_ptr<detail::copy_state> state_;
+  io_result refused_{};
+};
+
+CUNVME_NAMESPACE_END
