@@ -32,6 +32,12 @@ ALLOWED_EDGES = {
     # header is the one bridge that wires emu::controller in as a backend, as sysfs_backend
     # and vfio_backend wire in kernel interfaces.
     ('host/emu_backend.cuh', 'emu/controller.cuh'),
+    # The same bridge builds the emulator an `emu:` URI describes (host::open_emulator).
+    ('host/emu_backend.cuh', 'emu/controller_config.cuh'),
+    ('host/emu_backend.cuh', 'emu/timing_model.cuh'),
+    # The CUDA side of that bridge: host::gpu_reach() hands the emulator its CUDA memory hooks,
+    # so that host::open itself names no emulator type.
+    ('host/gpu_reach.cuh', 'emu/cuda_memory.cuh'),
 }
 
 # Headers outside spec/ longer than this are reported (issue 15: "no header outside spec/

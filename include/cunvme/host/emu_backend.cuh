@@ -4,13 +4,21 @@
 #include <cunvme/config.cuh>
 #include <cunvme/detail/checked.cuh>
 #include <cunvme/emu/controller.cuh>
+#include <cunvme/emu/controller_config.cuh>
+#include <cunvme/emu/timing_model.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/register_backend.cuh>
+#include <cunvme/host/uri_options.cuh>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 #include <utility>
 
 CUNVME_NAMESPACE_BEGIN
@@ -150,6 +158,94 @@ class emu_backend final : public register_backend {
   emu_allocator memory_;
   bool cmb_mapped_ = false;
 };
+
+namespace detail {
+
+/// `emu:` options: lba=512|4096, blocks=N, namespaces=1..1024, file=PATH, cmb_mb=0..4095,
+/// timing=none|gen4-tlc|datacenter-gen4|scm, workers=1..1024, mpsmin=0..15 (CAP.MPSMIN: the
+/// smallest controller page is 2^(12 + mpsmin) bytes), and the flags (bare, =1/true or
+/// =0/false) pattern, readonly (a file namespace opened read-only: writes fail with Write
+/// Fault), spin (worker threads poll without ever sleeping: for latency measurements, at a
+/// busy core per thread), nodata (Read and Write are checked and complete but copy no data:
+/// `emu::controller_config::move_data`, for command-rate measurements); ms=0..4096 (metadata
+/// bytes per block, LBAF.MS) with mset=1 (extended LBAs: metadata at the end of each block) or
+/// mset=0 (the default: a separate metadata buffer through MPTR), as QEMU's nvme-ns options.
+[[nodiscard]] inline emu::controller_config parse_emu(std::string_view options, std::string_view uri, bool& fill_pattern) {
+  constexpr std::uint64_t max = ~std::uint64_t{0};
+  uri_options o(options, uri);
+  emu::controller_config config;
+  emu::namespace_config ns = emu::namespace_config::in_memory(512, 1ull << 17);  // 64 MiB
+  if (const auto lba = o.number("lba", 512, 4096)) {
+    if (*lba != 512 && *lba != 4096) o.refuse("lba", "'lba' must be 512 or 4096");
+    ns.lba_size = static_cast<std::uint32_t>(*lba);
+  }
+  if (const auto file = o.text("file")) {
+    ns.file = std::string(*file);
+    ns.lba_count = 0;  // the file's size
+  }
+  if (const auto blocks = o.number("blocks", 1, max)) ns.lba_count = *blocks;
+  const std::uint64_t count = o.number("namespaces", 1, 1024).value_or(1);
+  // CMBSZ.SZ counts 4 KiB units in 20 bits: just under 4 GiB.
+  constexpr std::uint64_t max_cmb_mb = (std::uint64_t{spec::cmbsz_register::sz_field::max} * 4096) >> 20;
+  if (const auto mb = o.number("cmb_mb", 0, max_cmb_mb)) config.cmb_bytes = *mb << 20;
+  if (const auto workers = o.number("workers", 1, 1024)) config.workers = static_cast<unsigned>(*workers);
+  if (const auto mpsmin = o.number("mpsmin", 0, 15)) {
+    // CAP.MPSMIN: the host then uses 2^(12 + mpsmin)-byte pages, as it must on such a controller.
+    config.mpsmin = static_cast<std::uint8_t>(*mpsmin);
+    config.mpsmax = std::max(config.mpsmax, config.mpsmin);
+  }
+  if (const auto timing = o.text("timing")) {
+    const auto preset = emu::timing_preset(*timing);
+    if (!preset) o.refuse("timing", "unknown timing preset '" + std::string(*timing) + "' (none, gen4-tlc, datacenter-gen4, scm)");
+    config.timing = *preset;
+  }
+  fill_pattern = o.flag("pattern");
+  config.move_data = !o.flag("nodata");
+  ns.read_only = o.flag("readonly");
+  if (const auto ms = o.number("ms", 0, 4096)) ns.metadata_size = static_cast<std::uint16_t>(*ms);
+  if (const auto mset = o.number("mset", 0, 1)) {
+    if (ns.metadata_size == 0) o.refuse("mset", "'mset' needs metadata: give 'ms' (bytes per block) too");
+    ns.extended_lba = *mset == 1;
+  }
+  if (o.flag("spin")) config.idle.spins = ~std::uint32_t{0};  // workers never sleep between polls: lowest latency, a core each
+  o.finish();
+  if (ns.lba_count > max / ns.stored_block_bytes()) {
+    o.refuse("blocks", "'blocks' of " + std::to_string(ns.stored_block_bytes()) + " bytes exceed 2^64 bytes");
+  }
+  config.namespaces.assign(count, ns);
+  return config;
+}
+
+}  // namespace detail
+
+/// The emulator an `emu:` URI's options describe (`host::open`'s "emu" scheme), its namespaces
+/// filled with `pattern_word` where the options say `pattern`. Throws `host::error` naming the
+/// URI for a bad option or a combination the emulator cannot build.
+[[nodiscard]] inline std::unique_ptr<emu_backend> open_emulator(std::string_view options, std::string_view uri, const memory_reach& reach) {
+  const std::string_view rest = options;
+  bool fill_pattern = false;
+  emu::controller_config config = detail::parse_emu(rest, uri, fill_pattern);
+  reach.configure(config);
+  std::unique_ptr<emu_backend> backend;
+  try {
+    backend = std::make_unique<emu_backend>(std::move(config));
+  } catch (const std::invalid_argument& e) {
+    // A combination of in-range values the emulator cannot build (a file too short, say).
+    throw error("Open", std::string(uri), e.what());
+  }
+  if (fill_pattern) {
+    for (std::uint32_t nsid = 1; nsid <= backend->controller().config().namespaces.size(); ++nsid) {
+      auto& store = backend->controller().store(nsid);
+      store.with_write_access(0, store.size(), [&](std::byte* p) {
+        for (std::uint64_t o = 0; o + 8 <= store.size(); o += 8) {
+          const std::uint64_t w = pattern_word(o);
+          std::memcpy(p + o, &w, 8);
+        }
+      });
+    }
+  }
+  return backend;
+}
 
 }  // namespace host
 CUNVME_NAMESPACE_END
