@@ -10,7 +10,7 @@
 //
 // A benchmark device, not part of the library: it lives beside the benchmarks (the GPU tests
 // reach it through bench/ on their include path). It serves commands with the spec's
-// accessors and the policies' PRP walker (`emu::walk_prps`, shared with the CPU emulator) and
+// accessors and the policies' PRP walker (`prp::walk`, shared with the CPU emulator) and
 // lays out queues with `bookkeeping_layout`; it takes `namespace_view` from the io layer only
 // to hand its readers the namespace, and `emu::cuda_error` for CUDA failures.
 //
@@ -88,7 +88,7 @@ struct controller_view {
 };
 
 /// Copies `bytes` between the namespace at `at` and the pages the PRPs describe, by the
-/// emulator's own PRP rules (`walk_prps`, NVMe 2.0 section 4.1.1): list entries and data are
+/// emulator's own PRP rules (`prp::walk`, NVMe 2.0 section 4.1.1): list entries and data are
 /// reached directly at their bus addresses, which here are GPU virtual addresses.
 __device__ inline spec::status move_data(const controller_view& c, const spec::submission_entry& sqe, cuda::std::byte* at, cuda::std::uint64_t bytes,
                                          bool to_host) {
@@ -115,7 +115,7 @@ __device__ inline spec::status move_data(const controller_view& c, const spec::s
     }
     return spec::status::successful_completion;
   };
-  return emu::walk_prps<1>(sqe.prp1, sqe.prp2, bytes, cuda::std::uint64_t{1} << c.page_shift, read_entries, segment);
+  return prp::walk<1>(sqe.prp1, sqe.prp2, bytes, cuda::std::uint64_t{1} << c.page_shift, read_entries, segment);
 }
 
 /// Executes one I/O command; returns its status.

@@ -1,5 +1,5 @@
 // libFuzzer harness: PRP build (prp::build, list_entries_needed, list_bytes_per_command) and
-// PRP walk (emu::walk_prps, emu::prp_walker) against a small model of NVMe 2.0 section 4.1.1
+// PRP walk (prp::walk, emu::prp_walker) against a small model of NVMe 2.0 section 4.1.1
 // written here, one rule per line, with no shared code.
 //
 // Each input is either a build case or a walk case (first byte):
@@ -199,7 +199,7 @@ constexpr std::size_t walk_budget = 2048;
 template <unsigned Chunk>
 walk_result core_walk(u64 prp1, u64 prp2, u64 length, u64 page, memory& mem) {
   walk_result r;
-  r.status = emu::walk_prps<Chunk>(
+  r.status = prp::walk<Chunk>(
       prp1, prp2, length, page,
       [&](u64 bus, u64* out, u64 count) {
         require(count >= 1 && count <= Chunk, "read_entries count outside 1..Chunk");
@@ -280,19 +280,19 @@ void walk_case(FuzzedDataProvider& in) {
 
   const walk_result model = model_walk(prp1, prp2, length, page, &mem, memory_read8, walk_budget);
   const walk_result one = core_walk<1>(prp1, prp2, length, page, mem);
-  require(one.status == model.status, "walk_prps<1> status differs from the model");
-  require(one.segments == model.segments, "walk_prps<1> segments differ from the model");
-  require(one.budget_hit == model.budget_hit, "walk_prps<1> budget differs from the model");
-  require(one.entries_read == model.entries_read, "walk_prps<1> read other list entries than the model");
+  require(one.status == model.status, "prp::walk<1> status differs from the model");
+  require(one.segments == model.segments, "prp::walk<1> segments differ from the model");
+  require(one.budget_hit == model.budget_hit, "prp::walk<1> budget differs from the model");
+  require(one.entries_read == model.entries_read, "prp::walk<1> read other list entries than the model");
   const bool model_ok = model.status == spec::status::successful_completion;
   const walk_result wide = core_walk<512>(prp1, prp2, length, page, mem);
   const walk_result odd = core_walk<3>(prp1, prp2, length, page, mem);
   for (const walk_result* w : {&wide, &odd}) {
-    require((w->status == spec::status::successful_completion) == model_ok, "chunked walk_prps disagrees with the model on success");
-    if (model_ok) require(w->segments == model.segments, "chunked walk_prps segments differ from the model");
+    require((w->status == spec::status::successful_completion) == model_ok, "chunked prp::walk disagrees with the model on success");
+    if (model_ok) require(w->segments == model.segments, "chunked prp::walk segments differ from the model");
     require(w->status == spec::status::successful_completion || w->status == spec::status::prp_offset_invalid ||
                 w->status == spec::status::data_transfer_error || w->status == spec::status::invalid_field_in_command,
-            "walk_prps returned a status it does not document");
+            "prp::walk returned a status it does not document");
   }
 
   // The emulator's walker over the same regions: the same answer; segments merged per region.
@@ -534,7 +534,7 @@ void build_case(FuzzedDataProvider& in) {
   require(at == length, "the PRPs map another length than requested");
   // The shared walker reads the list just as the model does.
   walk_result core;
-  core.status = emu::walk_prps<1>(
+  core.status = prp::walk<1>(
       e.prp1, e.prp2, length, page,
       [&](u64 bus, u64* out, u64 count) {
         for (u64 i = 0; i < count; ++i) {
@@ -548,7 +548,7 @@ void build_case(FuzzedDataProvider& in) {
         core.segments.push_back({bus, n});
         return spec::status::successful_completion;
       });
-  require(core.status == spec::status::successful_completion && core.segments == w.segments, "walk_prps disagrees with the model on built PRPs");
+  require(core.status == spec::status::successful_completion && core.segments == w.segments, "prp::walk disagrees with the model on built PRPs");
 }
 
 }  // namespace

@@ -50,6 +50,18 @@ TEST_CASE("Identify puts CNS in CDW10 and the namespace in NSID") {
   CHECK(spec::identify_fields::cns::get(e.cdw10) == spec::identify_cns::controller);
 }
 
+TEST_CASE("an Asynchronous Event completion DW0 holds the event type, information and log page") {
+  using fields = spec::async_event_fields;
+  // Error status (000b), Invalid Doorbell Write Value (01h), Error Information log (01h).
+  constexpr std::uint32_t dw0 = 0x00010100u;
+  static_assert(fields::aet::get(dw0) == spec::async_event_type::error_status);
+  static_assert(fields::aei::get(dw0) == 0x01);
+  static_assert(fields::lid::get(dw0) == spec::log_page_id::error_information);
+  static_assert(fields::aet::get(0x00000002u) == spec::async_event_type::notice);
+  static_assert(fields::aet::mask == 0x7u && fields::aei::mask == 0xff00u && fields::lid::mask == 0xff0000u);
+  CHECK(fields::lid::set(fields::aei::set(0, 0x01), spec::log_page_id::error_information) == dw0);
+}
+
 TEST_CASE("Set Features Number of Queues asks for 0-based counts, SQs low and CQs high") {
   constexpr auto e = spec::make_set_number_of_queues(16, 8);
   static_assert(e.opcode() == 0x09);

@@ -506,6 +506,21 @@ TEST_CASE("identify namespace fields decode from their NVM Command Set 1.0 byte 
   CHECK(ns.lba_size_bytes() == 4096);
 }
 
+TEST_CASE("the protection type is DPS bits 2:0, and DPS bit 3 alone enables none") {
+  identify_namespace ns{};
+  CHECK(ns.protection_type() == 0);
+  ns.dps = 0x01;
+  CHECK(ns.protection_type() == 1);
+  ns.dps = 0x0b;  // Type 3, protection information first in the metadata
+  CHECK(ns.protection_type() == 3);
+  ns.dps = 0x08;
+  CHECK(ns.protection_type() == 0);
+  ns.dps = 0x08;
+  ns.set_protection_type(2);
+  CHECK(ns.dps == 0x0a);
+  static_assert(identify_namespace::dps_pit::mask == 0x07u);
+}
+
 TEST_CASE("QEMU's default namespace with FLBAS 0 has 512-byte blocks and no metadata") {
   constexpr auto ns = qemu_namespace(0x00);
   static_assert(ns.number_of_lba_formats() == 8);

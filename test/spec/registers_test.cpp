@@ -232,6 +232,15 @@ TEST_CASE("CMBMSC enables the CMB at a 4 KiB aligned controller base address") {
   CHECK(!spec::cmbmsc_register{}.cre());
 }
 
+TEST_CASE("CMBSTS bit 0 reports an invalid CMB controller base address") {
+  static_assert(spec::cmbsts_register{0x00000001u}.cbai());
+  static_assert(!spec::cmbsts_register{0xfffffffeu}.cbai());
+  static_assert(spec::cmbsts_register{}.set_cbai(true).raw == 1u);
+  static_assert(spec::cmbsts_register{~0u}.set_cbai(false).raw == ~1u);
+  static_assert(spec::cmbsts_register::cbai_field::mask == 0x1u);
+  CHECK(!spec::cmbsts_register{}.cbai());
+}
+
 TEST_CASE("NSSR is armed by the ASCII value NVMe") {
   static_assert(spec::nvm_subsystem_reset_value == ('N' << 24 | 'V' << 16 | 'M' << 8 | 'e'));
   CHECK(spec::nvm_subsystem_reset_value == 0x4e564d65u);

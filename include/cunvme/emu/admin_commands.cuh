@@ -94,7 +94,7 @@ class admin_commands : public nvm_commands {
     id.cntlid = 1;
     id.ver = vs_.raw;
     id.cntrltype = 1;  // I/O controller
-    id.oacs = 1u << 8;  // Doorbell Buffer Config
+    id.oacs = spec::identify_controller::oacs_bit<8>::set(0, true);  // Doorbell Buffer Config, and nothing else
     id.acl = config_.abort_command_limit;
     id.aerl = config_.async_event_request_limit;
     id.lpa = 0;

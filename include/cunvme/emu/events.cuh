@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/spec/command_fields.cuh>
 #include <cunvme/spec/log_page.cuh>
 #include <cunvme/spec/status.cuh>
 
@@ -116,8 +117,10 @@ class async_events {
   /// DW0 of an AER completion for an error event: event type 000b (error status), the
   /// information, log page 01h.
   [[nodiscard]] static constexpr std::uint32_t error_event_dw0(async_error_info info) noexcept {
-    return 0u | (std::uint32_t{static_cast<std::uint8_t>(info)} << 8) |
-           (std::uint32_t{static_cast<std::uint8_t>(spec::log_page_id::error_information)} << 16);
+    using fields = spec::async_event_fields;
+    std::uint32_t dw0 = fields::aet::set(0, spec::async_event_type::error_status);
+    dw0 = fields::aei::set(dw0, static_cast<std::uint8_t>(info));
+    return fields::lid::set(dw0, spec::log_page_id::error_information);
   }
 
   /// An event happened: the CID of the AER to complete with `dw0` now, if one is outstanding

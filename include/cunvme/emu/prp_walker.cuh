@@ -3,7 +3,7 @@
 //
 // The PRP rules themselves (dword-aligned PRP1, page-aligned later entries, PRP2 as an entry
 // when the transfer spans two pages and as a list pointer beyond, lists chained through their
-// last entry) are `walk_prps`'s, shared with the on-GPU null controller; this adds what the
+// last entry) are `prp::walk`'s, shared with the on-GPU null controller; this adds what the
 // CPU emulator knows: every address inside a registered region, and CMB and host data not
 // mixed unless CMBLOC.CDPMLS allows it.
 #pragma once
@@ -40,7 +40,7 @@ class prp_walker {
     segments_.clear();
     saw_cmb_ = saw_other_ = false;
     // A whole 4 KiB list page per read, as one region lookup.
-    const spec::status s = walk_prps<512>(
+    const spec::status s = prp::walk<512>(
         prp1, prp2, length, page_size,
         [&](std::uint64_t bus, std::uint64_t* entries, std::uint64_t count) { return dma.read(bus, entries, count * sizeof(std::uint64_t)); },
         [&](std::uint64_t bus, std::uint64_t bytes) { return add(dma, bus, bytes); });

@@ -300,13 +300,13 @@ class register_file : public controller_state {
       (void)dma_.try_unmap(cmb_bus_);
       cmb_mapped_ = false;
     }
-    std::uint32_t cmbsts = 0;
+    spec::cmbsts_register cmbsts;
     if (want) {
       cmb_mapped_ = dma_.map_at(base, cmb_, config_.cmb_bytes, memory_kind::cmb);
       cmb_bus_ = base;
-      if (!cmb_mapped_) cmbsts = 1;  // CMBSTS.CBAI: Controller Base Address Invalid
+      if (!cmb_mapped_) cmbsts.set_cbai(true);
     }
-    store(spec::register_offset::cmbsts, cmbsts);
+    store(spec::register_offset::cmbsts, cmbsts.raw);
   }
 
   // The registers below the doorbells (load/store, read_register/write_register).

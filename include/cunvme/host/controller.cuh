@@ -359,7 +359,7 @@ class controller {
     backend_->write64(msc, spec::cmbmsc_register{}.set_cre(true).set_cmse(true).set_controller_base_address(backend_->cmb_bus_address()).raw);
     // Any admin command completes after the controller has taken CMBMSC in.
     (void)admin(spec::make_get_features(spec::feature_id::number_of_queues), "Get Features Number of Queues");
-    if (backend_->read32(spec::to_underlying(spec::register_offset::cmbsts)) & 1u) {
+    if (spec::cmbsts_register{backend_->read32(spec::to_underlying(spec::register_offset::cmbsts))}.cbai()) {
       throw error("Map CMB", name_, "the controller refused the CMB base address (CMBSTS.CBAI)");
     }
     cmb_used_ = 0;

@@ -62,7 +62,7 @@ struct namespace_info {
   info.lba_count = id.nsze;
   info.metadata_size = format.ms();
   info.extended_lba = info.metadata_size != 0 && id.metadata_at_end_of_lba();
-  info.protection_type = static_cast<std::uint8_t>(id.dps & 0x7u);
+  info.protection_type = id.protection_type();
   const std::uint64_t stored = std::uint64_t{info.lba_size} + info.metadata_size;
   if (info.lba_count > ~std::uint64_t{0} / stored) {
     throw error(operation, device, std::to_string(info.lba_count) + " blocks of " + std::to_string(stored) + " bytes exceed 2^64 bytes");

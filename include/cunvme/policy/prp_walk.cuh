@@ -1,7 +1,8 @@
 // The PRP walk: one implementation of the rules a controller applies to a command's PRP
 // entries (NVMe Base Specification 2.0, section 4.1.1 "Physical Region Page Entry and List",
-// Figure 87), shared by the CPU emulator (`prp_walker`) and the on-GPU null controller. It
-// is `__host__ __device__`, allocates nothing and throws nothing: memory is reached through
+// Figure 87), shared by the CPU emulator (`emu::prp_walker`) and the on-GPU null controller.
+// It lives in namespace `prp` beside the builder (policy/prp.cuh), whose output it reads back.
+// It is `__host__ __device__`, allocates nothing and throws nothing: memory is reached through
 // the caller's two callbacks, so each controller keeps its own notion of what is reachable.
 #pragma once
 
@@ -14,7 +15,7 @@
 #include <cuda/std/cstdint>
 
 CUNVME_NAMESPACE_BEGIN
-namespace emu {
+namespace prp {
 
 /// Walks the PRPs of a `length`-byte transfer with memory pages of `page_size` bytes.
 ///
@@ -40,13 +41,13 @@ namespace emu {
 /// the lists included. Callers bound `length` (MDTS) or stop the walk from `segment`.
 CUNVME_EXEC_CHECK_DISABLE
 template <unsigned Chunk = 1, class ReadEntries, class Segment>
-[[nodiscard]] CUNVME_HOST_DEVICE spec::status walk_prps(cuda::std::uint64_t prp1, cuda::std::uint64_t prp2, cuda::std::uint64_t length,
-                                                        cuda::std::uint64_t page_size, ReadEntries&& read_entries, Segment&& segment) {
+[[nodiscard]] CUNVME_HOST_DEVICE spec::status walk(cuda::std::uint64_t prp1, cuda::std::uint64_t prp2, cuda::std::uint64_t length,
+                                                   cuda::std::uint64_t page_size, ReadEntries&& read_entries, Segment&& segment) {
   static_assert(Chunk >= 1, "at least one list entry per read");
   constexpr auto ok = spec::status::successful_completion;
   if (length == 0) return ok;
-  // A memory page size CC.MPS can select: a power of two, 4 KiB..128 MiB (prp::valid_page_shift).
-  if (page_size == 0 || (page_size & (page_size - 1)) != 0 || !prp::valid_page_shift(static_cast<unsigned>(cuda::std::countr_zero(page_size)))) {
+  // A memory page size CC.MPS can select: a power of two, 4 KiB..128 MiB (valid_page_shift).
+  if (page_size == 0 || (page_size & (page_size - 1)) != 0 || !valid_page_shift(static_cast<unsigned>(cuda::std::countr_zero(page_size)))) {
     return spec::status::invalid_field_in_command;
   }
   if (!spec::prp_dword_aligned(prp1)) return spec::status::prp_offset_invalid;
@@ -104,5 +105,5 @@ template <unsigned Chunk = 1, class ReadEntries, class Segment>
   return ok;
 }
 
-}  // namespace emu
+}  // namespace prp
 CUNVME_NAMESPACE_END

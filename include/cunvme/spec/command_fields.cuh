@@ -61,6 +61,22 @@ struct abort_fields {
   using not_aborted = bit_field<cuda::std::uint32_t, 0, 1, bool>;  ///< completion DW0
 };
 
+/// Asynchronous Event Type, completion DW0 bits 2:0 of an Asynchronous Event Request (5.2).
+enum class async_event_type : cuda::std::uint8_t {
+  error_status = 0b000,
+  smart_health_status = 0b001,
+  notice = 0b010,
+  io_command_specific_status = 0b110,
+  vendor_specific = 0b111,
+};
+
+/// Asynchronous Event Request (5.2): the completion DW0 that reports an event.
+struct async_event_fields {
+  using aet = bit_field<cuda::std::uint32_t, 0, 3, async_event_type>;       ///< Asynchronous Event Type
+  using aei = bit_field<cuda::std::uint32_t, 8, 8, cuda::std::uint8_t>;     ///< Asynchronous Event Information
+  using lid = bit_field<cuda::std::uint32_t, 16, 8, log_page_id>;           ///< Log Page Identifier to read to clear it
+};
+
 /// Get Features / Set Features (5.15, 5.27; Figures 279 and 316).
 struct features_fields {
   using fid = bit_field<cuda::std::uint32_t, 0, 8, feature_id>;       ///< CDW10 Feature Identifier

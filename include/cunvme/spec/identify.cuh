@@ -567,6 +567,8 @@ struct identify_namespace {
   using flbas_index_low = bit_field<cuda::std::uint8_t, 0, 4>;
   using flbas_extended_lba = bit_field<cuda::std::uint8_t, 4, 1, bool>;
   using flbas_index_high = bit_field<cuda::std::uint8_t, 5, 2>;
+  /// DPS bits 2:0, Protection Information Type: 0 none, 1..3 Type 1..3.
+  using dps_pit = bit_field<cuda::std::uint8_t, 0, 3>;
 
   /// How many entries of `lbaf` are valid (NLBAF is 0-based; at most 64).
   [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint32_t number_of_lba_formats() const noexcept {
@@ -601,6 +603,18 @@ struct identify_namespace {
 
   CUNVME_HOST_DEVICE constexpr identify_namespace& set_metadata_at_end_of_lba(bool value) noexcept {
     flbas = flbas_extended_lba::set(flbas, value);
+    return *this;
+  }
+
+  /// The end-to-end protection type the namespace is formatted with (DPS bits 2:0): 0 when
+  /// protection is off, 1, 2 or 3 for Type 1, 2 or 3. DPS bit 3 (where the protection
+  /// information sits in the metadata) does not enable protection on its own.
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint8_t protection_type() const noexcept {
+    return dps_pit::get(dps);
+  }
+
+  CUNVME_HOST_DEVICE constexpr identify_namespace& set_protection_type(cuda::std::uint8_t type) noexcept {
+    dps = dps_pit::set(dps, type);
     return *this;
   }
 

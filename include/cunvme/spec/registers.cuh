@@ -469,5 +469,19 @@ struct cmbmsc_register {
 };
 static_assert(sizeof(cmbmsc_register) == 8);
 
+/// CMBSTS — Controller Memory Buffer Status (3.1.3.17, Figure 57).
+struct cmbsts_register {
+  cuda::std::uint32_t raw{};
+
+  using cbai_field = bit_field<cuda::std::uint32_t, 0, 1, bool>;
+
+  /// Controller Base Address Invalid: the CBA last written to CMBMSC is unusable (it
+  /// overlaps another address range, say), so the CMB does not answer there.
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr bool cbai() const noexcept { return cbai_field::get(raw); }
+
+  CUNVME_HOST_DEVICE constexpr cmbsts_register& set_cbai(bool v) noexcept { raw = cbai_field::set(raw, v); return *this; }
+};
+static_assert(sizeof(cmbsts_register) == 4);
+
 }  // namespace spec
 CUNVME_NAMESPACE_END
