@@ -162,6 +162,38 @@ TEST_CASE("lost completions become timeouts that name the operation") {
   CHECK_THROWS_WITH_AS((void)q->read(1, 0, 1, buf), doctest::Contains("no completion within 200 ms"), host::error);
 }
 
+TEST_CASE("a lost completion holds its CID: on a one-CID queue the next command fails naming the timed-out command") {
+  emu::controller_config config;
+  emu::fault_rule lose;
+  lose.action = emu::fault_action::lose_completion;
+  lose.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
+  lose.nth = 1;
+  config.faults = {lose};
+  host::controller_options options;
+  options.command_timeout = std::chrono::milliseconds(200);
+  host::controller ctrl(backend(config), options);
+  auto q = ctrl.create_queue_pair(2);  // one CID (entries - 1)
+  auto buf = ctrl.memory().allocate(4096);
+  CHECK_THROWS_WITH_AS((void)q->read(1, 0, 1, buf), doctest::Contains("no completion within 200 ms"), host::error);
+  CHECK_THROWS_WITH_AS((void)q->read(1, 0, 1, buf), doctest::Contains("1 command(s) timed out earlier and still hold their CIDs"), host::error);
+  // Another queue pair is unaffected.
+  auto other = ctrl.create_queue_pair(2);
+  CHECK(other->read(1, 0, 1, buf) == spec::status::successful_completion);
+}
+
+TEST_CASE("execute returns the completion's Status field as posted: DNR with the status") {
+  host::controller ctrl(backend());
+  auto q = ctrl.create_queue_pair(8);
+  auto buf = ctrl.memory().allocate(4096);
+  const spec::completion_entry bad = q->execute(spec::make_rw(spec::nvm_opcode::read, 1, 1ull << 40, 1, buf.bus()), "Read past the end");
+  CHECK(bad.status() == spec::status::lba_out_of_range);
+  CHECK(bad.dnr());  // the emulator posts LBA Out of Range with Do Not Retry, as a retry cannot succeed
+  CHECK(bad.sqid == q->id());
+  const spec::completion_entry good = q->execute(spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, buf.bus()), "Read");
+  CHECK(good.status() == spec::status::successful_completion);
+  CHECK_FALSE(good.dnr());
+}
+
 TEST_CASE("shutdown reports shutdown complete and leaves the controller disabled") {
   auto b = backend();
   auto* raw = b.get();

@@ -2,6 +2,9 @@
 // memory hooks behind a host-level type), `to_string(io_result)`, and the registration cache's
 // policy (what stays mapped, what is unmapped, what a freed buffer does).
 #include <cunvme/facade/registration_cache.cuh>
+#if defined(__CUDACC__)
+#include <cunvme/facade/pending_copy.cuh>  // CUDA host code: the nvcc build of this file
+#endif
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/io/io_result.cuh>
@@ -13,6 +16,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace host = cunvme::host;
@@ -21,6 +25,9 @@ namespace spec = cunvme::spec;
 using cunvme::gpu_allocation;
 using cunvme::io_error;
 using cunvme::io_result;
+#if defined(__CUDACC__)
+using cunvme::pending_copy;
+#endif
 
 namespace {
 
@@ -190,5 +197,21 @@ TEST_CASE("the registration cache refuses a transfer outside its allocation befo
   CHECK_THROWS_AS(r.cache.register_buffer(a, a.base, 2 * mib, r.maker()), host::error);
   CHECK(r.made == 0);
 }
+
+#if defined(__CUDACC__)
+TEST_CASE("a pending_copy is move-only, and a moved-from one refuses wait() instead of reporting success") {
+  static_assert(!std::is_copy_constructible_v<pending_copy> && !std::is_copy_assignable_v<pending_copy>);
+  pending_copy first(io_result::failure(io_error::nvme_status, 7, 1, spec::status::lba_out_of_range));
+  pending_copy second(std::move(first));
+  CHECK(second.ready());
+  CHECK(second.wait().status == spec::status::lba_out_of_range);
+  CHECK(first.ready());
+  CHECK(first.wait().error == io_error::invalid_request);
+  pending_copy third;
+  third = std::move(second);
+  CHECK(third.wait().lba == 7);
+  CHECK(second.wait().error == io_error::invalid_request);
+}
+#endif
 
 }  // namespace

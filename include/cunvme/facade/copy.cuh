@@ -131,14 +131,14 @@ concept contiguous_device_range = requires(C& c) {
 /// allocation) throws `host::error` naming the allocation.
 template <class Pointer>
   requires(!detail::contiguous_device_range<Pointer>)
-pending_copy copy_n(device& dev, std::uint64_t lba, std::uint64_t blocks, Pointer dst, cudaStream_t stream = nullptr) {
+[[nodiscard]] pending_copy copy_n(device& dev, std::uint64_t lba, std::uint64_t blocks, Pointer dst, cudaStream_t stream = nullptr) {
   return detail::transfer<false>(dev, lba, blocks, static_cast<void*>(detail::raw(dst)), ~std::size_t{0}, stream);
 }
 
 /// Enqueues a read into a GPU container (thrust::device_vector, cuda::std::span over GPU
 /// memory); a request larger than the container is refused (invalid_request).
 template <detail::contiguous_device_range Range>
-pending_copy copy_n(device& dev, std::uint64_t lba, std::uint64_t blocks, Range&& dst, cudaStream_t stream = nullptr) {
+[[nodiscard]] pending_copy copy_n(device& dev, std::uint64_t lba, std::uint64_t blocks, Range&& dst, cudaStream_t stream = nullptr) {
   using value = std::remove_reference_t<decltype(*detail::raw(dst.data()))>;
   return detail::transfer<false>(dev, lba, blocks, static_cast<void*>(detail::raw(dst.data())), detail::container_bytes(dst.size(), sizeof(value)), stream);
 }
@@ -147,13 +147,13 @@ pending_copy copy_n(device& dev, std::uint64_t lba, std::uint64_t blocks, Range&
 /// outside `src`'s allocation throws `host::error`, as for reads.
 template <class Pointer>
   requires(!detail::contiguous_device_range<Pointer>)
-pending_copy copy_n(Pointer src, std::uint64_t blocks, device& dev, std::uint64_t lba, cudaStream_t stream = nullptr) {
+[[nodiscard]] pending_copy copy_n(Pointer src, std::uint64_t blocks, device& dev, std::uint64_t lba, cudaStream_t stream = nullptr) {
   return detail::transfer<true>(dev, lba, blocks, const_cast<void*>(static_cast<const void*>(detail::raw(src))), ~std::size_t{0}, stream);
 }
 
 /// Enqueues a write from a GPU container; more blocks than it holds is refused.
 template <detail::contiguous_device_range Range>
-pending_copy copy_n(const Range& src, std::uint64_t blocks, device& dev, std::uint64_t lba, cudaStream_t stream = nullptr) {
+[[nodiscard]] pending_copy copy_n(const Range& src, std::uint64_t blocks, device& dev, std::uint64_t lba, cudaStream_t stream = nullptr) {
   using value = std::remove_reference_t<decltype(*detail::raw(src.data()))>;
   return detail::transfer<true>(dev, lba, blocks, const_cast<void*>(static_cast<const void*>(detail::raw(src.data()))),
                                 detail::container_bytes(src.size(), sizeof(value)), stream);

@@ -191,8 +191,19 @@ class device {
     state->results = pool_->take(warps * sizeof(io_result));
     state->warps = warps;
     check(cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming), "Create an event");
+    // An error left by the caller's earlier CUDA calls would read as this launch's and free
+    // its results and mapping under a running kernel: report it now, before anything runs.
+    if (const cudaError_t earlier = cudaGetLastError(); earlier != cudaSuccess) {
+      throw host::error(operation, name, std::string("an earlier CUDA call left an error unchecked: ") + cudaGetErrorName(earlier) + " (" +
+                                             cudaGetErrorString(earlier) + "); nothing was enqueued");
+    }
     launch(mapping->pages(), mapping->offset_of(address), state->results.as<io_result>());
-    check(cudaGetLastError(), operation);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+      // Whether or not the kernel was queued, nothing it may touch is given back before the
+      // stream has drained.
+      (void)cudaStreamSynchronize(stream);
+      check(e, operation);
+    }
     if (const cudaError_t e = cudaEventRecord(state->done, stream); e != cudaSuccess) {
       // The kernel is queued but cannot be tracked: let it finish before its results and
       // mapping are given back.

@@ -66,11 +66,24 @@ struct copy_state {
 /// Errors: an outcome of I/O (an NVMe status, a timeout, a request the namespace refuses) is the
 /// `io_result`; a CUDA failure of the kernel itself (a launch the GPU could not run, a fault)
 /// throws `host::error` from `wait()`.
-class [[nodiscard]] pending_copy {
+class pending_copy {
  public:
   /// A copy with nothing to run: `wait()` returns `result` at once.
   explicit pending_copy(io_result result = {}) : refused_(result) {}
   explicit pending_copy(std::shared_ptr<detail::copy_state> state) : state_(std::move(state)) {}
+  // Move-only: one owner waits (a copy waited on from two threads would race on its outcome).
+  // A moved-from pending_copy refuses `wait()` rather than report a success it never had.
+  pending_copy(pending_copy&& other) noexcept : state_(std::move(other.state_)), refused_(other.refused_) { other.refuse_moved_from(); }
+  pending_copy& operator=(pending_copy&& other) noexcept {
+    if (this != &other) {
+      state_ = std::move(other.state_);
+      refused_ = other.refused_;
+      other.refuse_moved_from();
+    }
+    return *this;
+  }
+  pending_copy(const pending_copy&) = delete;
+  pending_copy& operator=(const pending_copy&) = delete;
 
   /// Whether `wait()` would return without blocking. Never blocks.
   [[nodiscard]] bool ready() const noexcept { return state_ == nullptr || state_->outcome.has_value() || state_->reached(); }
@@ -95,6 +108,11 @@ class [[nodiscard]] pending_copy {
   }
 
  private:
+  void refuse_moved_from() noexcept {
+    state_.reset();
+    refused_ = io_result::failure(io_error::invalid_request, 0, 0);
+  }
+
   std::shared_ptr<detail::copy_state> state_;
   io_result refused_{};
 };

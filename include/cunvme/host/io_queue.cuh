@@ -57,6 +57,7 @@ class io_queue {
 
   [[nodiscard]] const queue_view& view() const noexcept { return pair_->view(); }
   [[nodiscard]] cunvme::namespace_view namespace_view(std::uint32_t nsid) const { return make_namespace_view(ctrl_, nsid); }
+  /// The queue pair for the host's own I/O: only while no kernel or reader uses `view()`.
   [[nodiscard]] queue_pair& pair() noexcept { return *pair_; }
   [[nodiscard]] const controller& owner() const noexcept { return ctrl_; }
   /// A snapshot of the shared counters (doorbell writes, unexpected completions, …); read it

@@ -31,7 +31,14 @@ CUNVME_NAMESPACE_BEGIN
 namespace host {
 
 /// One I/O submission/completion queue pair. Host threads use its I/O one at a time (it has
-/// no lock); kernels and CPU readers drive the same queues through `view()`.
+/// no lock, and submits as `slots::exclusive`); kernels and CPU readers may drive the same
+/// queues through `view()`, but never while the host's own I/O on it runs: the exclusive
+/// submitter's plain counter stores would race with theirs.
+///
+/// A command that times out keeps its CID until its completion arrives (DESIGN.md rule 4), so
+/// a completion the controller never posts holds one CID for the queue pair's life: on a queue
+/// of few entries, later commands then fail with "no command identifier", naming the cause.
+/// Each queue pair holds one PRP list per CID (about 4 KiB per CID at 2 MiB MDTS).
 ///
 /// ```
 /// auto qp = ctrl.create_queue_pair(256);
@@ -66,7 +73,8 @@ class queue_pair {
   [[nodiscard]] const queue_view& view() const noexcept { return view_; }
 
   /// Submits one command and waits (bounded) for its completion; the CID is chosen here.
-  /// Returns the completion (DW0, DW1, CID, SQ identifier and status; SQHD is not kept),
+  /// Returns the completion (DW0, DW1, CID, SQ identifier and the Status field with DNR, More
+  /// and CRD; SQHD is not kept),
   /// whatever its status. Throws `host::error` on a timeout, or when the queues or their
   /// bookkeeping are in memory the host cannot address (GPU memory: drive them from the
   /// device side).
@@ -167,7 +175,14 @@ class queue_pair {
       }
       throw ctrl_.no_completion(operation, std::chrono::duration_cast<std::chrono::milliseconds>(timeout_));
     }
-    throw error(operation, ctrl_.name(), std::string(to_string(r.error)) + " (LBA " + std::to_string(r.lba) + ", " + std::to_string(r.blocks) + " blocks)");
+    std::string why = std::string(to_string(r.error)) + " (LBA " + std::to_string(r.lba) + ", " + std::to_string(r.blocks) + " blocks)";
+    if (r.error == io_error::no_command_id && !abandoned_.empty()) {
+      // Rule 4: a timed-out command keeps its CID until its completion comes, so a lost
+      // completion holds one for good: say so, not just that none was free.
+      why += ": " + std::to_string(abandoned_.size()) + " command(s) timed out earlier and still hold their CIDs until their completions arrive;"
+             " delete this queue pair (or reset the controller) to get them back";
+    }
+    throw error(operation, ctrl_.name(), why);
   }
 
   [[nodiscard]] record_state state_of(std::uint16_t cid) const {
@@ -211,7 +226,7 @@ inline spec::completion_entry queue_pair::execute(spec::submission_entry sqe, co
   cqe.dw1 = out.record.dw1;
   cqe.sqid = qid_;
   cqe.cid = out.cid;
-  cqe.status_field = spec::cqe_status::status_bits::set(0, static_cast<spec::status>(out.record.status));
+  cqe.status_field = out.record.status_field;
   return cqe;
 }
 

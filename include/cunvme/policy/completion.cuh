@@ -29,7 +29,7 @@ inline constexpr cuda::std::uint32_t max_batch = 16;
 namespace detail {
 struct drained_entry {
   cuda::std::uint32_t dw0, dw1;
-  cuda::std::uint16_t cid, status, sqid;
+  cuda::std::uint16_t cid, status_field, sqid;  ///< status_field: DW3 bits 31:16 (spec::cqe_dword::status_field)
 };
 
 /// Hands a consumed CQE to its record. A CQE naming a CID with no command in flight (free,
@@ -46,7 +46,8 @@ CUNVME_HOST_DEVICE inline void deliver(const queue_view& q, const drained_entry&
   bookkeeping_word<cuda::std::uint32_t> state(r.state);
   auto current = state.load(cuda::std::memory_order_acquire);
   if (current == static_cast<cuda::std::uint32_t>(record_state::pending)) {
-    r.status = e.status;
+    r.status = static_cast<cuda::std::uint16_t>(spec::cqe_status::status_of(e.status_field));
+    r.status_field = e.status_field;
     r.dw0 = e.dw0;
     r.dw1 = e.dw1;
     // release: the waiter that sees `done` sees the fields (and the data the controller moved
@@ -93,7 +94,7 @@ template <class Doorbell>
     if ((spec::cqe_dword::phase(dw3) ? 1u : 0u) != expected_phase) break;
     const cuda::std::uint32_t dw2 = system_word<cuda::std::uint32_t>(words[spec::cqe_dword::dw2_offset / 4]).load(cuda::std::memory_order_relaxed);
     taken[n] = {system_word<cuda::std::uint32_t>(words[0]).load(cuda::std::memory_order_relaxed), system_word<cuda::std::uint32_t>(words[1]).load(cuda::std::memory_order_relaxed),
-                spec::cqe_dword::cid(dw3), static_cast<cuda::std::uint16_t>(spec::cqe_dword::status_of(dw3)), spec::cqe_dword::sq_id(dw2)};
+                spec::cqe_dword::cid(dw3), spec::cqe_dword::status_field(dw3), spec::cqe_dword::sq_id(dw2)};
     // SQHD is an index; the fetched count moves forward by its distance from our count's slot.
     const cuda::std::uint32_t sqhd = spec::cqe_dword::sq_head(dw2);
     if (sqhd < q.entries) sq_head += q.slot(sqhd + q.entries - q.slot(sq_head));

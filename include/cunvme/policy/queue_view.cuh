@@ -50,13 +50,14 @@ enum class record_state : cuda::std::uint32_t {
 struct completion_record {
   cuda::std::uint32_t state;   ///< a record_state, written with release by the drainer
   cuda::std::uint16_t status;  ///< spec::status of the CQE
-  cuda::std::uint16_t reserved;
+  cuda::std::uint16_t status_field;  ///< the CQE's Phase Tag and Status field as posted: DNR, More and CRD for whoever needs them
   cuda::std::uint32_t dw0;
   cuda::std::uint32_t dw1;
 };
 static_assert(sizeof(completion_record) == 16);
 static_assert(offsetof(completion_record, state) == 0);
 static_assert(offsetof(completion_record, status) == 4);
+static_assert(offsetof(completion_record, status_field) == 6);
 static_assert(offsetof(completion_record, dw0) == 8);
 static_assert(offsetof(completion_record, dw1) == 12);
 
