@@ -322,7 +322,7 @@ class admin_commands : public nvm_commands {
     const spec::get_log_page_dwords dw{sqe.cdw10, sqe.cdw11, sqe.cdw12, sqe.cdw13, sqe.cdw14};
     const std::uint64_t bytes = dw.number_of_bytes();
     const std::uint64_t offset = dw.offset();
-    if ((offset & 3u) != 0 || dw.offset_is_index()) return fail(spec::status::invalid_field_in_command);
+    if (!spec::dword_aligned(offset) || dw.offset_is_index()) return fail(spec::status::invalid_field_in_command);
     std::vector<std::byte> log;
     switch (dw.lid()) {
       case spec::log_page_id::error_information: {

@@ -233,7 +233,7 @@ class nvm_commands : public queues {
     const std::uint64_t metadata_bytes = n->separate_metadata() ? blocks * n->ms : 0;
     std::optional<dma_region> metadata;
     if (metadata_bytes != 0) {
-      if ((sqe.mptr & 3u) != 0) return failed(spec::status::invalid_field_in_command);
+      if (!spec::dword_aligned(sqe.mptr)) return failed(spec::status::invalid_field_in_command);
       metadata = mem.find(sqe.mptr, metadata_bytes);
       if (!metadata) return failed(spec::status::data_transfer_error);
     }

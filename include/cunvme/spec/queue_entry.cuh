@@ -85,9 +85,12 @@ static_assert(offsetof(submission_entry, cdw13) == 52);
 static_assert(offsetof(submission_entry, cdw14) == 56);
 static_assert(offsetof(submission_entry, cdw15) == 60);
 
+/// Whether an address or byte offset is dword aligned (bits 1:0 zero), as MPTR (4.1.2, no SGL)
+/// and the Get Log Page offset (5.16: LPOL bits 1:0) must be.
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr bool dword_aligned(cuda::std::uint64_t value) noexcept { return (value & 0x3u) == 0; }
 /// Whether a PRP entry's offset is dword aligned (4.1.1, Figure 87: bits 1:0 are zero). PRP1
 /// and a PRP list pointer need only this; later entries are page aligned.
-[[nodiscard]] CUNVME_HOST_DEVICE constexpr bool prp_dword_aligned(cuda::std::uint64_t entry) noexcept { return (entry & 0x3u) == 0; }
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr bool prp_dword_aligned(cuda::std::uint64_t entry) noexcept { return dword_aligned(entry); }
 static_assert(prp_dword_aligned(0x1004) && !prp_dword_aligned(0x1002));
 
 /// NSID FFFFFFFFh: every attached namespace (3.2.1.1, broadcast value).
