@@ -147,7 +147,8 @@ TEST_CASE("a buffer too small for the transfer is refused before anything is sen
   CHECK_THROWS_WITH_AS((void)q->read(1, 0, 3, buf), doctest::Contains("do not fit"), host::error);
 }
 
-TEST_CASE("lost completions become timeouts that name the operation") {
+/// A controller whose first Read's completion is never posted, with a 200 ms command timeout.
+host::controller controller_losing_first_read() {
   emu::controller_config config;
   emu::fault_rule lose;
   lose.action = emu::fault_action::lose_completion;
@@ -156,22 +157,18 @@ TEST_CASE("lost completions become timeouts that name the operation") {
   config.faults = {lose};
   host::controller_options options;
   options.command_timeout = std::chrono::milliseconds(200);
-  host::controller ctrl(backend(config), options);
+  return host::controller(backend(config), options);
+}
+
+TEST_CASE("lost completions become timeouts that name the operation") {
+  host::controller ctrl = controller_losing_first_read();
   auto q = ctrl.create_queue_pair(8);
   auto buf = ctrl.memory().allocate(4096);
   CHECK_THROWS_WITH_AS((void)q->read(1, 0, 1, buf), doctest::Contains("no completion within 200 ms"), host::error);
 }
 
 TEST_CASE("a lost completion holds its CID: on a one-CID queue the next command fails naming the timed-out command") {
-  emu::controller_config config;
-  emu::fault_rule lose;
-  lose.action = emu::fault_action::lose_completion;
-  lose.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
-  lose.nth = 1;
-  config.faults = {lose};
-  host::controller_options options;
-  options.command_timeout = std::chrono::milliseconds(200);
-  host::controller ctrl(backend(config), options);
+  host::controller ctrl = controller_losing_first_read();
   auto q = ctrl.create_queue_pair(2);  // one CID (entries - 1)
   auto buf = ctrl.memory().allocate(4096);
   CHECK_THROWS_WITH_AS((void)q->read(1, 0, 1, buf), doctest::Contains("no completion within 200 ms"), host::error);
