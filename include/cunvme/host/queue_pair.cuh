@@ -38,7 +38,7 @@ namespace host {
 /// A command that times out keeps its CID until its completion arrives (DESIGN.md rule 4), so
 /// a completion the controller never posts holds one CID for the queue pair's life: on a queue
 /// of few entries, later commands then fail with "no command identifier", naming the cause.
-/// Each queue pair holds one PRP list per CID (about 4 KiB per CID at 2 MiB MDTS).
+/// Each queue pair holds one PRP list per CID (about one 4 KiB page per CID up to 2 MiB MDTS).
 ///
 /// ```
 /// auto qp = ctrl.create_queue_pair(256);
