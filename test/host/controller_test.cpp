@@ -319,10 +319,18 @@ TEST_CASE("a late completion of a timed-out command is counted and dropped; the 
   config.faults = {late};
   host::controller_options options;
   options.command_timeout = std::chrono::milliseconds(300);
-  host::controller ctrl(backend(config), options);
+  auto b = backend(config);
+  auto* emulated = &b->controller();
+  host::controller ctrl(std::move(b), options);
   auto q = ctrl.create_queue_pair(8);
+  const std::uint64_t posted_before = emulated->stats().completions_posted;
   CHECK_THROWS_WITH_AS((void)q->flush(1), doctest::Contains("no completion within 300 ms"), host::error);
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the flush's CQE is in the CQ now
+  // The flush's CQE must be in the CQ before the next command, however loaded the machine is:
+  // wait for the emulator to post it (bounded) rather than for a fixed time.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (emulated->stats().completions_posted == posted_before && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(emulated->stats().completions_posted == posted_before + 1);
   auto out = ctrl.memory().allocate(4096);
   for (std::size_t i = 0; i < 512; ++i) reinterpret_cast<std::uint64_t*>(out.data())[i] = 0xabcd000000000000ull + i;
   REQUIRE(q->write(1, 16, 8, out) == spec::status::successful_completion);
