@@ -60,7 +60,7 @@ class controller {
     if (!cap_.supports(spec::cap_css::nvm_command_set)) throw error("Bring up", name_, "CAP.CSS lacks the NVM command set");
     ready_timeout_ = options_.ready_timeout.count() != 0 ? options_.ready_timeout : std::chrono::milliseconds(cap_.timeout_ms());
     page_shift_ = 12u + cap_.mpsmin();
-    reset();
+    disable_if_enabled();
     setup_admin_queues();
     enable();
     identify_all();
@@ -124,6 +124,35 @@ class controller {
     if (cqe.status() != spec::status::successful_completion) throw error(operation, name_, cqe.status());
     return cqe;
   }
+
+  /// Asks the controller to abort command `cid` of SQ `sqid` (Abort, 5.1). True when it says
+  /// it did: the command then completes on its CQ with Command Abort Requested and moves no
+  /// data after that completion. False when it did not (the command completed already, its
+  /// completion was lost, or the Abort Command Limit was reached): the command may still run
+  /// and move data until the controller is reset. Throws `host::error` when the admin command
+  /// itself fails (no completion, controller not ready).
+  [[nodiscard]] bool abort(std::uint16_t sqid, std::uint16_t cid) {
+    const auto cqe = admin_command(spec::make_abort(sqid, cid), "Abort command " + std::to_string(cid) + " of SQ " + std::to_string(sqid));
+    return cqe.status() == spec::status::successful_completion && !spec::abort_fields::not_aborted::get(cqe.dw0);
+  }
+
+  /// Recovers the controller as a driver does (3.7.2): CC.EN → 0, which stops its command
+  /// processing and DMA and deletes every I/O queue, then bring-up again (admin queues,
+  /// enable, Number of Queues, Doorbell Buffer Config, the CMB at its address) and every live
+  /// queue pair re-created on its identifier over its own memory, so the views kernels and
+  /// CPU readers hold stay valid. Of the commands outstanding on those queues, one whose
+  /// waiter timed out gives its CID back; one still marked submitted completes with Command
+  /// Aborted By Host, which its waiter gets. For a controller in fatal status (CSTS.CFS), one
+  /// that stopped answering, or commands that would not abort.
+  ///
+  /// Call it while no thread submits to or waits on this controller's queues (kernels that
+  /// use them finished, host I/O not running). Throws `host::error` when the controller does
+  /// not stop (CSTS.RDY stays 1: its DMA may still run, so release none of the memory it was
+  /// given) or does not come back (then reset again, or destroy the controller).
+  void reset();
+
+  /// How many times `reset` brought the controller back.
+  [[nodiscard]] std::uint64_t resets() const noexcept { return resets_; }
 
   /// Creates an I/O queue pair of `entries` entries (2..MQES+1) with its queues placed as asked.
   [[nodiscard]] std::unique_ptr<queue_pair> create_queue_pair(std::uint32_t entries, queue_placement placement = queue_placement::host);
@@ -200,11 +229,12 @@ class controller {
   }
 
   /// The error for a command without completion within `timeout`: the controller's fatal
-  /// status where it is set, else the timeout.
-  [[nodiscard]] error no_completion(const std::string& operation, std::chrono::milliseconds timeout) const {
+  /// status where it is set, else the timeout; `after` says what was done about it.
+  [[nodiscard]] error no_completion(const std::string& operation, std::chrono::milliseconds timeout, const std::string& after = "") const {
     return error(operation, name_,
-                 csts().cfs() ? std::string("controller fatal status (CSTS.CFS) while waiting for the completion")
-                              : "no completion within " + std::to_string(timeout.count()) + " ms");
+                 (csts().cfs() ? std::string("controller fatal status (CSTS.CFS) while waiting for the completion")
+                               : "no completion within " + std::to_string(timeout.count()) + " ms") +
+                     after);
   }
 
   /// Adds what a queue pair's own I/O counted (doorbell writes, dropped completions).
@@ -217,6 +247,29 @@ class controller {
   void release_queue_id(std::uint16_t qid) {
     std::scoped_lock lock(admin_mutex_);
     used_qids_.at(qid) = false;
+  }
+
+  /// The queue pairs `reset` re-creates: each adds itself once its queues exist and leaves as
+  /// it is destroyed.
+  void attach(queue_pair* q) {
+    std::scoped_lock lock(admin_mutex_);
+    live_.push_back(q);
+  }
+  void detach(queue_pair* q) {
+    std::scoped_lock lock(admin_mutex_);
+    std::erase(live_, q);
+  }
+
+  /// CC.EN → 0 for a queue pair whose queues could not be deleted (the controller is fatal or
+  /// gone) before its memory is released. False when CSTS.RDY stays 1: the controller may
+  /// still DMA to that memory, which must then never be released.
+  [[nodiscard]] bool halt() noexcept {
+    try {
+      disable();
+      return true;
+    } catch (const error&) {
+      return false;
+    }
   }
 
  private:
@@ -270,7 +323,7 @@ class controller {
 
   /// CC.EN → 0 and wait for CSTS.RDY → 0 (3.5.2); a controller left enabled by someone else
   /// is reset before it is configured.
-  void reset() {
+  void disable_if_enabled() {
     if (spec::cc_register{backend_->read32(spec::to_underlying(spec::register_offset::cc))}.en() || csts().rdy()) disable();
   }
 
@@ -356,13 +409,20 @@ class controller {
     const spec::cmbsz_register sz = cmbsz();
     if (!sz.sqs()) throw error("Map CMB", name_, "the CMB cannot hold submission queues (CMBSZ.SQS = 0)");
     backend_->map_cmb(loc.bir(), std::uint64_t{loc.ofst()} * sz.unit_bytes(), sz.size_bytes());
+    enable_cmb_at_mapping();
+    cmb_used_ = 0;
+  }
+
+  /// CMBMSC.CMSE with the address the backend mapped the CMB at; again after a reset, where
+  /// SQs in the CMB keep their place.
+  void enable_cmb_at_mapping() {
+    const auto msc = spec::to_underlying(spec::register_offset::cmbmsc);
     backend_->write64(msc, spec::cmbmsc_register{}.set_cre(true).set_cmse(true).set_controller_base_address(backend_->cmb_bus_address()).raw);
     // Any admin command completes after the controller has taken CMBMSC in.
     (void)admin(spec::make_get_features(spec::feature_id::number_of_queues), "Get Features Number of Queues");
     if (spec::cmbsts_register{backend_->read32(spec::to_underlying(spec::register_offset::cmbsts))}.cbai()) {
       throw error("Map CMB", name_, "the controller refused the CMB base address (CMBSTS.CBAI)");
     }
-    cmb_used_ = 0;
   }
 
   struct cmb_block {
@@ -410,6 +470,8 @@ class controller {
   std::atomic<std::uint64_t> mmio_doorbell_writes_{0}, skipped_doorbell_writes_{0}, unexpected_completions_{0};
   std::size_t cmb_used_ = 0;
   bool shut_down_ = false;
+  std::vector<queue_pair*> live_;  // under admin_mutex_
+  std::uint64_t resets_ = 0;
 };
 
 }  // namespace host

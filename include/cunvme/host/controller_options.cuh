@@ -25,6 +25,10 @@ struct controller_options {
   bool use_cmb = false;                     ///< map the controller memory buffer when CAP.CMBS says there is one
   std::chrono::milliseconds ready_timeout{0};     ///< 0: CAP.TO; else 1 ms..max_timeout
   std::chrono::milliseconds command_timeout{10'000};  ///< 1 ms..max_timeout
+  /// A host command (`queue_pair` I/O) that times out is aborted (Abort, 5.1) and its aborted
+  /// completion waited for (bounded by its queue's timeout), so its buffer is the caller's again
+  /// and its CID free. Off: it is only abandoned, holding its CID until a late completion.
+  bool abort_on_timeout = true;
 
   /// The longest timeout taken: a deadline `now() + timeout` must not overflow the clock.
   static constexpr std::chrono::milliseconds max_timeout = std::chrono::hours(24);

@@ -9,6 +9,7 @@
 #include <cunvme/host/error.cuh>
 #include <cunvme/policy/prp.cuh>
 #include <cunvme/policy/queue_view.cuh>
+#include <cunvme/spec/status.cuh>
 
 #include <chrono>
 #include <cstdint>
@@ -54,7 +55,7 @@ class queue_bookkeeping {
   /// DMA memory (`allocator`). Throws `host::error` (`operation` on `device`).
   queue_bookkeeping(const io_queue_memory& memory, dma_allocator& allocator, std::uint32_t entries,
                     unsigned page_shift, std::uint64_t max_transfer_bytes, const std::string& operation, const std::string& device)
-      : layout_(bookkeeping_layout::of(entries)) {
+      : layout_(bookkeeping_layout::of(entries)), copy_in_(memory.copy_in), copy_out_(memory.copy_out) {
     const std::uint32_t cids = entries - 1;
     const std::size_t page = std::size_t{1} << page_shift;
     const std::uint64_t list_bytes = prp::list_bytes_per_command(max_transfer_bytes, page_shift);
@@ -113,12 +114,78 @@ class queue_bookkeeping {
     return true;
   }
 
+  /// After a controller reset deleted the queues (no submitter or waiter running): the
+  /// counters, turns and drain/ring state start again as for a new queue; a record whose
+  /// waiter timed out (or that was taken but never submitted) gives its CID back; a record
+  /// still pending completes with Command Aborted By Host for whoever waits for it; a record
+  /// already done keeps its completion. Statistics (doorbell writes, unexpected completions)
+  /// are kept.
+  void forget_commands(std::uint32_t entries, const std::string& device) {
+    std::vector<std::byte> state(layout_.bytes);
+    read(state.data(), state_, state.size(), device);
+    auto* c = reinterpret_cast<queue_counters*>(state.data());
+    const queue_counters kept = *c;
+    *c = queue_counters{};
+    c->doorbell_mmio_writes = kept.doorbell_mmio_writes;
+    c->doorbell_skipped = kept.doorbell_skipped;
+    c->unexpected_completions = kept.unexpected_completions;
+    std::memset(state.data() + layout_.turns_at, 0, std::size_t{entries} * 8);
+    auto* bits = reinterpret_cast<std::uint32_t*>(state.data() + layout_.bits_at);
+    auto* records = reinterpret_cast<completion_record*>(state.data() + layout_.records_at);
+    const std::uint16_t aborted = spec::cqe_status::make_status_field(spec::status::command_aborted_by_host, false, false);
+    for (std::uint32_t cid = 0; cid + 1 < entries; ++cid) {
+      completion_record& r = records[cid];
+      switch (static_cast<record_state>(r.state)) {
+        case record_state::pending:
+          r.status = static_cast<std::uint16_t>(spec::status::command_aborted_by_host);
+          r.status_field = aborted;
+          r.dw0 = r.dw1 = 0;
+          r.state = static_cast<std::uint32_t>(record_state::done);  // its waiter gives the CID back
+          break;
+        case record_state::abandoned:
+        case record_state::reserved:
+          r.state = static_cast<std::uint32_t>(record_state::free);
+          bits[cid / 32] &= ~(std::uint32_t{1} << (cid % 32));
+          break;
+        default: break;
+      }
+    }
+    write(state_, state.data(), state.size(), device);
+  }
+
+  /// Writes `bytes` of zeros at the start of `target` (a CQ after a reset), through the host's
+  /// pointer or `copy_in` for memory only the GPU addresses.
+  void zero(const dma_buffer& target, std::size_t bytes, const std::string& device) const {
+    const std::vector<std::byte> zeros(bytes);
+    write(target, zeros.data(), bytes, device);
+  }
+
  private:
+  void read(void* to, const dma_buffer& from, std::size_t bytes, const std::string& device) const {
+    if (from.data() != nullptr) {
+      std::memcpy(to, from.data(), bytes);
+    } else if (copy_out_) {
+      copy_out_(to, from.device_data(), bytes);
+    } else {
+      throw error("Reset queue bookkeeping", device, "the host can neither address nor copy out the queue's bookkeeping");
+    }
+  }
+  void write(const dma_buffer& to, const void* from, std::size_t bytes, const std::string& device) const {
+    if (to.data() != nullptr) {
+      std::memcpy(to.data(), from, bytes);
+    } else if (copy_in_) {
+      copy_in_(to.device_data(), from, bytes);
+    } else {
+      throw error("Reset queue memory", device, "the host can neither address nor copy into the queue's memory");
+    }
+  }
+
   bookkeeping_layout layout_{};
   std::uint64_t lists_bytes_ = 0, table_bytes_ = 0;
   std::uint32_t list_entries_ = 0;
   unsigned page_shift_ = 12;
   bool paged_ = false;
+  std::function<void(void* to, const void* from, std::size_t bytes)> copy_in_, copy_out_;
   dma_buffer state_;  // zeroed by the allocator: counters 0, turns 0, CIDs free
   dma_buffer lists_;
 };

@@ -11,6 +11,7 @@
 #include <cunvme/host/queue_memory.cuh>
 #include <cunvme/host/sync_io.cuh>
 #include <cunvme/io/io_result.cuh>
+#include <cunvme/policy/completion.cuh>
 #include <cunvme/policy/doorbell.cuh>
 #include <cunvme/policy/prp.cuh>
 #include <cunvme/policy/queue_view.cuh>
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -50,12 +52,23 @@ class queue_pair {
   queue_pair(const queue_pair&) = delete;
   queue_pair& operator=(const queue_pair&) = delete;
   ~queue_pair() {
+    ctrl_.detach(this);
     // SQ before CQ: a CQ still in use cannot be deleted (Invalid Queue Deletion, 5.7).
+    bool deleted = false;
     try {
-      (void)ctrl_.admin_command(spec::make_delete_io_sq(qid_), "Delete I/O SQ " + std::to_string(qid_));
-      (void)ctrl_.admin_command(spec::make_delete_io_cq(qid_), "Delete I/O CQ " + std::to_string(qid_));
+      deleted = ctrl_.admin_command(spec::make_delete_io_sq(qid_), "Delete I/O SQ " + std::to_string(qid_)).status() ==
+                    spec::status::successful_completion &&
+                ctrl_.admin_command(spec::make_delete_io_cq(qid_), "Delete I/O CQ " + std::to_string(qid_)).status() ==
+                    spec::status::successful_completion;
     } catch (const error&) {
-      // The controller is gone or fatal; its reset deletes the queues anyway.
+      // The controller is fatal, not ready or not answering.
+    }
+    // Queues the controller may still use must not go back to the allocator: stop it first
+    // (CC.EN = 0 deletes every queue), and where even that fails keep the memory for good.
+    if (!deleted && !ctrl_.halt()) {
+      new dma_buffer(std::move(cq_));
+      new dma_buffer(std::move(sq_memory_));
+      new queue_bookkeeping(std::move(bookkeeping_));
     }
     ctrl_.release_queue_id(qid_);
   }
@@ -133,6 +146,7 @@ class queue_pair {
     host_view_.sq = sq_memory_ ? reinterpret_cast<spec::submission_entry*>(sq_memory_.data()) : sq_;
     host_io_ = bookkeeping_.bind(host_view_, false, timeout_) && host_view_.cq != nullptr && host_view_.sq != nullptr &&
                sq_memory_.location() != memory_location::gpu;
+    ctrl_.attach(this);
   }
 
   void require_host_io(const std::string& operation) const {
@@ -147,6 +161,38 @@ class queue_pair {
   decltype(auto) with_doorbell(F&& f) const {
     if (doorbell::shadow::usable(host_view_)) return f(doorbell::shadow{});
     return f(doorbell::mmio{});
+  }
+
+  /// `controller::reset` deleted the queues: the bookkeeping forgets their commands
+  /// (`queue_bookkeeping::forget_commands`) and the CQ is zeroed, as for a new queue.
+  void forget_commands() {
+    bookkeeping_.forget_commands(entries_, ctrl_.name());
+    bookkeeping_.zero(cq_, std::size_t{entries_} * sizeof(spec::completion_entry), ctrl_.name());
+    abandoned_.clear();
+  }
+
+  /// Aborts the commands that just timed out (`controller_options::abort_on_timeout`) and
+  /// waits, bounded by the queue's timeout, for their aborted completions: each that comes
+  /// frees its CID and ends the command's DMA. Says what happened, for the error.
+  [[nodiscard]] std::string abort_timed_out(const std::vector<std::uint16_t>& timed_out) {
+    if (!ctrl_.options().abort_on_timeout || timed_out.empty()) return "";
+    std::size_t aborted = 0;
+    for (const std::uint16_t cid : timed_out) {
+      try {
+        if (!ctrl_.abort(qid_, cid)) continue;
+      } catch (const error&) {
+        continue;  // the admin queue does not answer either: a case for reset()
+      }
+      const auto until = std::chrono::steady_clock::now() + timeout_;
+      while (state_of(cid) == record_state::abandoned && std::chrono::steady_clock::now() < until) {
+        if (with_doorbell([&](auto doorbell) { return completion::drain<decltype(doorbell)>(host_view_); }) == 0) std::this_thread::yield();
+      }
+      if (state_of(cid) != record_state::abandoned) ++aborted;
+    }
+    if (aborted == timed_out.size()) return "; aborted (Abort): the command moves no more data and its CID is free again";
+    return "; the controller did not abort " + std::to_string(timed_out.size() - aborted) +
+           " command(s) (Abort): they may still move data, so keep their buffers until their completions arrive or the controller is "
+           "reset (controller::reset)";
   }
 
   /// Adds what the queue counted since the last call to the controller's totals, late
@@ -167,13 +213,19 @@ class queue_pair {
     counted_mmio_ = mmio, counted_skipped_ = skipped, counted_unexpected_ = unexpected;
     if (r.ok() || r.error == io_error::nvme_status) return;
     if (r.error == io_error::timeout) {
-      // The command was abandoned: its CID stays reserved until a late completion frees it.
+      // The command was abandoned: its CID stays reserved until a late completion frees it,
+      // which an Abort brings at once where the controller still has the command.
+      std::vector<std::uint16_t> timed_out;
       for (std::uint16_t cid = 0; cid < host_view_.cids(); ++cid) {
         if (state_of(cid) == record_state::abandoned && std::find(abandoned_.begin(), abandoned_.end(), cid) == abandoned_.end()) {
-          abandoned_.push_back(cid);
+          timed_out.push_back(cid);
         }
       }
-      throw ctrl_.no_completion(operation, std::chrono::duration_cast<std::chrono::milliseconds>(timeout_));
+      const std::string after = ctrl_.csts().cfs() ? "; reset the controller (controller::reset)" : abort_timed_out(timed_out);
+      for (const std::uint16_t cid : timed_out) {
+        if (state_of(cid) == record_state::abandoned) abandoned_.push_back(cid);
+      }
+      throw ctrl_.no_completion(operation, std::chrono::duration_cast<std::chrono::milliseconds>(timeout_), after);
     }
     std::string why = std::string(to_string(r.error)) + " (LBA " + std::to_string(r.lba) + ", " + std::to_string(r.blocks) + " blocks)";
     if (r.error == io_error::no_command_id && !abandoned_.empty()) {
@@ -379,6 +431,47 @@ inline std::unique_ptr<queue_pair> controller::make_queue_pair(std::uint32_t ent
     release_queue_id(qid);
     throw;
   }
+}
+
+inline void controller::reset() {
+  if (shut_down_) throw error("Reset", name_, "the controller was shut down");
+  // CC.EN → 0 first: once CSTS.RDY reads 0 the controller fetches, executes and moves
+  // nothing, and every I/O queue is gone (3.7.2). Only then are queues and records touched.
+  try {
+    disable();
+  } catch (const error& e) {
+    throw error("Reset", name_, std::string(e.what()) + ": the controller may still DMA to the memory it was given; release none of it");
+  }
+  std::vector<queue_pair*> live;
+  {
+    std::scoped_lock lock(admin_mutex_);
+    live = live_;
+  }
+  for (queue_pair* q : live) q->forget_commands();
+  const std::vector<bool> used = used_qids_;
+  setup_admin_queues();
+  enable();
+  negotiate_queues();
+  for (std::size_t qid = 1; qid < used.size(); ++qid) {
+    if (!used[qid]) continue;
+    if (qid >= used_qids_.size()) {
+      throw error("Reset", name_, "the controller now grants " + std::to_string(granted_) + " I/O queue pairs, fewer than queue " + std::to_string(qid) + " needs");
+    }
+    used_qids_[qid] = true;
+  }
+  if (shadow_) {
+    std::memset(shadow_->data(), 0, shadow_->size());
+    std::memset(event_index_->data(), 0, event_index_->size());
+    admin(spec::make_doorbell_buffer_config(shadow_->bus(), event_index_->bus()), "Doorbell Buffer Config");
+  }
+  if (backend_->cmb() != nullptr) enable_cmb_at_mapping();
+  for (queue_pair* q : live) {
+    const std::string which = std::to_string(q->id());
+    start_shadow_doorbells(q->id());
+    admin(spec::make_create_io_cq(q->id(), q->entries(), q->cq_bus()), "Re-create I/O CQ " + which);
+    admin(spec::make_create_io_sq(q->id(), q->entries(), q->sq_bus(), q->id()), "Re-create I/O SQ " + which);
+  }
+  ++resets_;
 }
 
 }  // namespace host

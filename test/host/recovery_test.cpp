@@ -1,0 +1,161 @@
+// Recovery as a driver does it, against the emulator's fault injection: a command that times
+// out is aborted (Abort), and `controller::reset` brings back a controller in fatal status or
+// one holding commands that never complete, with its queue pairs on their identifiers.
+#include <cunvme/host/controller.cuh>
+#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/io_queue.cuh>
+#include <cunvme/io/reader.cuh>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace host = cunvme::host;
+namespace emu = cunvme::emu;
+namespace spec = cunvme::spec;
+
+namespace {
+
+/// An emulator whose `nth` command of `opcode` meets `action` (`delay_ns` for add_delay).
+emu::controller_config faulty(emu::fault_action action, spec::nvm_opcode opcode, std::uint64_t nth = 1, std::uint64_t delay_ns = 0) {
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 4096)};
+  emu::fault_rule rule;
+  rule.action = action;
+  rule.opcode = static_cast<std::uint8_t>(opcode);
+  rule.nth = nth;
+  rule.delay_ns = delay_ns;
+  config.faults = {rule};
+  return config;
+}
+
+host::controller_options short_timeout(int ms = 200) {
+  host::controller_options options;
+  options.command_timeout = std::chrono::milliseconds(ms);
+  return options;
+}
+
+/// Fills `buf` with words derived from `seed`.
+void fill(host::dma_buffer& buf, std::uint64_t seed) {
+  for (std::size_t i = 0; i < buf.size() / 8; ++i) reinterpret_cast<std::uint64_t*>(buf.data())[i] = seed * 0x9e3779b97f4a7c15ull + i;
+}
+
+/// Writes 8 blocks at `lba` through `q` and reads them back into fresh memory: true when the
+/// data came back.
+bool round_trip(host::controller& ctrl, host::queue_pair& q, std::uint64_t lba, std::uint64_t seed) {
+  auto out = ctrl.memory().allocate(4096);
+  auto in = ctrl.memory().allocate(4096);
+  fill(out, seed);
+  if (q.write(1, lba, 8, out) != spec::status::successful_completion) return false;
+  if (q.read(1, lba, 8, in) != spec::status::successful_completion) return false;
+  return std::memcmp(in.data(), out.data(), 4096) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("a command that times out is aborted: its aborted completion frees the CID at once and is not counted unexpected") {
+  auto b = std::make_unique<host::emu_backend>(faulty(emu::fault_action::add_delay, spec::nvm_opcode::read, 1, 30'000'000'000ull));
+  host::controller ctrl(std::move(b), short_timeout());
+  auto q = ctrl.create_queue_pair(2);  // one CID: the next command needs the timed-out one's
+  auto buf = ctrl.memory().allocate(4096);
+  CHECK_THROWS_WITH_AS((void)q->read(1, 0, 8, buf), doctest::Contains("no completion within 200 ms; aborted (Abort)"), host::error);
+  CHECK(round_trip(ctrl, *q, 16, 1));
+  CHECK(ctrl.unexpected_completions() == 0);
+}
+
+TEST_CASE("a command whose completion was lost is not aborted: the error says its buffer may still be written") {
+  host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read)), short_timeout());
+  auto q = ctrl.create_queue_pair(8);
+  auto buf = ctrl.memory().allocate(4096);
+  CHECK_THROWS_WITH_AS((void)q->read(1, 0, 8, buf), doctest::Contains("did not abort 1 command(s) (Abort): they may still move data"), host::error);
+}
+
+TEST_CASE("reset brings back a controller in fatal status, its queue pairs on the same identifiers") {
+  host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::controller_fatal, spec::nvm_opcode::read)), short_timeout());
+  auto q = ctrl.create_queue_pair(16);
+  const std::uint16_t qid = q->id();
+  auto buf = ctrl.memory().allocate(4096);
+  CHECK_THROWS_WITH_AS((void)q->read(1, 0, 8, buf), doctest::Contains("controller fatal status"), host::error);
+  REQUIRE(ctrl.csts().cfs());
+  ctrl.reset();
+  CHECK(ctrl.resets() == 1);
+  CHECK(ctrl.csts().rdy());
+  CHECK_FALSE(ctrl.csts().cfs());
+  CHECK(q->id() == qid);
+  CHECK(round_trip(ctrl, *q, 64, 2));
+  auto another = ctrl.create_queue_pair(16);  // identifiers in use stay taken
+  CHECK(another->id() != qid);
+  CHECK(round_trip(ctrl, *another, 128, 3));
+}
+
+TEST_CASE("reset gives back the CIDs that lost completions held") {
+  host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read)), short_timeout());
+  auto q = ctrl.create_queue_pair(2);  // one CID
+  auto buf = ctrl.memory().allocate(4096);
+  CHECK_THROWS_AS((void)q->read(1, 0, 8, buf), host::error);
+  CHECK_THROWS_WITH_AS((void)q->read(1, 0, 8, buf), doctest::Contains("still hold their CIDs"), host::error);
+  ctrl.reset();
+  CHECK(round_trip(ctrl, *q, 8, 4));
+}
+
+TEST_CASE("reset re-creates queues that use shadow doorbells, whose first doorbell after it is an MMIO write") {
+  host::controller_options options = short_timeout();
+  options.shadow_doorbells = true;
+  host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::controller_fatal, spec::nvm_opcode::flush)), options);
+  REQUIRE(ctrl.shadow_doorbells());
+  auto q = ctrl.create_queue_pair(16);
+  for (int i = 0; i < 5; ++i) REQUIRE(round_trip(ctrl, *q, static_cast<std::uint64_t>(i) * 8, 10 + static_cast<std::uint64_t>(i)));
+  CHECK_THROWS_AS((void)q->flush(1), host::error);
+  ctrl.reset();
+  const std::uint64_t mmio_before = ctrl.mmio_doorbell_writes();
+  CHECK(round_trip(ctrl, *q, 256, 20));
+  CHECK(ctrl.mmio_doorbell_writes() > mmio_before);
+  CHECK(*q->view().sq_shadow == 2);  // the two commands since the reset, counted from the new queue's 0
+}
+
+TEST_CASE("reset completes a command still outstanding with Command Aborted By Host for its waiter") {
+  auto b = std::make_unique<host::emu_backend>(faulty(emu::fault_action::add_delay, spec::nvm_opcode::read, 1, 30'000'000'000ull));
+  const emu::controller& emulated = b->controller();
+  host::controller ctrl(std::move(b), short_timeout(10'000));
+  host::io_queue q(ctrl, 16, host::queue_placement::host, std::chrono::seconds(10));
+  using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+  cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
+  auto buf = ctrl.memory().allocate(4096);
+  cunvme::io_handle h = reader.submit_read(0, 8, cunvme::prp::contiguous{buf.bus()}, 0);
+  REQUIRE(h.state == cunvme::io_handle::phase::in_flight);
+  // The controller has the read (its completion parked) before the reset, not just its doorbell.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (emulated.stats().io_commands == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(emulated.stats().io_commands == 1);
+  ctrl.reset();  // the read's completion is 30 s away: the reset takes it
+  const cunvme::io_result r = reader.wait(h);
+  CHECK(r.error == cunvme::io_error::nvme_status);
+  CHECK(r.status == spec::status::command_aborted_by_host);
+  CHECK(q.cids_in_use() == 0);
+  CHECK(round_trip(ctrl, q.pair(), 32, 5));
+}
+
+TEST_CASE("a queue pair whose queues cannot be deleted stops the controller before its memory is released") {
+  host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::controller_fatal, spec::nvm_opcode::read)), short_timeout());
+  auto q = ctrl.create_queue_pair(16);
+  auto buf = ctrl.memory().allocate(4096);
+  CHECK_THROWS_AS((void)q->read(1, 0, 8, buf), host::error);
+  q.reset();  // Delete I/O SQ cannot run on a fatal controller: CC.EN = 0 instead
+  const spec::cc_register cc{ctrl.backend().read32(spec::to_underlying(spec::register_offset::cc))};
+  CHECK_FALSE(cc.en());
+  CHECK_FALSE(ctrl.csts().rdy());
+  ctrl.reset();
+  auto fresh = ctrl.create_queue_pair(16);
+  CHECK(round_trip(ctrl, *fresh, 0, 6));
+}
+
+TEST_CASE("reset of a controller that was shut down is refused") {
+  host::controller ctrl(std::make_unique<host::emu_backend>());
+  ctrl.shutdown();
+  CHECK_THROWS_WITH_AS(ctrl.reset(), doctest::Contains("shut down"), host::error);
+}
