@@ -8,6 +8,7 @@
 #include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/gpu_queue.cuh>
+#include <cunvme/host/gpu_reach.cuh>
 #include <cunvme/io/reader.cuh>
 
 #include "../pattern.hpp"
@@ -46,17 +47,31 @@ struct tally {
   unsigned long long ok, failed, mismatched, timeouts, nvme_errors, unexpected;
 };
 
+/// How a rig's emulated controller is made usable by GPU threads.
+enum class reach_path {
+  emulator_hooks,  ///< built with CUDA memory (emu::cuda_memory): the emulator's own way
+  registration,    ///< plain memory registered as a real controller's is (host::gpu_registrar)
+};
+
 /// An emulated controller with CUDA memory, a 64 MiB namespace of `word_at`, and queues in `t`.
 struct gpu_rig {
-  explicit gpu_rig(tier where, std::vector<emu::fault_rule> faults = {}, std::uint64_t blocks = 1 << 17) : t(where) {
+  explicit gpu_rig(tier where, std::vector<emu::fault_rule> faults = {}, std::uint64_t blocks = 1 << 17,
+                   reach_path path = reach_path::emulator_hooks)
+      : t(where) {
     emu::controller_config config;
     config.memory = emu::cuda_memory();
+    if (path == reach_path::registration) {
+      // BAR, CMB and DMA memory plain host memory, as a real backend maps them.
+      config.memory.allocate = nullptr;
+      config.memory.release = nullptr;
+    }
     config.workers = 4;
     config.namespaces = {emu::namespace_config::in_memory(512, blocks)};
     config.faults = std::move(faults);
     auto backend = std::make_unique<host::emu_backend>(std::move(config));
     emulator = &backend->controller();
-    ctrl = std::make_unique<host::controller>(std::move(backend));
+    ctrl = path == reach_path::registration ? std::make_unique<host::controller>(std::move(backend), host::controller_options{}, host::gpu_registrar())
+                                            : std::make_unique<host::controller>(std::move(backend));
     auto& store = emulator->store(1);
     std::vector<std::uint64_t> words(blocks * 64);
     for (std::size_t i = 0; i < words.size(); ++i) words[i] = word_at(i * 8);
@@ -446,6 +461,25 @@ TEST_CASE_TEMPLATE("per-thread random reads land verified in every tier", T, com
             std::uint64_t{11}, rig.counts);
     });
     require_clean(*rig.counts, scaled(64) * 256 * 4);
+    CHECK(q->cids_in_use() == 0);
+  }
+}
+
+TEST_CASE_TEMPLATE("through the real backends' registration path (BAR and DMA memory registered for the GPU), random reads land verified in every tier",
+                   T, combo_mp_coop_mmio, combo_wa_poller_mmio) {
+  for (const tier where : all_tiers) {
+    const std::string tier_label = tier_name(where);
+    CAPTURE(tier_label);
+    gpu_rig rig(where, {}, 1 << 17, reach_path::registration);
+    REQUIRE(rig.ctrl->device_bar() != nullptr);
+    auto q = rig.queue(256);
+    auto buf = rig.data(64 * 256 * slice_bytes);
+    typename T::reader reader(q->view(), q->namespace_view(1));
+    run_kernel<typename T::completion_t>(q->view(), [&](cudaStream_t s, const grid_poller& p) {
+      start(thread_reads<typename T::reader>, scaled(16), 256, s, p, reader, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 4u,
+            std::uint64_t{12}, rig.counts);
+    });
+    require_clean(*rig.counts, scaled(16) * 256 * 4);
     CHECK(q->cids_in_use() == 0);
   }
 }

@@ -42,7 +42,7 @@ TEST_CASE("to_string(io_result) names the error, the NVMe status and the failing
 TEST_CASE("host::open installs the memory hooks of the reach it is given, and by default none") {
   CHECK_FALSE(host::memory_reach{}.beyond_cpu());
   auto allocations = std::make_shared<std::atomic<int>>(0);
-  const host::memory_reach counting = host::memory_reach::through_emulator_hooks([allocations] {
+  const host::memory_reach counting = host::memory_reach::for_gpu([allocations] {
     emu::memory_hooks h;
     h.allocate = [allocations](std::size_t bytes) {
       ++*allocations;
@@ -50,7 +50,7 @@ TEST_CASE("host::open installs the memory hooks of the reach it is given, and by
     };
     h.release = [](void* p, std::size_t) { std::free(p); };
     return h;
-  });
+  }, {});
   CHECK(counting.beyond_cpu());
   {
     auto plain = host::open("emu:blocks=1000");

@@ -10,6 +10,7 @@
 #include <cunvme/host/dma_memory.cuh>
 #include <cunvme/host/dma_prps.cuh>
 #include <cunvme/host/error.cuh>
+#include <cunvme/host/host_registration.cuh>
 #include <cunvme/host/namespace_info.cuh>
 #include <cunvme/host/queue_memory.cuh>
 #include <cunvme/host/register_backend.cuh>
@@ -49,11 +50,19 @@ class io_queue;
 /// ```
 class controller {
  public:
-  explicit controller(std::unique_ptr<register_backend> backend, controller_options options = {})
+  /// Brings the controller up. `gpu`, where given, registers for GPU threads what the backend
+  /// maps and they cannot use yet (`register_backend::needs_gpu_registration`): the BAR (as
+  /// I/O memory for a real device) and every DMA buffer, before anything is allocated.
+  explicit controller(std::unique_ptr<register_backend> backend, controller_options options = {}, const host_registrar& gpu = {})
       : backend_(std::move(backend)), options_(options) {
     if (!backend_) throw error("Bring up", "(none)", "no register backend");
     name_ = backend_->name();
     options_.check(name_);
+    if (gpu && backend_->needs_gpu_registration()) {
+      gpu_ = gpu;
+      gpu_bar_ = gpu(backend_->bar(), backend_->bar_size(), backend_->bar_is_io_memory(), "the BAR (doorbells)", name_);
+      gpu_memory_ = std::make_unique<registering_allocator>(backend_->memory(), gpu, name_);
+    }
     cap_ = spec::cap_register{backend_->read64(spec::to_underlying(spec::register_offset::cap))};
     vs_ = spec::version_register{backend_->read32(spec::to_underlying(spec::register_offset::vs))};
     if (cap_.raw == ~std::uint64_t{0}) throw error("Read CAP", name_, "the BAR reads all ones: the device is gone or not enabled");
@@ -82,7 +91,12 @@ class controller {
 
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] register_backend& backend() noexcept { return *backend_; }
-  [[nodiscard]] dma_allocator& memory() noexcept { return backend_->memory(); }
+  /// DMA memory for this controller (registered for GPU threads where the controller was
+  /// brought up for them).
+  [[nodiscard]] dma_allocator& memory() noexcept { return gpu_memory_ ? *gpu_memory_ : backend_->memory(); }
+  /// Where GPU threads store to `bar()` + `offset`: the registered BAR where the backend
+  /// needed registering, else the backend's mapping itself.
+  [[nodiscard]] std::byte* device_bar() const noexcept { return gpu_bar_ ? static_cast<std::byte*>(gpu_bar_.device()) : backend_->bar(); }
   [[nodiscard]] spec::cap_register cap() const noexcept { return cap_; }
   [[nodiscard]] spec::version_register version() const noexcept { return vs_; }
   [[nodiscard]] spec::csts_register csts() const {
@@ -214,11 +228,20 @@ class controller {
   /// The shadow doorbell and EventIdx slots of a queue's doorbell; nullptrs without them, and
   /// for a doorbell whose slot lies past the buffers' one memory page (5.8; a large CAP.DSTRD or
   /// many queues): that queue rings by MMIO only.
-  [[nodiscard]] std::pair<std::uint32_t*, std::uint32_t*> shadow_slots(std::uint16_t qid, bool is_cq) const {
+  /// `device`: through the addresses GPU threads use, where the buffers have them.
+  [[nodiscard]] std::pair<std::uint32_t*, std::uint32_t*> shadow_slots(std::uint16_t qid, bool is_cq, bool device = false) const {
     if (!shadow_) return {nullptr, nullptr};
     const std::size_t slot = spec::shadow_doorbell_slot(qid, is_cq, cap_.dstrd());
     if ((slot + 1) * 4 > shadow_->size() || (slot + 1) * 4 > event_index_->size()) return {nullptr, nullptr};
-    return {reinterpret_cast<std::uint32_t*>(shadow_->data()) + slot, reinterpret_cast<std::uint32_t*>(event_index_->data()) + slot};
+    const auto base = [device](const dma_buffer& b) {
+      return static_cast<std::uint32_t*>(device && b.device_data() != nullptr ? b.device_data() : static_cast<void*>(b.data()));
+    };
+    return {base(*shadow_) + slot, base(*event_index_) + slot};
+  }
+
+  /// Where GPU threads write a byte of the CMB the host maps at `host` (an SQ placed there).
+  [[nodiscard]] std::byte* device_cmb(std::byte* host) const noexcept {
+    return gpu_cmb_ ? static_cast<std::byte*>(gpu_cmb_.device()) + (host - backend_->cmb()) : host;
   }
 
   /// PRP1/PRP2 for `bytes` of `buffer` at `offset`, with a list in `lists` (page-aligned
@@ -273,26 +296,6 @@ class controller {
   }
 
  private:
-  /// A queue's base must be on a controller page (CC.MPS; Create I/O SQ/CQ, 5.4/5.5): the
-  /// controller answers Invalid PRP Offset otherwise.
-  void require_page_aligned(std::uint64_t bus, const std::string& operation) const {
-    if (bus % page_bytes() != 0) {
-      throw error(operation, name_, "the queue's bus address " + std::to_string(bus) + " is not on a " + std::to_string(page_bytes()) + "-byte controller page (CC.MPS)");
-    }
-  }
-
-  /// Queues are created physically contiguous (PC = 1; CAP.CQR): one bus range.
-  void require_contiguous(const dma_buffer& queue, const std::string& operation) const {
-    if (!queue.contiguous(0, queue.size())) {
-      // A 2 MiB huge page is the most physically contiguous memory pinned pages give: a hint
-      // to reserve them helps only queues that fit one.
-      constexpr std::size_t huge_page = std::size_t{2} << 20;
-      throw error(operation, name_, "the queue's " + std::to_string(queue.size()) + " bytes are not contiguous in bus address space: " +
-                                        (queue.size() <= huge_page ? "reserve huge pages (/proc/sys/vm/nr_hugepages) or use a smaller queue"
-                                                                   : "a queue over 2 MiB needs an IOMMU (vfio:, or kmod: with the IOMMU on); use a smaller queue"));
-    }
-  }
-
   /// A new queue's shadow doorbell and EventIdx slots start from the host's values (DESIGN.md
   /// rule 5), written before the queue exists: a deleted queue with the same identifier left
   /// its own there, and a stale EventIdx makes the EventIdx rule skip MMIO writes the
@@ -336,8 +339,8 @@ class controller {
     // a controller with CAP.MPSMIN > 0 fails CC.EN = 1 otherwise (QEMU sets CSTS.CFS).
     dma_buffer sq = memory().allocate(std::size_t{n} * sizeof(spec::submission_entry), page_bytes());
     dma_buffer cq = memory().allocate(std::size_t{n} * sizeof(spec::completion_entry), page_bytes());
-    require_contiguous(sq, "Set up the admin SQ");
-    require_contiguous(cq, "Set up the admin CQ");
+    require_contiguous(sq, "Set up the admin SQ", name_);
+    require_contiguous(cq, "Set up the admin CQ", name_);
     const auto size = static_cast<std::uint16_t>(n - 1);
     backend_->write32(spec::to_underlying(spec::register_offset::aqa), spec::aqa_register{}.set_asqs(size).set_acqs(size).raw);
     backend_->write64(spec::to_underlying(spec::register_offset::asq), sq.bus());
@@ -409,6 +412,7 @@ class controller {
     const spec::cmbsz_register sz = cmbsz();
     if (!sz.sqs()) throw error("Map CMB", name_, "the CMB cannot hold submission queues (CMBSZ.SQS = 0)");
     backend_->map_cmb(loc.bir(), std::uint64_t{loc.ofst()} * sz.unit_bytes(), sz.size_bytes());
+    if (gpu_) gpu_cmb_ = gpu_(backend_->cmb(), backend_->cmb_size(), backend_->bar_is_io_memory(), "the CMB", name_);
     enable_cmb_at_mapping();
     cmb_used_ = 0;
   }
@@ -454,6 +458,10 @@ class controller {
   }
 
   std::unique_ptr<register_backend> backend_;
+  // Unregistered before the backend unmaps and unpins (members go in reverse order).
+  host_registrar gpu_;
+  host_registration gpu_bar_, gpu_cmb_;
+  std::unique_ptr<registering_allocator> gpu_memory_;
   controller_options options_;
   std::string name_;
   spec::cap_register cap_{};

@@ -7,6 +7,7 @@
 #include <cunvme/emu/controller_config.cuh>
 #include <cunvme/emu/timing_model.cuh>
 #include <cunvme/host/error.cuh>
+#include <cunvme/host/host_registration.cuh>
 #include <cunvme/host/register_backend.cuh>
 #include <cunvme/host/uri_options.cuh>
 
@@ -98,33 +99,38 @@ class emu_allocator final : public dma_allocator {
 
 /// Who besides CPU threads reaches a controller `host::open` brings up: nobody (the default),
 /// or GPU threads too (`host::gpu_reach()`, <cunvme/host/gpu_reach.cuh>, CUDA code only). An
-/// opaque option, so `open`'s callers name no emulator type. Real controllers ignore it: their
-/// BAR is registered for GPU threads when a GPU queue is made, and their DMA reaches GPU memory
-/// through the backend's mapping. An emulated controller must know when it is built, since its
-/// BAR, CMB and DMA copies are placed then (`emu::memory_hooks`).
+/// opaque option, so `open`'s callers name no emulator or CUDA type. A real controller's BAR
+/// and DMA memory are registered for GPU threads at bring-up (`registrar`); an emulated
+/// controller must know when it is built, since its BAR, CMB and DMA copies are placed then
+/// (`emu::memory_hooks`).
 class memory_reach {
  public:
   memory_reach() = default;
 
   /// Reach through the emulator's memory hooks `make` returns (called once per emulated
-  /// controller opened with this reach).
-  [[nodiscard]] static memory_reach through_emulator_hooks(std::function<emu::memory_hooks()> make) {
+  /// controller opened with this reach), and through `registrar` for what a backend maps
+  /// that GPU threads cannot use yet (`register_backend::needs_gpu_registration`).
+  [[nodiscard]] static memory_reach for_gpu(std::function<emu::memory_hooks()> make, host_registrar registrar) {
     memory_reach r;
     r.make_ = std::move(make);
+    r.registrar_ = std::move(registrar);
     return r;
   }
 
   /// Whether anything beyond CPU threads is asked for.
-  [[nodiscard]] bool beyond_cpu() const noexcept { return static_cast<bool>(make_); }
+  [[nodiscard]] bool beyond_cpu() const noexcept { return static_cast<bool>(make_) || static_cast<bool>(registrar_); }
 
   /// Installs the hooks in an emulated controller's configuration; the CPU-only reach leaves
   /// it as it is.
   void configure(emu::controller_config& config) const {
     if (make_) config.memory = make_();
   }
+  /// What registers host mappings for GPU threads; empty for the CPU-only reach.
+  [[nodiscard]] const host_registrar& registrar() const noexcept { return registrar_; }
 
  private:
   std::function<emu::memory_hooks()> make_;
+  host_registrar registrar_;
 };
 
 /// An emulated controller in this process, driven through its BAR like any other.
@@ -148,6 +154,10 @@ class emu_backend final : public register_backend {
     cmb_mapped_ = true;
   }
   [[nodiscard]] dma_allocator& memory() override { return memory_; }
+  /// Built with CUDA memory hooks, its BAR, CMB and DMA memory are GPU-usable from the start;
+  /// without them they are plain memory a `host_registrar` registers as a real backend's.
+  [[nodiscard]] bool needs_gpu_registration() const override { return !ctrl_.config().memory.allocate; }
+  [[nodiscard]] bool bar_is_io_memory() const override { return false; }
 
   /// The emulator itself: its namespaces' bytes, counters, fault counters.
   [[nodiscard]] emu::controller& controller() noexcept { return ctrl_; }

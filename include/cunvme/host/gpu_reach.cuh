@@ -1,24 +1,78 @@
-// GPU threads as drivers of a controller `host::open` brings up: the reach an emulated
-// controller needs to be built with (its BAR in pinned, mapped memory for doorbell stores, its
-// DMA copying to and from GPU memory), and the CUDA environment kernels that wait for
-// emulated I/O need. CUDA host code: include from .cu files.
+// GPU threads as drivers of a controller `host::open` brings up: an emulated controller built
+// with its BAR in pinned, mapped memory and its DMA copying to and from GPU memory; a real
+// controller's BAR and DMA memory registered for GPU threads (cudaHostRegister, the BAR as I/O
+// memory); and the CUDA environment kernels that wait for emulated I/O need. CUDA host code:
+// include from .cu files.
 //
 // ```
 // cunvme::host::prepare_cuda_environment();  // first in main
-// auto ctrl = cunvme::host::open("emu", {}, cunvme::host::gpu_reach());
+// auto ctrl = cunvme::host::open("kmod:0000:01:00.0", {}, cunvme::host::gpu_reach());
 // ```
 #pragma once
 
 #include <cunvme/config.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/host/host_registration.cuh>
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
 
 CUNVME_NAMESPACE_BEGIN
 namespace host {
 
-/// GPU threads store to the controller's doorbells and its DMA reaches GPU memory: for an
-/// emulated controller, `emu::cuda_memory()`'s hooks; real controllers need nothing at open.
-[[nodiscard]] inline memory_reach gpu_reach() { return memory_reach::through_emulator_hooks(&emu::cuda_memory); }
+/// Registers host mappings for GPU threads with CUDA (`host_registrar`): cudaHostRegister,
+/// mapped and portable (every device and context), with cudaHostRegisterIoMemory for a BAR;
+/// the GPU address from cudaHostGetDevicePointer. Undone with cudaHostUnregister, which
+/// controllers run before their backend unmaps or unpins the memory.
+[[nodiscard]] inline host_registrar gpu_registrar() {
+  return [](void* host, std::size_t bytes, bool io_memory, const std::string& what, const std::string& device) {
+    const unsigned flags = cudaHostRegisterMapped | cudaHostRegisterPortable | (io_memory ? cudaHostRegisterIoMemory : 0u);
+    const std::string operation = "Register " + what + " for GPU threads";
+    if (const cudaError_t e = cudaHostRegister(host, bytes, flags); e != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: leave no error for the caller's next check
+      std::string why = std::string(cudaGetErrorName(e)) + " from cudaHostRegister (" + std::to_string(bytes) + " bytes)";
+      why += io_memory ? ": the GPU driver will not map this PCIe BAR for GPU stores. GPU-initiated doorbells need a GPU and driver that "
+                         "allow peer-to-peer MMIO (data-center GPUs; GeForce boards without P2P refuse), and a PCIe path that allows it "
+                         "(`nvme_info --doctor` says); otherwise drive the queues from CPU threads (host::queue_pair, or the readers on "
+                         "CPU threads over host::io_queue)"
+                       : ": the GPU driver cannot pin and map this DMA memory (RLIMIT_MEMLOCK, or memory it cannot pin)";
+      throw error(operation, device, why);
+    }
+    void* gpu = nullptr;
+    if (const cudaError_t e = cudaHostGetDevicePointer(&gpu, host, 0); e != cudaSuccess || gpu == nullptr) {
+      (void)cudaHostUnregister(host);
+      (void)cudaGetLastError();
+      throw error(operation, device, std::string(cudaGetErrorName(e)) + " from cudaHostGetDevicePointer: the registered range has no GPU address");
+    }
+    return host_registration(gpu, [host] {
+      if (cudaHostUnregister(host) != cudaSuccess) (void)cudaGetLastError();
+    });
+  };
+}
+
+/// GPU threads store to the controller's doorbells, use its queues and its DMA reaches GPU
+/// memory: an emulated controller gets `emu::cuda_memory()`'s hooks, a real controller's BAR
+/// and DMA memory are registered (`gpu_registrar`).
+[[nodiscard]] inline memory_reach gpu_reach() { return memory_reach::for_gpu(&emu::cuda_memory, gpu_registrar()); }
+
+/// `gpu_reach` for an emulated controller made to take the real backends' path: its BAR and
+/// DMA memory plain host memory registered by `gpu_registrar` (the BAR without the I/O
+/// memory flag, being RAM), its copies to GPU memory through CUDA. What a real controller's
+/// bring-up does, testable without an SSD: only the flag and the bus addresses differ.
+[[nodiscard]] inline memory_reach gpu_reach_through_registration() {
+  return memory_reach::for_gpu(
+      [] {
+        emu::memory_hooks hooks = emu::cuda_memory();
+        hooks.allocate = nullptr;
+        hooks.release = nullptr;
+        return hooks;
+      },
+      gpu_registrar());
+}
 
 /// Call first in `main`, before any CUDA call, in a program whose kernels wait for emulated
 /// I/O: the driver settings such kernels need, read once at the first CUDA call

@@ -46,16 +46,18 @@ namespace detail {
 /// auto real = cunvme::host::open("sysfs:0000:01:00.0");
 /// ```
 /// `reach` says who besides CPU threads drives the controller: `host::gpu_reach()`
-/// (<cunvme/host/gpu_reach.cuh>) lets GPU threads ring an emulated controller's doorbells and
-/// its DMA reach GPU memory; real controllers ignore it.
+/// (<cunvme/host/gpu_reach.cuh>) lets GPU threads ring its doorbells and use its queues —
+/// an emulated controller's memory is placed for them when it is built, a real controller's
+/// BAR and DMA memory are registered for them at bring-up — and its DMA reach GPU memory.
 [[nodiscard]] inline std::unique_ptr<controller> open(std::string_view uri, controller_options options = {}, const memory_reach& reach = {}) {
   const auto colon = uri.find(':');
   const std::string_view scheme = uri.substr(0, colon);
   const std::string_view rest = colon == std::string_view::npos ? std::string_view{} : uri.substr(colon + 1);
-  if (scheme == "emu") return std::make_unique<controller>(open_emulator(rest, uri, reach), options);
-  if (scheme == "sysfs") return std::make_unique<controller>(std::make_unique<sysfs_backend>(detail::parse_bdf(rest, uri)), options);
-  if (scheme == "vfio") return std::make_unique<controller>(std::make_unique<vfio_backend>(detail::parse_bdf(rest, uri)), options);
-  if (scheme == "kmod") return std::make_unique<controller>(std::make_unique<kmod_backend>(detail::parse_bdf(rest, uri)), options);
+  const host_registrar& gpu = reach.registrar();
+  if (scheme == "emu") return std::make_unique<controller>(open_emulator(rest, uri, reach), options, gpu);
+  if (scheme == "sysfs") return std::make_unique<controller>(std::make_unique<sysfs_backend>(detail::parse_bdf(rest, uri)), options, gpu);
+  if (scheme == "vfio") return std::make_unique<controller>(std::make_unique<vfio_backend>(detail::parse_bdf(rest, uri)), options, gpu);
+  if (scheme == "kmod") return std::make_unique<controller>(std::make_unique<kmod_backend>(detail::parse_bdf(rest, uri)), options, gpu);
   throw error("Open", std::string(uri), "unknown device URI: use emu:, sysfs:BDF, vfio:BDF or kmod:BDF");
 }
 

@@ -62,8 +62,8 @@ class pagemap_allocator final : public dma_allocator {
 
   [[nodiscard]] dma_buffer map_gpu(void*, std::size_t) override {
     throw error("Map GPU memory", device_,
-                "peer-to-peer DMA to GPU memory needs the cunvme kernel module (kmod:) or VFIO with dma-buf; sysfs: reaches pinned "
-                "host memory only");
+                "sysfs: reaches pinned host memory only (tier 1); peer-to-peer DMA to GPU memory (tiers 2 and 3) needs the cunvme "
+                "kernel module: open kmod:BDF instead");
   }
 
   /// Whether memory compaction leaves locked pages where they are: /proc/sys/vm/

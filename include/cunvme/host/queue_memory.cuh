@@ -28,6 +28,26 @@ enum class queue_placement : std::uint8_t {
   provided,        ///< memory the caller provides, e.g. GPU memory from `dma_allocator::map_gpu`
 };
 
+/// A queue's base must be on a controller page (CC.MPS; Create I/O SQ/CQ, 5.4/5.5): the
+/// controller answers Invalid PRP Offset otherwise.
+inline void require_page_aligned(std::uint64_t bus, std::size_t page, const std::string& operation, const std::string& device) {
+  if (bus % page != 0) {
+    throw error(operation, device, "the queue's bus address " + std::to_string(bus) + " is not on a " + std::to_string(page) + "-byte controller page (CC.MPS)");
+  }
+}
+
+/// Queues are created physically contiguous (PC = 1; CAP.CQR): one bus range.
+inline void require_contiguous(const dma_buffer& queue, const std::string& operation, const std::string& device) {
+  if (!queue.contiguous(0, queue.size())) {
+    // A 2 MiB huge page is the most physically contiguous memory pinned pages give: a hint
+    // to reserve them helps only queues that fit one.
+    constexpr std::size_t huge_page = std::size_t{2} << 20;
+    throw error(operation, device, "the queue's " + std::to_string(queue.size()) + " bytes are not contiguous in bus address space: " +
+                                       (queue.size() <= huge_page ? "reserve huge pages (/proc/sys/vm/nr_hugepages) or use a smaller queue"
+                                                                  : "a queue over 2 MiB needs an IOMMU (vfio:, or kmod: with the IOMMU on); use a smaller queue"));
+  }
+}
+
 /// Where a queue pair keeps its bookkeeping and its PRP lists. The defaults suit CPU threads
 /// (the host's own I/O among them): both in the controller's DMA memory. Kernels want the
 /// bookkeeping in GPU memory (its atomics stay on the GPU): see `host/gpu_queue.cuh`; the

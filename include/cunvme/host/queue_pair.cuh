@@ -137,8 +137,14 @@ class queue_pair {
     queues.qid = qid_;
     // Kernels get the GPU-usable address where the memory has one, the host's otherwise.
     view_ = queues;
+    view_.sq_doorbell = reinterpret_cast<std::uint32_t*>(ctrl_.device_bar() + spec::sq_tail_doorbell_offset(qid_, dstrd));
+    view_.cq_doorbell = reinterpret_cast<std::uint32_t*>(ctrl_.device_bar() + spec::cq_head_doorbell_offset(qid_, dstrd));
+    std::tie(view_.sq_shadow, view_.sq_event_index) = ctrl_.shadow_slots(qid_, false, true);
+    std::tie(view_.cq_shadow, view_.cq_event_index) = ctrl_.shadow_slots(qid_, true, true);
     view_.cq = reinterpret_cast<spec::completion_entry*>(cq_.device_data() != nullptr ? cq_.device_data() : static_cast<void*>(cq_.data()));
-    view_.sq = sq_memory_ && sq_memory_.device_data() != nullptr ? static_cast<spec::submission_entry*>(sq_memory_.device_data()) : sq_;
+    view_.sq = sq_memory_ && sq_memory_.device_data() != nullptr ? static_cast<spec::submission_entry*>(sq_memory_.device_data())
+               : placement_ == queue_placement::cmb_submission ? reinterpret_cast<spec::submission_entry*>(ctrl_.device_cmb(reinterpret_cast<std::byte*>(sq_)))
+                                                               : sq_;
     (void)bookkeeping_.bind(view_, true, timeout_);
     // The host's own I/O: the same queues and bookkeeping through host addresses, where it has them.
     host_view_ = queues;
@@ -410,10 +416,10 @@ inline std::unique_ptr<queue_pair> controller::make_queue_pair(std::uint32_t ent
       sq = reinterpret_cast<spec::submission_entry*>(sq_memory.data());
       sq_bus = sq_memory.bus();
     }
-    require_contiguous(cq, "Create I/O CQ " + std::to_string(qid));
-    if (sq_memory) require_contiguous(sq_memory, "Create I/O SQ " + std::to_string(qid));
-    require_page_aligned(cq.bus(), "Create I/O CQ " + std::to_string(qid));
-    require_page_aligned(sq_bus, "Create I/O SQ " + std::to_string(qid));
+    require_contiguous(cq, "Create I/O CQ " + std::to_string(qid), name_);
+    if (sq_memory) require_contiguous(sq_memory, "Create I/O SQ " + std::to_string(qid), name_);
+    require_page_aligned(cq.bus(), page_bytes(), "Create I/O CQ " + std::to_string(qid), name_);
+    require_page_aligned(sq_bus, page_bytes(), "Create I/O SQ " + std::to_string(qid), name_);
     // Before the queues exist: a queue is never created without the bookkeeping its I/O needs.
     queue_bookkeeping bookkeeping(hooks, memory(), entries, page_shift_, max_transfer_bytes(),
                                   "Create PRP lists for I/O queue " + std::to_string(qid), name_);

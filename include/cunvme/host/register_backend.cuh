@@ -73,6 +73,14 @@ class register_backend {
   /// DMA memory for this controller.
   [[nodiscard]] virtual dma_allocator& memory() = 0;
 
+  /// Whether GPU threads reach bar() and memory() only once they are registered for them
+  /// (`host_registrar`): true for mmap'ed BARs and pinned pages; false where they were made
+  /// GPU-usable when allocated (an emulator built with CUDA memory hooks).
+  [[nodiscard]] virtual bool needs_gpu_registration() const { return true; }
+  /// Whether bar() maps device MMIO (registered with cudaHostRegisterIoMemory) rather than
+  /// RAM (the emulator's register page).
+  [[nodiscard]] virtual bool bar_is_io_memory() const { return true; }
+
   /// MMIO through the mapped BAR; a backend whose registers are not plain memory (the
   /// emulator's register file) overrides both.
   [[nodiscard]] virtual std::uint32_t read32(std::uint32_t offset) const {
