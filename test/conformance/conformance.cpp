@@ -313,6 +313,27 @@ const std::vector<std::pair<std::string, case_fn>>& cases() {
          for (int i = 0; i < 5; ++i) expect_status(qp->read(c.nsid, 0, 1, buf), spec::status::successful_completion, "read");
          expect(smart_host_reads(*c.ctrl) >= before + 5, "Host Read Commands did not grow by 5");
        }},
+      {"reset (CC.EN 0, bring-up again) re-creates live queue pairs on their identifiers; I/O before and after reads back",
+       [](context& c) {
+         auto a = c.ctrl->create_queue_pair(16);
+         auto b = c.ctrl->create_queue_pair(8);
+         const std::uint16_t a_id = a->id(), b_id = b->id();
+         round_trip(c, *a, c.scratch_lba + 7000, 16, 0, 70);
+         c.ctrl->reset();
+         expect(c.ctrl->csts().rdy() && !c.ctrl->csts().cfs(), "CSTS is not RDY=1 CFS=0 after the reset");
+         expect(a->id() == a_id && b->id() == b_id, "a queue pair changed its identifier");
+         round_trip(c, *a, c.scratch_lba + 7100, 16, 0, 71);
+         round_trip(c, *b, c.scratch_lba + 7200, (3 * 4096) / c.lba + 1, 0, 72);
+         auto fresh = c.ctrl->create_queue_pair(8);
+         round_trip(c, *fresh, c.scratch_lba + 7300, 8, 0, 73);
+       }},
+      {"Abort of a command that is not outstanding reports it not aborted, and the queue goes on",
+       [](context& c) {
+         auto qp = c.ctrl->create_queue_pair(8);
+         round_trip(c, *qp, c.scratch_lba + 7400, 8, 0, 74);
+         expect(!c.ctrl->abort(qp->id(), 3), "the controller says it aborted a command that had completed");
+         round_trip(c, *qp, c.scratch_lba + 7500, 8, 0, 75);
+       }},
       {"with shadow doorbells (Doorbell Buffer Config) I/O still completes",
        [](context& c) {
          if (!c.ctrl->identify().supports_doorbell_buffer_config()) return;

@@ -59,19 +59,15 @@ struct gpu_rig {
                    reach_path path = reach_path::emulator_hooks)
       : t(where) {
     emu::controller_config config;
-    config.memory = emu::cuda_memory();
-    if (path == reach_path::registration) {
-      // BAR, CMB and DMA memory plain host memory, as a real backend maps them.
-      config.memory.allocate = nullptr;
-      config.memory.release = nullptr;
-    }
+    // Through registration: BAR, CMB and DMA memory plain host memory, as a real backend maps them.
+    const host::memory_reach reach = path == reach_path::registration ? host::gpu_reach_through_registration() : host::gpu_reach();
+    reach.configure(config);
     config.workers = 4;
     config.namespaces = {emu::namespace_config::in_memory(512, blocks)};
     config.faults = std::move(faults);
     auto backend = std::make_unique<host::emu_backend>(std::move(config));
     emulator = &backend->controller();
-    ctrl = path == reach_path::registration ? std::make_unique<host::controller>(std::move(backend), host::controller_options{}, host::gpu_registrar())
-                                            : std::make_unique<host::controller>(std::move(backend));
+    ctrl = std::make_unique<host::controller>(std::move(backend), host::controller_options{}, reach.registrar());
     auto& store = emulator->store(1);
     std::vector<std::uint64_t> words(blocks * 64);
     for (std::size_t i = 0; i < words.size(); ++i) words[i] = word_at(i * 8);
