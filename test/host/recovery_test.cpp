@@ -159,3 +159,35 @@ TEST_CASE("reset of a controller that was shut down is refused") {
   ctrl.shutdown();
   CHECK_THROWS_WITH_AS(ctrl.reset(), doctest::Contains("shut down"), host::error);
 }
+
+TEST_CASE("after a kernel, the commands its threads gave up on are aborted and their CIDs come back at the next drain") {
+  auto b = std::make_unique<host::emu_backend>(faulty(emu::fault_action::add_delay, spec::nvm_opcode::read, 1, 30'000'000'000ull));
+  host::controller ctrl(std::move(b));
+  host::io_queue q(ctrl, 16, host::queue_placement::host, std::chrono::milliseconds(200));
+  using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+  cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
+  auto buf = ctrl.memory().allocate(4096);
+  // A CPU thread stands in for the kernel: its read times out and is abandoned.
+  CHECK(reader.read(0, 8, cunvme::prp::contiguous{buf.bus()}, 0).error == cunvme::io_error::timeout);
+  CHECK(q.cids_in_use() == 1);
+  const auto outcome = q.abort_timed_out();
+  CHECK(outcome.aborted == 1);
+  CHECK(outcome.not_aborted == 0);
+  // The next command's wait drains the aborted completion with its own.
+  REQUIRE(reader.read(8, 8, cunvme::prp::contiguous{buf.bus()}, 0).ok());
+  CHECK(q.cids_in_use() == 0);
+  CHECK(q.counters().unexpected_completions == 0);
+}
+
+TEST_CASE("a timed-out command whose completion was lost is counted not aborted") {
+  host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read)));
+  host::io_queue q(ctrl, 16, host::queue_placement::host, std::chrono::milliseconds(200));
+  using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+  cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
+  auto buf = ctrl.memory().allocate(4096);
+  CHECK(reader.read(0, 8, cunvme::prp::contiguous{buf.bus()}, 0).error == cunvme::io_error::timeout);
+  const auto outcome = q.abort_timed_out();
+  CHECK(outcome.aborted == 0);
+  CHECK(outcome.not_aborted == 1);
+  CHECK(q.cids_in_use() == 1);
+}

@@ -71,6 +71,32 @@ class io_queue {
     }
     return c;
   }
+  /// What `abort_timed_out` did.
+  struct abort_outcome {
+    std::uint32_t aborted = 0;      ///< the controller aborted them: their completions come at once
+    std::uint32_t not_aborted = 0;  ///< still running, or their completions were lost: a case for `controller::reset`
+  };
+
+  /// Sends Abort (5.1) for every command whose waiter timed out (its record abandoned), as a
+  /// driver does for a command past its timeout. Call it while no submitter runs (after the
+  /// kernel). An aborted command's completion frees its CID when the queue is next drained
+  /// (by the next command's wait); one not aborted keeps its buffer in use until its
+  /// completion arrives or the controller is reset.
+  abort_outcome abort_timed_out() {
+    std::vector<completion_record> records(view().cids());
+    if (memory_.copy_out) {
+      memory_.copy_out(records.data(), view().records, records.size() * sizeof(completion_record));
+    } else {
+      std::memcpy(records.data(), view().records, records.size() * sizeof(completion_record));
+    }
+    abort_outcome out;
+    for (std::uint32_t cid = 0; cid < records.size(); ++cid) {
+      if (records[cid].state != static_cast<std::uint32_t>(record_state::abandoned)) continue;
+      (ctrl_.abort(pair_->id(), static_cast<std::uint16_t>(cid)) ? out.aborted : out.not_aborted) += 1;
+    }
+    return out;
+  }
+
   /// CIDs in use now (read it while no submitter runs): 0 once every command was waited for;
   /// an abandoned command (timed out) holds its CID until its completion arrives.
   [[nodiscard]] std::uint32_t cids_in_use() const {
