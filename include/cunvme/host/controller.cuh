@@ -272,6 +272,9 @@ class controller {
     used_qids_.at(qid) = false;
   }
 
+ private:
+  friend class queue_pair;
+
   /// The queue pairs `reset` re-creates: each adds itself once its queues exist and leaves as
   /// it is destroyed.
   void attach(queue_pair* q) {
@@ -295,7 +298,6 @@ class controller {
     }
   }
 
- private:
   /// A new queue's shadow doorbell and EventIdx slots start from the host's values (DESIGN.md
   /// rule 5), written before the queue exists: a deleted queue with the same identifier left
   /// its own there, and a stale EventIdx makes the EventIdx rule skip MMIO writes the
