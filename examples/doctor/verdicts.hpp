@@ -24,7 +24,7 @@ inline void backend_conditions(const report& r, backend b, verdict& v) {
   const std::string dev = "/sys/bus/pci/devices/" + bdf;
   const std::string unbind = driver.empty() ? "" : "echo " + bdf + " > " + dev + "/driver/unbind; ";
   const auto translation = translation_of(r.controller.group);
-  const std::string group = r.controller.group ? "group " + r.controller.group->number + " (type " +
+  const std::string group = r.controller.group ? "IOMMU group " + r.controller.group->number + " (type " +
                                                      (r.controller.group->type.empty() ? "unknown" : r.controller.group->type) + ")"
                                                : "no IOMMU group";
   switch (b) {
@@ -34,7 +34,7 @@ inline void backend_conditions(const report& r, backend b, verdict& v) {
         v.add(outcome::not_possible, "the IOMMU translates the controller's DMA (" + group +
                                          "): pagemap's physical addresses are not its bus addresses; use vfio or kmod, or boot with iommu=pt");
       } else if (translation == dma_translation::unknown) {
-        v.add(outcome::limited, "IOMMU " + group + ": whether DMA is translated is unknown; sysfs needs it untranslated");
+        v.add(outcome::limited, group + ": whether DMA is translated is unknown; sysfs needs it untranslated");
       } else {
         v.add(outcome::works, "DMA untranslated (" + to_string(translation) + "): pagemap's physical addresses are bus addresses");
       }
@@ -45,7 +45,7 @@ inline void backend_conditions(const report& r, backend b, verdict& v) {
         v.add(outcome::not_possible, "no IOMMU group: VFIO needs the IOMMU on (intel_iommu=on or amd_iommu=on); use sysfs or kmod");
         break;
       }
-      v.add(outcome::works, "IOMMU " + group + ": VFIO gives the group a domain of its own");
+      v.add(outcome::works, group + ": VFIO gives the group a domain of its own");
       if (driver != "vfio-pci") {
         v.add(outcome::needs_setup, (driver.empty() ? std::string("bound to no driver") : "held by " + driver) + ": bind vfio-pci (" + unbind +
                                         "echo vfio-pci > " + dev + "/driver_override; echo " + bdf + " > /sys/bus/pci/drivers_probe)");
@@ -63,7 +63,7 @@ inline void backend_conditions(const report& r, backend b, verdict& v) {
         v.add(outcome::needs_setup, (driver.empty() ? std::string("bound to no driver") : "held by " + driver) + ": bind cunvme (" + unbind +
                                         "echo cunvme > " + dev + "/driver_override; echo " + bdf + " > /sys/bus/pci/drivers_probe)");
       }
-      v.add(outcome::works, "IOMMU " + group + ": the module maps memory through the kernel's DMA API, with or without an IOMMU");
+      v.add(outcome::works, group + ": fine, the module maps memory through the kernel's DMA API, which works with or without an IOMMU");
       break;
   }
 }
@@ -133,7 +133,7 @@ inline verdict judge_one(const report& r, backend b, tier t) {
     return v;
   }
   backend_conditions(r, b, v);
-  if (!gpu_conditions(r, v)) return v;
+  if (v.result == outcome::not_possible || !gpu_conditions(r, v)) return v;
   if (t == tier::doorbells) {
     v.add(outcome::not_checked, "whether the GPU can map the controller's BAR0 is not checked here (needs CUDA: cudaHostRegister with "
                                 "cudaHostRegisterIoMemory; GeForce GPUs and old drivers refuse)");
