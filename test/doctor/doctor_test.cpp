@@ -438,3 +438,19 @@ TEST_CASE("the printed report carries the facts and a verdict line per backend a
   for (std::size_t at = printed.find("\n    kmod   "); at != std::string::npos; at = printed.find("\n    kmod   ", at + 1)) ++verdict_lines;
   CHECK(verdict_lines == 8);
 }
+
+TEST_CASE("without a resource file the BAR sizes are unknown, not zero") {
+  fake::machine m;
+  switch_topology(m);
+  std::filesystem::remove(m.root / "sys/bus/pci/devices" / controller_bdf / "resource");
+  const auto r = examine(m).reports.at(0);
+  CHECK_FALSE(r.controller.pci.bar_bytes);
+  CHECK(r.gpu->bar1_bytes() == 64 * gib);
+}
+
+TEST_CASE("a function libpci cannot identify (no vendor file) is an error, not an exit") {
+  fake::machine m;
+  switch_topology(m);
+  std::filesystem::remove(m.root / "sys/bus/pci/devices" / gpu_bdf / "vendor");
+  CHECK_THROWS_WITH_AS(examine(m), doctest::Contains("libpci: Cannot open"), std::runtime_error);
+}
