@@ -219,6 +219,12 @@ namespace detail {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
 }
 
+/// sysfs names functions in lower case; users copy addresses from tools that may not.
+[[nodiscard]] inline std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 [[nodiscard]] inline std::string hex(std::uint32_t value, int digits) {
   char text[16];
   std::snprintf(text, sizeof text, "0x%0*x", digits, value);
@@ -253,7 +259,7 @@ namespace detail {
   }
 
   if (request.controller) {
-    const std::string& bdf = *request.controller;
+    const std::string bdf = detail::lower(*request.controller);
     if (!host::valid_bdf(bdf)) throw host::error("Doctor", bdf, "'" + bdf + "' is not a PCI address of the form DDDD:BB:DD.F (hex), e.g. 0000:01:00.0");
     const auto f = tree.has_function(bdf) ? bus.examine(bdf) : std::nullopt;
     if (!f) throw host::error("Doctor", bdf, "no such PCI device (" + (tree.devices() / bdf).string() + " is missing)");
@@ -265,7 +271,7 @@ namespace detail {
 
   const gpu_facts* gpu = nullptr;
   if (request.gpu) {
-    const std::string& which = *request.gpu;
+    const std::string which = detail::lower(*request.gpu);
     for (const auto& g : answer.gpus) {
       if (detail::all_digits(which) ? std::to_string(g.index) == which : g.pci.bdf == which) gpu = &g;
     }

@@ -305,6 +305,14 @@ TEST_CASE("a controller address that does not exist is an error naming it") {
   CHECK_THROWS_WITH_AS(examine(m, "0000:3f:00.0"), doctest::Contains("0000:3f:00.0: no such PCI device"), cunvme::host::error);
 }
 
+TEST_CASE("a controller address in upper case names the same function") {
+  fake::machine m;
+  switch_topology(m);
+  m.add("pci0000:00/0000:00:0a.0", fake::port(PCI_EXP_TYPE_ROOT_PORT));
+  m.add("pci0000:00/0000:00:0a.0/0000:0b:00.0", fake::nvme());
+  CHECK(examine(m, "0000:0B:00.0").reports.at(0).controller.pci.bdf == "0000:0b:00.0");
+}
+
 TEST_CASE("a malformed controller address is an error") {
   fake::machine m;
   switch_topology(m);
