@@ -2,17 +2,22 @@
 //
 //   build/examples/nvme_info emu                      the embedded emulator
 //   build/examples/nvme_info sysfs:0000:01:00.0       a controller unbound from the kernel
+//   build/examples/nvme_info --doctor [BDF] [--gpu N]  which tier each backend can use here, and why
 //
 // Like `nvme show-regs`, `nvme id-ctrl` and `nvme id-ns` together, through cunvme's own
 // bring-up (which resets the controller).
+#include "doctor/doctor_cli.hpp"
+
 #include <cunvme/host/open.cuh>
 
 #include <cstdio>
+#include <string_view>
 
 namespace host = cunvme::host;
 namespace spec = cunvme::spec;
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "--doctor") return cunvme_doctor::doctor_main(argc - 2, argv + 2);
   const char* uri = argc > 1 ? argv[1] : "emu";
   std::unique_ptr<host::controller> ctrl;
   try {
