@@ -455,30 +455,25 @@ void test_revoke() {
           "after the exporter's revoke the module has unmapped and unpinned (still attached until UNPIN)", status_text(s));
     check(!bus_master_on(), "the revoke turned the controller's bus mastering off");
     check(dma_buf_pages() == 0, "the counter drops the revoked pages", std::to_string(dma_buf_pages()));
-    cunvme_device_info info{};
-    // The backend's open file of the device (one open at a time), found through /proc/self/fd.
-    bool revoked_flag = false;
-    for (int fd = 3; fd < 64; ++fd) {
-      char link[256] = {};
-      const std::string path = "/proc/self/fd/" + std::to_string(fd);
-      if (::readlink(path.c_str(), link, sizeof(link) - 1) > 0 && node == link && ::ioctl(fd, CUNVME_IOCTL_INFO, &info) == 0) {
-        revoked_flag = (info.flags & CUNVME_INFO_DMA_REVOKED) != 0;
-        std::vector<std::uint64_t> out(4);
-        expect_errno(map(fd, buf.fd, 0, page).rc, ENOLINK, "MAP_DMA_BUF after a revoke");
-        void* host_page = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-        cunvme_pin_request pin{reinterpret_cast<std::uintptr_t>(host_page), page, reinterpret_cast<std::uintptr_t>(out.data()), 4, 0, 0, 0, 0};
-        expect_errno(::ioctl(fd, CUNVME_IOCTL_PIN, &pin), ENOLINK, "PIN of host memory after a revoke");
-        ::munmap(host_page, page);
-      }
+    auto& backend = dynamic_cast<host::kmod_backend&>(ctrl.backend());
+    check((backend.query_info().flags & CUNVME_INFO_DMA_REVOKED) != 0, "INFO reports the revoked dma-buf");
+    int pin_errno = 0;
+    try {
+      (void)ctrl.memory().allocate(page);
+    } catch (const host::error& e) {
+      pin_errno = e.os_error().value();
     }
-    check(revoked_flag, "INFO reports the revoked dma-buf");
-    bool refused = false;
+    check(pin_errno == ENOLINK, "PIN of host memory after a revoke -> ENOLINK", "got " + errno_name(pin_errno));
+    int map_errno = 0;
+    std::string map_error;
     try {
       (void)memory.map_dma_buf(buf.fd, 0, page, nullptr);
     } catch (const host::error& e) {
-      refused = std::string(e.what()).find("revoked") != std::string::npos;
+      map_errno = e.os_error().value();
+      map_error = e.what();
     }
-    check(refused, "map_dma_buf after a revoke throws host::error saying so");
+    check(map_errno == ENOLINK && map_error.find("revoked") != std::string::npos,
+          "MAP_DMA_BUF after a revoke -> ENOLINK, and map_dma_buf's host::error says why", map_error);
 
     // A command aimed at the revoked addresses: no completion, and nothing lands.
     bool completed = true;

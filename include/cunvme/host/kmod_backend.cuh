@@ -170,7 +170,9 @@ class kmod_allocator final : public dma_allocator {
     r.flags = flags;
     if (::ioctl(fd_, kmod::ioctl_pin, &r) != 0) {
       throw os_error(flags & kmod::pin_gpu_memory ? "Pin GPU memory" : "Pin host memory", device_,
-                     errno == ENOMEM ? "over the module's max_pinned_mb or RLIMIT_MEMLOCK (ulimit -l; CAP_IPC_LOCK lifts it)" : "");
+                     errno == ENOMEM    ? "over the module's max_pinned_mb or RLIMIT_MEMLOCK (ulimit -l; CAP_IPC_LOCK lifts it)"
+                     : errno == ENOLINK ? "a dma-buf of this device was revoked: its DMA is off until the device is closed and opened again"
+                                        : "");
     }
     pages.resize(r.count);
     return pinned{r.handle, std::move(pages), r.page_shift};
@@ -234,6 +236,13 @@ class kmod_backend final : public register_backend {
   /// The allocator with the module's own calls (`map_dma_buf`, `use_dma_buf_exporter`).
   [[nodiscard]] kmod_allocator& kmod_memory() noexcept { return *memory_; }
   [[nodiscard]] const kmod::device_info& info() const noexcept { return info_; }
+  /// What the module reports now: `info()` as of opening, plus what changed since, such as
+  /// `kmod::info_dma_revoked` once an exporter revoked a mapped dma-buf.
+  [[nodiscard]] kmod::device_info query_info() const {
+    kmod::device_info now{};
+    if (::ioctl(fd_, kmod::ioctl_info, &now) != 0) throw os_error("Query the cunvme module", bdf_);
+    return now;
+  }
 
   void map_cmb(unsigned bar_index, std::uint64_t offset, std::uint64_t bytes) override {
     if (bar_index > 5 || info_.bar_size[bar_index] == 0) throw error("Map CMB", bdf_, "CMBLOC.BIR names BAR " + std::to_string(bar_index) + ", which is absent");
