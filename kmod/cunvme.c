@@ -374,9 +374,10 @@ static void cunvme_dma_buf_unmap_locked(struct cunvme_dev *cd, struct cunvme_pin
  * The exporter is moving or revoking the buffer (dma_buf_move_notify, under dmabuf->resv).
  * The addresses are in user space and may sit in commands the controller has in flight, and
  * without an IOMMU unmapping does not stop a device from reaching them. So bus mastering goes
- * off first — no command of this file, in flight or later, can reach any memory after that —
- * and then the mapping goes. f->lock is not taken here: the ioctls hold it while they take
- * dmabuf->resv.
+ * off first (no command of this file, in flight or later, can reach any memory after that),
+ * and then the mapping goes, right here under the lock, as RDMA's invalidate callback does
+ * (mlx5_ib_dmabuf_invalidate_cb). f->lock is not taken here: the ioctls hold it while they
+ * take dmabuf->resv.
  */
 static void cunvme_dma_buf_move_notify(struct dma_buf_attachment *attach)
 {
@@ -661,6 +662,9 @@ static long cunvme_ioctl_map_dma_buf(struct cunvme_file *f, void __user *arg)
 		return -E2BIG;
 	if (!access_ok(u64_to_user_ptr(req.addresses), (req.bytes >> PAGE_SHIFT) * sizeof(u64)))
 		return -EFAULT;
+	/* Before the address array is allocated: the limit bounds its size. */
+	if (req.bytes > cunvme_max_pinned_bytes())
+		return -ENOMEM;
 
 	pin = kzalloc(sizeof(*pin), GFP_KERNEL_ACCOUNT);
 	if (!pin)
