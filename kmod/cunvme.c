@@ -8,6 +8,8 @@
  *  - pins ranges of its memory (host pages, or GPU pages through nvidia_p2p where built with
  *    it) and gets their DMA addresses as this controller sees them (dma_map_* against the
  *    controller's struct device: IOVAs with an IOMMU, physical addresses without),
+ *  - maps dma-bufs (GPU memory exported by the NVIDIA driver, or any exporter's) for the
+ *    controller and gets the DMA addresses of a range of their pages,
  *  - unpins them again.
  * When the file goes away (close, process death), the controller is disabled, bus mastering
  * is turned off so it can no longer reach memory, and every pin is released.
@@ -22,7 +24,9 @@
 #include <linux/cdev.h>
 #include <linux/delay.h>
 #include <linux/device.h>
+#include <linux/dma-buf.h>
 #include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
 #include <linux/fs.h>
 #include <linux/idr.h>
 #include <linux/io.h>
@@ -79,6 +83,7 @@ static dev_t cunvme_devt;
 static DEFINE_IDA(cunvme_minors);
 static atomic64_t cunvme_pinned_pages = ATOMIC64_INIT(0);	/* host pages, all devices */
 static atomic64_t cunvme_pinned_gpu_pages = ATOMIC64_INIT(0);	/* 64 KiB GPU pages */
+static atomic64_t cunvme_dma_buf_pages = ATOMIC64_INIT(0);	/* mapped dma-buf pages */
 static atomic64_t cunvme_next_handle = ATOMIC64_INIT(0);
 
 struct cunvme_dev {
@@ -91,6 +96,7 @@ struct cunvme_dev {
 	bool removed;
 	wait_queue_head_t closed;
 	atomic64_t pinned_pages;
+	atomic64_t dma_buf_pages;
 	int minor;
 };
 
@@ -99,12 +105,19 @@ struct cunvme_file {
 	struct mutex lock;	/* pinned_bytes, and pin/unpin against each other */
 	struct xarray pins;	/* handle -> struct cunvme_pin */
 	u64 pinned_bytes;	/* counted against max_pinned_mb */
+	bool dma_revoked;	/* a dma-buf was revoked: bus mastering is off until release */
+};
+
+enum cunvme_pin_kind {
+	CUNVME_PIN_HOST,
+	CUNVME_PIN_GPU,		/* nvidia_p2p */
+	CUNVME_PIN_DMA_BUF,
 };
 
 struct cunvme_pin {
 	u64 handle;
 	u64 bytes;
-	bool gpu;
+	enum cunvme_pin_kind kind;
 	/* host memory */
 	unsigned long npages;
 	struct page **pages;
@@ -118,6 +131,11 @@ struct cunvme_pin {
 	struct nvidia_p2p_page_table *page_table;
 	struct nvidia_p2p_dma_mapping *mapping;
 #endif
+	/* dma-buf; sgt is NULL once revoked or released, under dmabuf->resv */
+	struct cunvme_file *file;
+	struct dma_buf *dmabuf;
+	struct dma_buf_attachment *attach;
+	struct sg_table *dma_sgt;
 };
 
 static bool cunvme_gpu_pinning(void)
@@ -332,12 +350,165 @@ static int cunvme_pin_gpu(struct cunvme_dev *cd, struct cunvme_pin *pin,
 }
 #endif
 
+/* ---- Mapping dma-bufs ----------------------------------------------------------------- */
+
+static bool cunvme_dma_buf_import(void)
+{
+	return IS_ENABLED(CONFIG_DMA_SHARED_BUFFER);
+}
+
+#if IS_ENABLED(CONFIG_DMA_SHARED_BUFFER)
+/* Under dmabuf->resv: undoes the mapping and our dma_buf_pin(), once. */
+static void cunvme_dma_buf_unmap_locked(struct cunvme_dev *cd, struct cunvme_pin *pin)
+{
+	if (!pin->dma_sgt)
+		return;
+	dma_buf_unmap_attachment(pin->attach, pin->dma_sgt, DMA_BIDIRECTIONAL);
+	pin->dma_sgt = NULL;
+	dma_buf_unpin(pin->attach);
+	atomic64_sub(pin->npages, &cd->dma_buf_pages);
+	atomic64_sub(pin->npages, &cunvme_dma_buf_pages);
+}
+
+/*
+ * The exporter is moving or revoking the buffer (dma_buf_move_notify, under dmabuf->resv).
+ * The addresses are in user space and may sit in commands the controller has in flight, and
+ * without an IOMMU unmapping does not stop a device from reaching them. So bus mastering goes
+ * off first (no command of this file, in flight or later, can reach any memory after that),
+ * and then the mapping goes, right here under the lock, as RDMA's invalidate callback does
+ * (mlx5_ib_dmabuf_invalidate_cb). f->lock is not taken here: the ioctls hold it while they
+ * take dmabuf->resv.
+ */
+static void cunvme_dma_buf_move_notify(struct dma_buf_attachment *attach)
+{
+	struct cunvme_pin *pin = attach->importer_priv;
+	struct cunvme_dev *cd = pin->file->cd;
+
+	if (!pin->dma_sgt)
+		return;
+	pci_clear_master(cd->pdev);
+	WRITE_ONCE(pin->file->dma_revoked, true);
+	cunvme_dma_buf_unmap_locked(cd, pin);
+	dev_warn(&cd->pdev->dev, "a mapped dma-buf was revoked by its exporter: bus mastering is off until /dev/cunvme/%s is closed\n",
+		 pci_name(cd->pdev));
+}
+
+static const struct dma_buf_attach_ops cunvme_dma_buf_attach_ops = {
+	/* Only DMA addresses are used, never struct pages: GPU memory (a PCI BAR) may come. */
+	.allow_peer2peer = true,
+	.move_notify = cunvme_dma_buf_move_notify,
+};
+
+static void cunvme_release_dma_buf(struct cunvme_dev *cd, struct cunvme_pin *pin)
+{
+	dma_resv_lock(pin->dmabuf->resv, NULL);
+	cunvme_dma_buf_unmap_locked(cd, pin);
+	dma_resv_unlock(pin->dmabuf->resv);
+	/* After detach no move_notify can run for this attachment: the pin may be freed. */
+	dma_buf_detach(pin->dmabuf, pin->attach);
+	dma_buf_put(pin->dmabuf);
+}
+
+/* The DMA address of each page of [offset, offset + npages pages) of the mapped table. */
+static int cunvme_dma_buf_addresses(struct sg_table *sgt, u64 offset, unsigned long npages,
+				    u64 *out)
+{
+	u64 end = offset + ((u64)npages << PAGE_SHIFT), at = 0;
+	unsigned long written = 0;
+	struct scatterlist *sg;
+	unsigned int i;
+
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		dma_addr_t address = sg_dma_address(sg);
+		unsigned int len = sg_dma_len(sg);
+		unsigned int off;
+
+		if (at >= end)
+			break;
+		if (!PAGE_ALIGNED(address) || !PAGE_ALIGNED(len))
+			return -EIO;
+		for (off = 0; off < len && at < end; off += PAGE_SIZE, at += PAGE_SIZE)
+			if (at >= offset)
+				out[written++] = (u64)address + off;
+	}
+	return written == npages ? 0 : -EIO;
+}
+
+/*
+ * Attaches `fd` to the controller (dynamically: revocation arrives as move_notify), pins it
+ * (the addresses live on in user space) and maps it; the range's addresses go to `out`, a
+ * kernel array, copied to user space by the caller once dmabuf->resv is dropped (a fault
+ * must not be taken under it).
+ */
+static int cunvme_map_dma_buf(struct cunvme_file *f, struct cunvme_pin *pin, int fd,
+			      u64 offset, u64 *out)
+{
+	struct sg_table *sgt;
+	int ret;
+
+	pin->dmabuf = dma_buf_get(fd);
+	if (IS_ERR(pin->dmabuf))
+		return PTR_ERR(pin->dmabuf);
+	ret = -ERANGE;
+	if (offset > pin->dmabuf->size || pin->bytes > pin->dmabuf->size - offset)
+		goto put;
+	pin->file = f;
+	pin->attach = dma_buf_dynamic_attach(pin->dmabuf, &f->cd->pdev->dev,
+					     &cunvme_dma_buf_attach_ops, pin);
+	if (IS_ERR(pin->attach)) {
+		ret = PTR_ERR(pin->attach);
+		goto put;
+	}
+	dma_resv_lock(pin->dmabuf->resv, NULL);
+	ret = dma_buf_pin(pin->attach);
+	if (ret)
+		goto unlock;
+	sgt = dma_buf_map_attachment(pin->attach, DMA_BIDIRECTIONAL);
+	if (IS_ERR(sgt)) {
+		ret = PTR_ERR(sgt);
+		dma_buf_unpin(pin->attach);
+		goto unlock;
+	}
+	pin->dma_sgt = sgt;
+	atomic64_add(pin->npages, &f->cd->dma_buf_pages);
+	atomic64_add(pin->npages, &cunvme_dma_buf_pages);
+	ret = cunvme_dma_buf_addresses(sgt, offset, pin->npages, out);
+	if (ret)
+		cunvme_dma_buf_unmap_locked(f->cd, pin);
+unlock:
+	dma_resv_unlock(pin->dmabuf->resv);
+	if (!ret)
+		return 0;
+	dma_buf_detach(pin->dmabuf, pin->attach);
+put:
+	dma_buf_put(pin->dmabuf);
+	return ret;
+}
+#else
+static void cunvme_release_dma_buf(struct cunvme_dev *cd, struct cunvme_pin *pin)
+{
+}
+
+static int cunvme_map_dma_buf(struct cunvme_file *f, struct cunvme_pin *pin, int fd,
+			      u64 offset, u64 *out)
+{
+	return -EOPNOTSUPP;
+}
+#endif
+
 static void cunvme_release_pin(struct cunvme_file *f, struct cunvme_pin *pin)
 {
-	if (pin->gpu)
-		cunvme_release_gpu_pin(f->cd, pin);
-	else
+	switch (pin->kind) {
+	case CUNVME_PIN_HOST:
 		cunvme_release_host_pin(f->cd, pin);
+		break;
+	case CUNVME_PIN_GPU:
+		cunvme_release_gpu_pin(f->cd, pin);
+		break;
+	case CUNVME_PIN_DMA_BUF:
+		cunvme_release_dma_buf(f->cd, pin);
+		break;
+	}
 	f->pinned_bytes -= pin->bytes;
 	kfree(pin);
 }
@@ -358,7 +529,9 @@ static long cunvme_ioctl_info(struct cunvme_file *f, void __user *arg)
 	struct pci_dev *pdev = f->cd->pdev;
 	struct cunvme_device_info info = {
 		.abi_version = CUNVME_ABI_VERSION,
-		.flags = cunvme_gpu_pinning() ? CUNVME_INFO_GPU_PINNING : 0,
+		.flags = (cunvme_gpu_pinning() ? CUNVME_INFO_GPU_PINNING : 0) |
+			 (cunvme_dma_buf_import() ? CUNVME_INFO_DMA_BUF : 0) |
+			 (READ_ONCE(f->dma_revoked) ? CUNVME_INFO_DMA_REVOKED : 0),
 		.max_pinned_bytes = cunvme_max_pinned_bytes(),
 	};
 	int i;
@@ -406,15 +579,19 @@ static long cunvme_ioctl_pin(struct cunvme_file *f, void __user *arg)
 	if (!pin)
 		return -ENOMEM;
 	pin->bytes = req.bytes;
-	pin->gpu = req.flags & CUNVME_PIN_GPU_MEMORY;
+	pin->kind = req.flags & CUNVME_PIN_GPU_MEMORY ? CUNVME_PIN_GPU : CUNVME_PIN_HOST;
 
 	mutex_lock(&f->lock);
+	if (READ_ONCE(f->dma_revoked)) {
+		ret = -ENOLINK;
+		goto free;
+	}
 	if (req.bytes > cunvme_max_pinned_bytes() ||
 	    f->pinned_bytes > cunvme_max_pinned_bytes() - req.bytes) {
 		ret = -ENOMEM;
 		goto free;
 	}
-	if (pin->gpu)
+	if (pin->kind == CUNVME_PIN_GPU)
 		ret = cunvme_pin_gpu(f->cd, pin, req.address, u64_to_user_ptr(req.addresses));
 	else
 		ret = cunvme_pin_host(f->cd, pin, req.address, u64_to_user_ptr(req.addresses));
@@ -464,6 +641,87 @@ static long cunvme_ioctl_unpin(struct cunvme_file *f, void __user *arg)
 	return pin ? 0 : -ENOENT;
 }
 
+static long cunvme_ioctl_map_dma_buf(struct cunvme_file *f, void __user *arg)
+{
+	struct cunvme_dma_buf_request req;
+	struct cunvme_pin *pin;
+	u64 end, *addresses;
+	int ret;
+
+	if (copy_from_user(&req, arg, sizeof(req)))
+		return -EFAULT;
+	if (req.flags || req.reserved)
+		return -EINVAL;
+	if (!cunvme_dma_buf_import())
+		return -EOPNOTSUPP;
+	if (!req.bytes || !PAGE_ALIGNED(req.offset) || !PAGE_ALIGNED(req.bytes))
+		return -EINVAL;
+	if (check_add_overflow(req.offset, req.bytes, &end))
+		return -EOVERFLOW;
+	if (req.bytes >> PAGE_SHIFT > req.max_addresses)
+		return -E2BIG;
+	if (!access_ok(u64_to_user_ptr(req.addresses), (req.bytes >> PAGE_SHIFT) * sizeof(u64)))
+		return -EFAULT;
+	/* Before the address array is allocated: the limit bounds its size. */
+	if (req.bytes > cunvme_max_pinned_bytes())
+		return -ENOMEM;
+
+	pin = kzalloc(sizeof(*pin), GFP_KERNEL_ACCOUNT);
+	if (!pin)
+		return -ENOMEM;
+	pin->kind = CUNVME_PIN_DMA_BUF;
+	pin->bytes = req.bytes;
+	pin->npages = req.bytes >> PAGE_SHIFT;
+	addresses = kvmalloc_array(pin->npages, sizeof(*addresses), GFP_KERNEL_ACCOUNT);
+	if (!addresses) {
+		kfree(pin);
+		return -ENOMEM;
+	}
+
+	mutex_lock(&f->lock);
+	if (READ_ONCE(f->dma_revoked)) {
+		ret = -ENOLINK;
+		goto free;
+	}
+	if (req.bytes > cunvme_max_pinned_bytes() ||
+	    f->pinned_bytes > cunvme_max_pinned_bytes() - req.bytes) {
+		ret = -ENOMEM;
+		goto free;
+	}
+	ret = cunvme_map_dma_buf(f, pin, req.fd, req.offset, addresses);
+	if (ret)
+		goto free;
+	f->pinned_bytes += pin->bytes;
+	pin->handle = atomic64_inc_return(&cunvme_next_handle);
+	ret = xa_insert(&f->pins, pin->handle, pin, GFP_KERNEL_ACCOUNT);
+	if (ret)
+		goto release;
+	req.handle = pin->handle;
+	req.count = pin->npages;
+	req.page_shift = PAGE_SHIFT;
+	if (copy_to_user(u64_to_user_ptr(req.addresses), addresses,
+			 pin->npages * sizeof(*addresses)) ||
+	    copy_to_user(arg, &req, sizeof(req))) {
+		xa_erase(&f->pins, pin->handle);
+		ret = -EFAULT;
+		goto release;
+	}
+	mutex_unlock(&f->lock);
+	kvfree(addresses);
+	return 0;
+
+release:
+	cunvme_release_pin(f, pin);
+	mutex_unlock(&f->lock);
+	kvfree(addresses);
+	return ret;
+free:
+	mutex_unlock(&f->lock);
+	kvfree(addresses);
+	kfree(pin);
+	return ret;
+}
+
 static long cunvme_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct cunvme_file *f = file->private_data;
@@ -476,6 +734,8 @@ static long cunvme_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return cunvme_ioctl_pin(f, uarg);
 	case CUNVME_IOCTL_UNPIN:
 		return cunvme_ioctl_unpin(f, uarg);
+	case CUNVME_IOCTL_MAP_DMA_BUF:
+		return cunvme_ioctl_map_dma_buf(f, uarg);
 	default:
 		return -ENOTTY;
 	}
@@ -627,13 +887,22 @@ static ssize_t pinned_pages_show(struct device *dev, struct device_attribute *at
 }
 static DEVICE_ATTR_RO(pinned_pages);
 
+static ssize_t dma_buf_pages_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct cunvme_dev *cd = container_of(dev, struct cunvme_dev, dev);
+
+	return sysfs_emit(buf, "%lld\n", (long long)atomic64_read(&cd->dma_buf_pages));
+}
+static DEVICE_ATTR_RO(dma_buf_pages);
+
 static struct attribute *cunvme_dev_attrs[] = {
 	&dev_attr_pinned_pages.attr,
+	&dev_attr_dma_buf_pages.attr,
 	NULL,
 };
 ATTRIBUTE_GROUPS(cunvme_dev);
 
-/* /sys/bus/pci/drivers/cunvme/pinned_pages and pinned_gpu_pages: all devices together */
+/* /sys/bus/pci/drivers/cunvme/{pinned_pages,pinned_gpu_pages,dma_buf_pages}: all devices */
 static ssize_t pinned_pages_driver_show(struct device_driver *drv, char *buf)
 {
 	return sysfs_emit(buf, "%lld\n", (long long)atomic64_read(&cunvme_pinned_pages));
@@ -644,13 +913,21 @@ static ssize_t pinned_gpu_pages_show(struct device_driver *drv, char *buf)
 	return sysfs_emit(buf, "%lld\n", (long long)atomic64_read(&cunvme_pinned_gpu_pages));
 }
 
+static ssize_t dma_buf_pages_driver_show(struct device_driver *drv, char *buf)
+{
+	return sysfs_emit(buf, "%lld\n", (long long)atomic64_read(&cunvme_dma_buf_pages));
+}
+
 static struct driver_attribute driver_attr_pinned_pages =
 	__ATTR(pinned_pages, 0444, pinned_pages_driver_show, NULL);
 static DRIVER_ATTR_RO(pinned_gpu_pages);
+static struct driver_attribute driver_attr_dma_buf_pages =
+	__ATTR(dma_buf_pages, 0444, dma_buf_pages_driver_show, NULL);
 
 static struct attribute *cunvme_driver_attrs[] = {
 	&driver_attr_pinned_pages.attr,
 	&driver_attr_pinned_gpu_pages.attr,
+	&driver_attr_dma_buf_pages.attr,
 	NULL,
 };
 ATTRIBUTE_GROUPS(cunvme_driver);
@@ -720,6 +997,7 @@ static int cunvme_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&cd->lock);
 	init_waitqueue_head(&cd->closed);
 	atomic64_set(&cd->pinned_pages, 0);
+	atomic64_set(&cd->dma_buf_pages, 0);
 	device_initialize(&cd->dev);
 	cd->dev.class = &cunvme_class;
 	cd->dev.parent = &pdev->dev;
@@ -824,9 +1102,19 @@ static void __init cunvme_check_abi(void)
 	BUILD_BUG_ON(offsetof(struct cunvme_pin_request, count) != 40);
 	BUILD_BUG_ON(offsetof(struct cunvme_pin_request, page_shift) != 44);
 	BUILD_BUG_ON(sizeof(struct cunvme_unpin_request) != 8);
+	BUILD_BUG_ON(sizeof(struct cunvme_dma_buf_request) != 56);
+	BUILD_BUG_ON(offsetof(struct cunvme_dma_buf_request, flags) != 4);
+	BUILD_BUG_ON(offsetof(struct cunvme_dma_buf_request, offset) != 8);
+	BUILD_BUG_ON(offsetof(struct cunvme_dma_buf_request, bytes) != 16);
+	BUILD_BUG_ON(offsetof(struct cunvme_dma_buf_request, addresses) != 24);
+	BUILD_BUG_ON(offsetof(struct cunvme_dma_buf_request, max_addresses) != 32);
+	BUILD_BUG_ON(offsetof(struct cunvme_dma_buf_request, page_shift) != 36);
+	BUILD_BUG_ON(offsetof(struct cunvme_dma_buf_request, handle) != 40);
+	BUILD_BUG_ON(offsetof(struct cunvme_dma_buf_request, count) != 48);
 	BUILD_BUG_ON(CUNVME_IOCTL_INFO != 0x80704301u);
 	BUILD_BUG_ON(CUNVME_IOCTL_PIN != 0xc0304302u);
 	BUILD_BUG_ON(CUNVME_IOCTL_UNPIN != 0x40084303u);
+	BUILD_BUG_ON(CUNVME_IOCTL_MAP_DMA_BUF != 0xc0384304u);
 }
 
 static void __init cunvme_check_bdfs(void)
@@ -870,8 +1158,9 @@ static int __init cunvme_init(void)
 	if (ret)
 		goto unregister_class;
 	cunvme_check_bdfs();
-	pr_info("loaded (GPU pinning %s)\n",
-		cunvme_gpu_pinning() ? "through nvidia_p2p" : "not built in");
+	pr_info("loaded (GPU pinning %s; dma-buf import %s)\n",
+		cunvme_gpu_pinning() ? "through nvidia_p2p" : "not built in",
+		cunvme_dma_buf_import() ? "on" : "off (no CONFIG_DMA_SHARED_BUFFER)");
 	return 0;
 
 unregister_class:
@@ -894,3 +1183,11 @@ module_exit(cunvme_exit);
 
 MODULE_DESCRIPTION("cunvme: pinned memory with DMA addresses and BAR mappings for user-space NVMe drivers");
 MODULE_LICENSE("GPL");
+#if IS_ENABLED(CONFIG_DMA_SHARED_BUFFER)
+/* dma_buf_* are exported in the DMA_BUF namespace (since 5.16); 6.13 made the name a string. */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
+MODULE_IMPORT_NS("DMA_BUF");
+#else
+MODULE_IMPORT_NS(DMA_BUF);
+#endif
+#endif

@@ -22,6 +22,14 @@
 
 /* cunvme_device_info.flags */
 #define CUNVME_INFO_GPU_PINNING (1u << 0) /* built with nvidia_p2p: GPU memory can be pinned */
+#define CUNVME_INFO_DMA_BUF (1u << 1)      /* dma-buf import: CUNVME_IOCTL_MAP_DMA_BUF */
+/*
+ * A dma-buf this open file had mapped was revoked by its exporter (move_notify): the module
+ * turned the controller's bus mastering off so that no command, in flight or later, can reach
+ * the memory. PIN and MAP_DMA_BUF fail with ENOLINK until the file is closed; the next open
+ * starts afresh.
+ */
+#define CUNVME_INFO_DMA_REVOKED (1u << 2)
 
 /* cunvme_pin_request.flags */
 #define CUNVME_PIN_GPU_MEMORY (1u << 0) /* address is CUDA device memory (64 KiB pages) */
@@ -50,7 +58,42 @@ struct cunvme_pin_request {
 	__u32 page_shift;    /* out: log2 of the page size the addresses are in */
 };
 
-/* CUNVME_IOCTL_UNPIN: releases one pin of this open file. */
+/*
+ * CUNVME_IOCTL_MAP_DMA_BUF: attaches the dma-buf `fd` (GPU memory exported with
+ * cuMemGetHandleForAddressRange(CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD), or any other exporter's)
+ * to the controller, maps it for the controller's DMA and writes the DMA address of each page
+ * of [offset, offset + bytes) of it to the user array `addresses`, like CUNVME_IOCTL_PIN. The
+ * module holds its own reference: the caller may close `fd` afterwards. Released with
+ * CUNVME_IOCTL_UNPIN (the handles are PIN's), on close and when the process dies. The bytes
+ * count against max_pinned_bytes; the exporter maps the whole dma-buf, only the range's
+ * addresses are handed out.
+ *
+ * Revocation (the exporter's move_notify, e.g. the memory going away while mapped): the
+ * module turns the controller's bus mastering off, then unmaps the dma-buf; the handle stays
+ * until UNPIN or close, and INFO reports CUNVME_INFO_DMA_REVOKED. What the controller may
+ * still do: commands in flight can no longer move data or post completions (the queues are in
+ * memory it cannot reach either) and never complete; memory writes it had already issued
+ * before bus mastering went off may still land within the fabric's latency. The process has
+ * to close the device (which disables the controller) and open it again.
+ *
+ * Errnos besides PIN's: EBADF/EINVAL (fd is no dma-buf), ERANGE (the range runs past the
+ * dma-buf), ENOLINK (a dma-buf of this file was revoked), EIO (the exporter's mapping is not
+ * in whole pages), and whatever the exporter's attach/map returns.
+ */
+struct cunvme_dma_buf_request {
+	__s32 fd;            /* in: the dma-buf */
+	__u32 flags;         /* in: 0 */
+	__u64 offset;        /* in: page aligned */
+	__u64 bytes;         /* in: a multiple of the page size, not 0 */
+	__u64 addresses;     /* in: user pointer to max_addresses __u64 slots */
+	__u32 max_addresses; /* in */
+	__u32 page_shift;    /* out: log2 of the page size the addresses are in */
+	__u64 handle;        /* out: for CUNVME_IOCTL_UNPIN; never 0, never reused */
+	__u32 count;         /* out: addresses written */
+	__u32 reserved;      /* in: 0 */
+};
+
+/* CUNVME_IOCTL_UNPIN: releases one pin (or dma-buf mapping) of this open file. */
 struct cunvme_unpin_request {
 	__u64 handle;
 };
@@ -59,5 +102,6 @@ struct cunvme_unpin_request {
 #define CUNVME_IOCTL_INFO _IOR(CUNVME_IOCTL_MAGIC, 1, struct cunvme_device_info)
 #define CUNVME_IOCTL_PIN _IOWR(CUNVME_IOCTL_MAGIC, 2, struct cunvme_pin_request)
 #define CUNVME_IOCTL_UNPIN _IOW(CUNVME_IOCTL_MAGIC, 3, struct cunvme_unpin_request)
+#define CUNVME_IOCTL_MAP_DMA_BUF _IOWR(CUNVME_IOCTL_MAGIC, 4, struct cunvme_dma_buf_request)
 
 #endif /* CUNVME_IOCTL_H */

@@ -7,6 +7,7 @@
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/gpu_dma_buf.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/host/gpu_reach.cuh>
 #include <cunvme/io/reader.cuh>
@@ -28,6 +29,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+
+#include <unistd.h>
 #include <memory>
 #include <string>
 #include <vector>
@@ -947,6 +950,35 @@ TEST_CASE("copy_n takes its launch shape and queue count from device_options::tu
   CHECK(differing(thrust::raw_pointer_cast(v.data()), 0, 4096) == 0);
   o.tuning = copy_tuning{copy_tuning::max_warps_per_block + 1, 32, 8};
   CHECK_THROWS_AS(device("emu:blocks=1024", o), host::error);
+}
+
+TEST_CASE("use_gpu_dma_buf leaves a controller that is not the kernel module's as it was") {
+  gpu_rig rig(tier::host_queues_gpu_data);
+  CHECK_FALSE(host::use_gpu_dma_buf(*rig.ctrl));
+  host::dma_buffer b = host::allocate_gpu(*rig.ctrl, 64 * 1024);  // still the emulator's own way
+  CHECK(b.location() == host::memory_location::gpu);
+}
+
+TEST_CASE("export_gpu_dma_buf gives a dma-buf of exactly the range asked, where the driver supports dma-buf") {
+  void* gpu = nullptr;
+  REQUIRE_CUDA(cudaMalloc(&gpu, 4 << 20));
+  int whole = -1;
+  try {
+    whole = host::export_gpu_dma_buf(gpu, 4 << 20, "gpu 0");
+  } catch (const host::error& e) {
+    // A driver without dma-buf support (the proprietary kernel modules, Linux < 5.12) refuses.
+    MESSAGE("no dma-buf export here: " << e.what());
+    CHECK(std::string(e.what()).find("cuMemGetHandleForAddressRange") != std::string::npos);
+  }
+  if (whole >= 0) {
+    const int part = host::export_gpu_dma_buf(static_cast<char*>(gpu) + 65536, 65536, "gpu 0");
+    CHECK(::lseek(whole, 0, SEEK_END) == (4 << 20));  // a dma-buf's size, as dma_buf_llseek reports it
+    CHECK(::lseek(part, 0, SEEK_END) == 65536);
+    ::close(part);
+    ::close(whole);
+  }
+  CHECK_THROWS_AS((void)host::export_gpu_dma_buf(static_cast<char*>(gpu) + 100, 4096, "gpu 0"), host::error);
+  REQUIRE_CUDA(cudaFree(gpu));
 }
 
 int main(int argc, char** argv) {

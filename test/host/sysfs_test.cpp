@@ -15,6 +15,9 @@
 #include <limits>
 #include <string>
 
+#include <fcntl.h>
+#include <sys/eventfd.h>
+
 namespace host = cunvme::host;
 namespace fs = std::filesystem;
 
@@ -220,5 +223,48 @@ TEST_CASE("the kernel module's ioctl numbers follow Linux's _IOC encoding") {
   static_assert(kmod::ioctl_info == 0x80704301ul);
   static_assert(kmod::ioctl_pin == 0xc0304302ul);
   static_assert(kmod::ioctl_unpin == 0x40084303ul);
+  static_assert(kmod::ioctl_map_dma_buf == 0xc0384304ul);  // _IOWR('C', 4, 56 bytes)
   CHECK(kmod::bar_mmap_offset(2) == (2ull << 40));
+}
+
+namespace {
+alignas(4096) std::byte fake_gpu[2 * 4096];  // stands for GPU memory: only its address is used
+}
+
+TEST_CASE("kmod map_gpu without nvidia_p2p or dma-buf import says the module can do neither") {
+  host::kmod_allocator memory(-1, bdf, 0);
+  CHECK_THROWS_WITH_AS((void)memory.map_gpu(fake_gpu, 4096), doctest::Contains("does not import dma-bufs"), host::error);
+  CHECK_THROWS_WITH_AS((void)memory.map_dma_buf(0, 0, 4096, nullptr), doctest::Contains("does not import dma-bufs"), host::error);
+}
+
+TEST_CASE("kmod map_gpu with dma-buf import but no exporter names the function that installs CUDA's") {
+  host::kmod_allocator memory(-1, bdf, cunvme::host::kmod::info_dma_buf);
+  CHECK(memory.imports_dma_bufs());
+  CHECK_THROWS_WITH_AS((void)memory.map_gpu(fake_gpu, 4096), doctest::Contains("host::use_gpu_dma_buf"), host::error);
+}
+
+TEST_CASE("kmod map_dma_buf refuses an empty range or one starting inside a page before asking the module") {
+  host::kmod_allocator memory(-1, bdf, cunvme::host::kmod::info_dma_buf);
+  CHECK_THROWS_WITH_AS((void)memory.map_dma_buf(0, 512, 4096, nullptr), doctest::Contains("4 KiB page"), host::error);
+  CHECK_THROWS_WITH_AS((void)memory.map_dma_buf(0, 0, 0, nullptr), doctest::Contains("not be empty"), host::error);
+}
+
+TEST_CASE("kmod map_gpu exports whole pages and closes the dma-buf when the module refuses it") {
+  // fd -1 stands for the device: every ioctl on it fails (EBADF), as a refusal would.
+  host::kmod_allocator memory(-1, bdf, cunvme::host::kmod::info_dma_buf);
+  int exported = -1;
+  void* asked_gpu = nullptr;
+  std::size_t asked_bytes = 0;
+  memory.use_dma_buf_exporter([&](void* gpu, std::size_t bytes) {
+    asked_gpu = gpu;
+    asked_bytes = bytes;
+    exported = ::eventfd(0, EFD_CLOEXEC);
+    return exported;
+  });
+  CHECK_THROWS_WITH_AS((void)memory.map_gpu(fake_gpu, 5000), doctest::Contains("Map a dma-buf"), host::error);
+  CHECK(asked_gpu == fake_gpu);
+  CHECK(asked_bytes == 8192);
+  REQUIRE(exported >= 0);
+  CHECK(::fcntl(exported, F_GETFD) == -1);  // closed again
+  CHECK_THROWS_WITH_AS((void)memory.map_gpu(fake_gpu + 16, 4096), doctest::Contains("4 KiB page"), host::error);
 }

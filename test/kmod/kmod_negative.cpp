@@ -197,7 +197,7 @@ void test_info(int fd, cunvme_device_info& info) {
   expect_errno(::ioctl(fd, CUNVME_IOCTL_INFO, &info), 0, "INFO");
   check(info.abi_version == CUNVME_ABI_VERSION, "INFO abi_version is " + std::to_string(CUNVME_ABI_VERSION),
         "got " + std::to_string(info.abi_version));
-  check((info.flags & ~CUNVME_INFO_GPU_PINNING) == 0, "INFO flags has no unknown bits");
+  check((info.flags & ~(CUNVME_INFO_GPU_PINNING | CUNVME_INFO_DMA_BUF)) == 0, "INFO flags has no unknown bits (nor a revoked dma-buf)");
   check(info.bar_size[0] >= 0x1000 && (info.bar_size[0] & (info.bar_size[0] - 1)) == 0, "INFO BAR0 size is a power of two >= 4 KiB",
         "got " + std::to_string(info.bar_size[0]));
   // The guest has no address translation between CPU and PCI: resource's start is the bus address.

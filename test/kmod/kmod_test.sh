@@ -9,6 +9,14 @@
 #   kmod_test.sh guest KMOD_SRC OUT RUN_GUEST [run_guest.sh args...]
 #                                            build, then boot that kernel under QEMU with the
 #                                            module loaded and the controller bound to it
+#   kmod_test.sh build-exporter KMOD_SRC OUT EXPORTER_SRC
+#                                            build the dma-buf test exporter (test/kmod/exporter)
+#                                            with -Werror against the same headers
+#   kmod_test.sh guest-dma-buf KMOD_SRC OUT RUN_GUEST EXPORTER_SRC PROGRAM [run_guest.sh args...]
+#                                            build both modules, embed the exporter into a copy
+#                                            of PROGRAM (kmod_dma_buf, ELF section
+#                                            .cunvme_exporter_ko: run_guest.sh carries programs
+#                                            only) and run it in the guest as "PROGRAM @BDF@"
 #
 # The kernel: the newest /boot/vmlinuz-KV that has headers in /lib/modules/KV/build (Debian's
 # linux-image-amd64 + linux-headers-amd64 of one release; .ci/setup installs them).
@@ -19,7 +27,7 @@
 # sources) are missing.
 set -euo pipefail
 
-usage() { echo "usage: kmod_test.sh build|build-nvidia|guest KMOD_SRC OUT [RUN_GUEST ARGS...]" >&2; exit 2; }
+usage() { echo "usage: kmod_test.sh build|build-nvidia|guest|build-exporter|guest-dma-buf KMOD_SRC OUT [ARGS...]" >&2; exit 2; }
 [ $# -ge 3 ] || usage
 mode=$1 src=$2 out=$3
 shift 3
@@ -68,7 +76,45 @@ build() {
   fi
 }
 
+# Builds the test exporter from $1 in $2, with -Werror and no warnings.
+build_exporter() {
+  local from=$1 dir=$2
+  mkdir -p "$dir"
+  for f in Kbuild cunvme_test_exporter.c cunvme_test_exporter.h; do
+    cmp -s "$from/$f" "$dir/$f" || cp "$from/$f" "$dir/$f"
+  done
+  local log=$dir/build.log
+  if ! make -C "$kdir" M="$(cd "$dir" && pwd)" CUNVME_WERROR=1 modules >"$log" 2>&1; then
+    cat "$log"
+    echo "FAIL: cunvme_test_exporter.ko did not build against $kdir"
+    return 1
+  fi
+  if grep -qi 'warning' "$log"; then
+    cat "$log"
+    echo "FAIL: warnings while building cunvme_test_exporter.ko"
+    return 1
+  fi
+}
+
 case "$mode" in
+  build-exporter)
+    [ $# -ge 1 ] || usage
+    build_exporter "$1" "$out" || exit 1
+    cat "$out/build.log"
+    echo "== cunvme_test_exporter.ko built with -Werror for $(basename "$kernel") ($(stat -c %s "$out/cunvme_test_exporter.ko") bytes)"
+    ;;
+  guest-dma-buf)
+    [ $# -ge 3 ] || usage
+    run_guest=$1 exporter_src=$2 program=$3
+    shift 3
+    command -v objcopy >/dev/null 2>&1 || { echo "skipped: missing objcopy (binutils)"; exit 77; }
+    build "$out" || exit 1
+    build_exporter "$exporter_src" "$out/exporter" || exit 1
+    guest_program=$out/exporter/kmod_dma_buf
+    objcopy --add-section .cunvme_exporter_ko="$out/exporter/cunvme_test_exporter.ko" \
+      --set-section-flags .cunvme_exporter_ko=noload,readonly "$program" "$guest_program"
+    exec "$run_guest" --kernel "$kernel" --module "$out/cunvme.ko" "$@" -- "$guest_program" @BDF@
+    ;;
   build)
     build "$out" || exit 1
     cat "$out/build.log"

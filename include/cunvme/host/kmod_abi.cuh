@@ -17,7 +17,7 @@ inline constexpr std::uint32_t abi_version = 1;
 /// What the module reports about its controller (CUNVME_IOCTL_INFO).
 struct device_info {
   std::uint32_t abi_version;
-  std::uint32_t flags;                 ///< bit 0: GPU memory can be pinned (nvidia_p2p present)
+  std::uint32_t flags;                 ///< info_gpu_pinning, info_dma_buf, info_dma_revoked
   std::uint64_t bar_size[6];           ///< bytes of each BAR; 0 where absent
   std::uint64_t bar_bus_address[6];    ///< each BAR's address as the controller's peers see it
   std::uint64_t max_pinned_bytes;      ///< what this open device may have pinned at once (the module's
@@ -28,7 +28,11 @@ static_assert(offsetof(device_info, bar_size) == 8);
 static_assert(offsetof(device_info, bar_bus_address) == 56);
 static_assert(offsetof(device_info, max_pinned_bytes) == 104);
 
-inline constexpr std::uint32_t info_gpu_pinning = 1u << 0;
+inline constexpr std::uint32_t info_gpu_pinning = 1u << 0;  ///< built with nvidia_p2p: GPU memory can be pinned
+inline constexpr std::uint32_t info_dma_buf = 1u << 1;      ///< dma-bufs can be mapped (ioctl_map_dma_buf)
+/// A dma-buf this open device had mapped was revoked by its exporter: the module turned the
+/// controller's bus mastering off; pins and maps fail with ENOLINK until the device is closed.
+inline constexpr std::uint32_t info_dma_revoked = 1u << 2;
 inline constexpr std::uint32_t pin_gpu_memory = 1u << 0;
 
 /// Pins [address, address + bytes) of this process (host memory, or GPU memory with
@@ -48,6 +52,26 @@ static_assert(sizeof(pin_request) == 48);
 static_assert(offsetof(pin_request, handle) == 32);
 static_assert(offsetof(pin_request, page_shift) == 44);
 
+/// Maps [offset, offset + bytes) of the dma-buf `fd` for the controller and writes the DMA
+/// address of each page to `addresses` (CUNVME_IOCTL_MAP_DMA_BUF). Released by unpin.
+struct dma_buf_request {
+  std::int32_t fd;              ///< in: the dma-buf (the module keeps its own reference)
+  std::uint32_t flags;          ///< in: 0
+  std::uint64_t offset;         ///< in: page aligned, within the dma-buf
+  std::uint64_t bytes;          ///< in: whole pages, not 0
+  std::uint64_t addresses;      ///< in: user pointer to `max_addresses` 64-bit slots
+  std::uint32_t max_addresses;  ///< in
+  std::uint32_t page_shift;     ///< out: log2 of the page size of `addresses`
+  std::uint64_t handle;         ///< out: for unpin
+  std::uint32_t count;          ///< out: pages written
+  std::uint32_t reserved;       ///< in: 0
+};
+static_assert(sizeof(dma_buf_request) == 56);
+static_assert(offsetof(dma_buf_request, offset) == 8);
+static_assert(offsetof(dma_buf_request, max_addresses) == 32);
+static_assert(offsetof(dma_buf_request, handle) == 40);
+static_assert(offsetof(dma_buf_request, count) == 48);
+
 struct unpin_request {
   std::uint64_t handle;
 };
@@ -61,6 +85,7 @@ inline constexpr unsigned ioc_write = 1, ioc_read = 2;
 inline constexpr unsigned long ioctl_info = ioctl_request(ioc_read, 1, sizeof(device_info));
 inline constexpr unsigned long ioctl_pin = ioctl_request(ioc_read | ioc_write, 2, sizeof(pin_request));
 inline constexpr unsigned long ioctl_unpin = ioctl_request(ioc_write, 3, sizeof(unpin_request));
+inline constexpr unsigned long ioctl_map_dma_buf = ioctl_request(ioc_read | ioc_write, 4, sizeof(dma_buf_request));
 
 /// mmap offset selecting BAR `index` of the device node (uncached mapping).
 [[nodiscard]] constexpr std::uint64_t bar_mmap_offset(unsigned index) noexcept { return std::uint64_t{index} << 40; }

@@ -1,6 +1,7 @@
 // A controller bound to the cunvme kernel module: BARs mapped through /dev/cunvme/<BDF>,
 // host and GPU memory pinned by the module with DMA addresses as the controller sees them
-// (correct with or without an IOMMU). "kmod:0000:01:00.0" in `host::open`.
+// (correct with or without an IOMMU), and dma-bufs (GPU memory exported by the NVIDIA driver)
+// mapped for the controller. "kmod:0000:01:00.0" in `host::open`.
 #pragma once
 
 #include <cunvme/config.cuh>
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,12 +31,79 @@ namespace host {
 /// (/proc/sys/vm/nr_hugepages) has free ones: without an IOMMU the module hands out physical
 /// addresses, and only huge pages make a queue larger than 4 KiB contiguous in bus address
 /// space (with an IOMMU the module maps any pages contiguously). Otherwise 4 KiB pages.
+///
+/// GPU memory (`map_gpu`) goes through dma-buf where the module imports dma-bufs and a
+/// `dma_buf_exporter` is installed (`host::use_gpu_dma_buf` in <cunvme/host/gpu_dma_buf.cuh>
+/// installs CUDA's), else through nvidia_p2p where the module was built with it.
 class kmod_allocator final : public dma_allocator {
  public:
-  kmod_allocator(int fd, std::string device, bool gpu) : fd_(fd), device_(std::move(device)), gpu_(gpu) {}
+  /// Exports `bytes` of GPU memory at `gpu` as a dma-buf and returns its file descriptor, which
+  /// the caller closes; throws `host::error` where it cannot.
+  using dma_buf_exporter = std::function<int(void* gpu, std::size_t bytes)>;
+
+  /// `info_flags`: the module's `kmod::device_info::flags`.
+  kmod_allocator(int fd, std::string device, std::uint32_t info_flags)
+      : fd_(fd), device_(std::move(device)), gpu_((info_flags & kmod::info_gpu_pinning) != 0), dma_buf_((info_flags & kmod::info_dma_buf) != 0) {}
+
+  [[nodiscard]] bool imports_dma_bufs() const noexcept { return dma_buf_; }
+  /// Makes `map_gpu` export GPU memory with `exporter` and map the dma-buf (preferred over
+  /// nvidia_p2p: it needs no NVIDIA sources at module build time).
+  void use_dma_buf_exporter(dma_buf_exporter exporter) { exporter_ = std::move(exporter); }
+
+  /// Maps bytes [offset, offset + bytes) of the dma-buf `dma_buf_fd` for the controller.
+  /// `device_pointer` is what the buffer's `device_data()` reports (the GPU address the dma-buf
+  /// was exported from; nullptr where there is none). The module keeps its own reference to
+  /// the dma-buf: the caller may close `dma_buf_fd` at once. Should the exporter revoke the
+  /// buffer while mapped, the module stops the controller's DMA (`kmod::info_dma_revoked`).
+  [[nodiscard]] dma_buffer map_dma_buf(int dma_buf_fd, std::uint64_t offset, std::size_t bytes, void* device_pointer) {
+    if (!dma_buf_) throw error("Map a dma-buf", device_, "the loaded cunvme module does not import dma-bufs (kernel without CONFIG_DMA_SHARED_BUFFER, or an older module)");
+    if (bytes == 0 || offset % 4096 != 0) throw error("Map a dma-buf", device_, "the range must start on a 4 KiB page and not be empty");
+    if (bytes > std::size_t{1} << 43) throw error("Map a dma-buf", device_, std::to_string(bytes) + " bytes asked for");
+    const std::size_t mapped = (bytes + 4095) / 4096 * 4096;
+    std::vector<std::uint64_t> pages(mapped / 4096);
+    kmod::dma_buf_request r{};
+    r.fd = dma_buf_fd;
+    r.offset = offset;
+    r.bytes = mapped;
+    r.addresses = reinterpret_cast<std::uintptr_t>(pages.data());
+    r.max_addresses = static_cast<std::uint32_t>(pages.size());
+    if (::ioctl(fd_, kmod::ioctl_map_dma_buf, &r) != 0) {
+      throw os_error("Map a dma-buf", device_,
+                     errno == ENOMEM    ? "over the module's max_pinned_mb or RLIMIT_MEMLOCK (ulimit -l; CAP_IPC_LOCK lifts it)"
+                     : errno == ERANGE  ? "the range runs past the end of the dma-buf"
+                     : errno == ENOLINK ? "a dma-buf of this device was revoked: its DMA is off until the device is closed and opened again"
+                     : errno == EBADF || errno == EINVAL ? "the file descriptor is no dma-buf, or the range is not whole pages"
+                                                         : "");
+    }
+    pages.resize(r.count);
+    const int fd = fd_;
+    const std::uint64_t handle = r.handle;
+    return dma_buffer(nullptr, device_pointer, bytes, std::size_t{1} << r.page_shift, std::move(pages), memory_location::gpu, [fd, handle] {
+      kmod::unpin_request u{handle};
+      (void)::ioctl(fd, kmod::ioctl_unpin, &u);
+    });
+  }
 
   [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override {
-    if (!gpu_) throw error("Map GPU memory", device_, "the cunvme module was built without nvidia_p2p (NVIDIA driver sources)");
+    if (dma_buf_ && exporter_) {
+      if (reinterpret_cast<std::uintptr_t>(gpu) % 4096 != 0 || bytes == 0) {
+        throw error("Map GPU memory", device_, "GPU memory for a dma-buf must start on a 4 KiB page (cudaMalloc's allocations do)");
+      }
+      const int dma_buf_fd = exporter_(gpu, (bytes + 4095) / 4096 * 4096);
+      try {
+        dma_buffer b = map_dma_buf(dma_buf_fd, 0, bytes, gpu);
+        ::close(dma_buf_fd);
+        return b;
+      } catch (...) {
+        ::close(dma_buf_fd);
+        throw;
+      }
+    }
+    if (!gpu_) {
+      throw error("Map GPU memory", device_,
+                  dma_buf_ ? "no dma-buf exporter installed (host::use_gpu_dma_buf from <cunvme/host/gpu_dma_buf.cuh>) and the cunvme module was built without nvidia_p2p"
+                           : "the cunvme module was built without nvidia_p2p (NVIDIA driver sources) and does not import dma-bufs");
+    }
     if (reinterpret_cast<std::uintptr_t>(gpu) % 65536 != 0 || bytes == 0) {
       throw error("Map GPU memory", device_, "GPU memory must start on a 64 KiB GPU page (cudaMalloc of 2 MiB or more does)");
     }
@@ -101,7 +170,9 @@ class kmod_allocator final : public dma_allocator {
     r.flags = flags;
     if (::ioctl(fd_, kmod::ioctl_pin, &r) != 0) {
       throw os_error(flags & kmod::pin_gpu_memory ? "Pin GPU memory" : "Pin host memory", device_,
-                     errno == ENOMEM ? "over the module's max_pinned_mb or RLIMIT_MEMLOCK (ulimit -l; CAP_IPC_LOCK lifts it)" : "");
+                     errno == ENOMEM    ? "over the module's max_pinned_mb or RLIMIT_MEMLOCK (ulimit -l; CAP_IPC_LOCK lifts it)"
+                     : errno == ENOLINK ? "a dma-buf of this device was revoked: its DMA is off until the device is closed and opened again"
+                                        : "");
     }
     pages.resize(r.count);
     return pinned{r.handle, std::move(pages), r.page_shift};
@@ -110,6 +181,8 @@ class kmod_allocator final : public dma_allocator {
   int fd_;
   std::string device_;
   bool gpu_;
+  bool dma_buf_;
+  dma_buf_exporter exporter_;
 };
 
 /// An NVMe controller bound to the cunvme kernel module.
@@ -142,7 +215,7 @@ class kmod_backend final : public register_backend {
                                     std::to_string(kmod::abi_version) + ": rebuild one to match the other");
     }
     bar_ = map_bar(0);
-    memory_ = std::make_unique<kmod_allocator>(fd_, bdf_, (info_.flags & kmod::info_gpu_pinning) != 0);
+    memory_ = std::make_unique<kmod_allocator>(fd_, bdf_, info_.flags);
   }
 
   kmod_backend(const kmod_backend&) = delete;
@@ -160,7 +233,16 @@ class kmod_backend final : public register_backend {
   [[nodiscard]] std::size_t cmb_size() const override { return cmb_.size(); }
   [[nodiscard]] std::uint64_t cmb_bus_address() const override { return cmb_.bus(); }
   [[nodiscard]] dma_allocator& memory() override { return *memory_; }
+  /// The allocator with the module's own calls (`map_dma_buf`, `use_dma_buf_exporter`).
+  [[nodiscard]] kmod_allocator& kmod_memory() noexcept { return *memory_; }
   [[nodiscard]] const kmod::device_info& info() const noexcept { return info_; }
+  /// What the module reports now: `info()` as of opening, plus what changed since, such as
+  /// `kmod::info_dma_revoked` once an exporter revoked a mapped dma-buf.
+  [[nodiscard]] kmod::device_info query_info() const {
+    kmod::device_info now{};
+    if (::ioctl(fd_, kmod::ioctl_info, &now) != 0) throw os_error("Query the cunvme module", bdf_);
+    return now;
+  }
 
   void map_cmb(unsigned bar_index, std::uint64_t offset, std::uint64_t bytes) override {
     if (bar_index > 5 || info_.bar_size[bar_index] == 0) throw error("Map CMB", bdf_, "CMBLOC.BIR names BAR " + std::to_string(bar_index) + ", which is absent");

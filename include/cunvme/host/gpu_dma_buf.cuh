@@ -1,0 +1,66 @@
+// GPU memory as a dma-buf, for the cunvme kernel module to map for a controller: the upstream
+// path to peer-to-peer DMA into GPU memory with NVIDIA's open kernel modules, no nv-p2p.h.
+// The CUDA half of `kmod_allocator::map_dma_buf`. CUDA host code: include from .cu files.
+// Reaches cuMemGetHandleForAddressRange through the runtime's driver entry points, so
+// programs need not link libcuda themselves.
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/host/controller.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/host/kmod_backend.cuh>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+CUNVME_NAMESPACE_BEGIN
+namespace host {
+
+/// Exports bytes [gpu, gpu + bytes) of a CUDA allocation (cudaMalloc, or cuMemAddressReserve
+/// fully mapped) as a dma-buf and returns its file descriptor; the caller closes it. `gpu` and
+/// `bytes` must be multiples of the host page size. Needs CUDA 11.7+, a driver whose GPU
+/// supports dma-buf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: the open kernel modules, Linux
+/// 5.12+). Throws `host::error` naming `device` where it cannot.
+[[nodiscard]] inline int export_gpu_dma_buf(void* gpu, std::size_t bytes, const std::string& device) {
+  // cuMemGetHandleForAddressRange (CUDA 11.7+), by the 12.0 ABI as the other entry points.
+  using get_handle = CUresult (*)(void*, CUdeviceptr, std::size_t, CUmemRangeHandleType, unsigned long long);
+  static const auto get = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return get_handle{nullptr};
+    }
+    return reinterpret_cast<get_handle>(fn);
+  }();
+  if (get == nullptr) throw error("Export GPU memory as a dma-buf", device, "the CUDA driver offers no cuMemGetHandleForAddressRange (CUDA 11.7+)");
+  int fd = -1;
+  const CUresult r = get(&fd, reinterpret_cast<CUdeviceptr>(gpu), bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  if (r != CUDA_SUCCESS || fd < 0) {
+    throw error("Export GPU memory as a dma-buf", device,
+                "cuMemGetHandleForAddressRange: CUresult " + std::to_string(static_cast<int>(r)) +
+                    (r == CUDA_ERROR_NOT_SUPPORTED ? " (no dma-buf support: NVIDIA's open kernel modules and Linux 5.12+ are needed)"
+                     : r == CUDA_ERROR_INVALID_VALUE ? " (the range must be page aligned and lie in one allocation)"
+                                                     : ""));
+  }
+  return fd;
+}
+
+/// Makes `ctrl.memory().map_gpu` (and so `allocate_gpu`, tiers 2 and 3) map GPU memory through
+/// dma-buf when `ctrl` is a controller bound to the cunvme module and the module imports
+/// dma-bufs. Returns whether it did; other backends keep their own way (or refusal).
+inline bool use_gpu_dma_buf(controller& ctrl) {
+  auto* kmod = dynamic_cast<kmod_backend*>(&ctrl.backend());
+  if (kmod == nullptr || !kmod->kmod_memory().imports_dma_bufs()) return false;
+  const std::string device = ctrl.name();
+  kmod->kmod_memory().use_dma_buf_exporter([device](void* gpu, std::size_t bytes) { return export_gpu_dma_buf(gpu, bytes, device); });
+  return true;
+}
+
+}  // namespace host
+CUNVME_NAMESPACE_END
