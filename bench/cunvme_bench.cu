@@ -16,6 +16,7 @@
 // of them, the queues spread over them), `gpu-null` (the on-GPU null controller: the command
 // path alone, no data moved) and `gpu-null:copy` (it also copies a GPU-resident namespace).
 #include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/host/gpu_dma_buf.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/host/gpu_reach.cuh>
 #include <cunvme/host/open.cuh>
@@ -449,6 +450,7 @@ void open_target(const options& o, target& t) {
   for (unsigned d = 0; d < o.devices; ++d) {
     t.controllers.push_back(host::open(o.device, {}, host::gpu_reach()));
     host::controller& ctrl = *t.controllers.back();
+    (void)host::use_gpu_dma_buf(ctrl);  // tiers 2 and 3 through the kernel module's dma-buf import, where it has it
     if (auto* e = dynamic_cast<host::emu_backend*>(&ctrl.backend())) t.emulators.push_back(&e->controller());
     t.buffers.push_back(tier == host::tier::host_queues_host_data ? ctrl.memory().allocate(t.buffer_bytes) : host::allocate_gpu(ctrl, t.buffer_bytes));
   }

@@ -15,6 +15,7 @@
 #include <cunvme/facade/pinned_pool.cuh>
 #include <cunvme/facade/registration_cache.cuh>
 #include <cunvme/facade/tuning.cuh>
+#include <cunvme/host/gpu_dma_buf.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/host/gpu_reach.cuh>
 #include <cunvme/host/gpu_window.cuh>
@@ -109,6 +110,9 @@ class device {
       throw host::error("Open", std::string(uri), "device_options::tuning: warps_per_block must be 1.." + std::to_string(copy_tuning::max_warps_per_block) +
                                                       ", commands_per_warp at least 1, queues 1.." + std::to_string(max_queues));
     }
+    // GPU memory through the kernel module: a dma-buf where the module imports them (NVIDIA's
+    // open kernel modules), else its nvidia_p2p pins; other backends refuse GPU memory, saying which can.
+    (void)host::use_gpu_dma_buf(*ctrl_);
     const std::uint32_t entries = std::min<std::uint32_t>(options.queue_entries, ctrl_->cap().max_queue_entries());
     for (std::uint32_t q = 0; q < tuning_.queues; ++q) {
       queues_.push_back(host::make_gpu_queue(*ctrl_, entries, host::tier::host_queues_gpu_data, options.timeout));
