@@ -6,7 +6,11 @@
 //
 // Like `nvme show-regs`, `nvme id-ctrl` and `nvme id-ns` together, through cunvme's own
 // bring-up (which resets the controller).
+// The static build the QEMU guests run has no libpci (Debian ships no static libpci or
+// libudev), so it leaves the doctor out.
+#ifndef NVME_INFO_WITHOUT_DOCTOR
 #include "doctor/doctor_cli.hpp"
+#endif
 
 #include <cunvme/host/open.cuh>
 
@@ -17,7 +21,14 @@ namespace host = cunvme::host;
 namespace spec = cunvme::spec;
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string_view(argv[1]) == "--doctor") return cunvme_doctor::doctor_main(argc - 2, argv + 2);
+  if (argc > 1 && std::string_view(argv[1]) == "--doctor") {
+#ifndef NVME_INFO_WITHOUT_DOCTOR
+    return cunvme_doctor::doctor_main(argc - 2, argv + 2);
+#else
+    std::fprintf(stderr, "nvme_info: this build has no --doctor (built static, without libpci); use build/examples/nvme_info\n");
+    return 2;
+#endif
+  }
   const char* uri = argc > 1 ? argv[1] : "emu";
   std::unique_ptr<host::controller> ctrl;
   try {
