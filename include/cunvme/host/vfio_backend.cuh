@@ -279,7 +279,14 @@ class vfio_backend final : public register_backend {
     }
     int container_fd = container.get();
     if (::ioctl(group_.get(), VFIO_GROUP_SET_CONTAINER, &container_fd) != 0) throw os_error("Attach VFIO group " + group_number_, bdf_);
-    if (::ioctl(container.get(), VFIO_SET_IOMMU, type) != 0) throw os_error("Set the VFIO IOMMU type", bdf_);
+    if (::ioctl(container.get(), VFIO_SET_IOMMU, type) != 0) {
+      // vfio_iommu_type1 refuses a group with EPERM where MSIs are not remapped, since the
+      // device could then raise any interrupt (its dmesg line says the same).
+      throw os_error("Set the VFIO IOMMU type", bdf_,
+                     errno == EPERM ? "the IOMMU does not remap interrupts: turn interrupt remapping on (firmware, intremap), or load "
+                                      "vfio_iommu_type1 with allow_unsafe_interrupts=1 if every device in the group is trusted"
+                                    : std::string{});
+    }
     std::vector<iova_range> ranges = iova_ranges(container.get());
 
     device_ = vfio_fd(::ioctl(group_.get(), VFIO_GROUP_GET_DEVICE_FD, bdf_.c_str()));
