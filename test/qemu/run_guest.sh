@@ -4,7 +4,7 @@
 #
 #   run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096] [--ns-args 'ARGS'] \
 #                [--kernel VMLINUZ] [--module cunvme.ko [--module-args 'ARGS']] [--iommu] [--vfio] \
-#                -- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]...
+#                [--check-image CHECKER [--check-args 'ARGS']] -- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]...
 #
 # --qemu-device-args  appended to the '-device nvme,...' option, e.g. 'cmb_size_mb=16'
 #                     (--nvme-args is the same option under its old name)
@@ -31,6 +31,9 @@
 #                     "vfio:<BDF>". After the programs it fails on IOMMU (DMAR) faults, unbinds the
 #                     controller and fails on kernel warnings. Both steps report as programs named
 #                     "vfio-bind" and "vfio-unbind". Not with --module.
+# --check-image CHECKER  after the guest powered off, runs 'CHECKER DISK_IMAGE ARGS...' on the
+#                     host (ARGS from --check-args, split at spaces) and fails unless it exits 0:
+#                     what the programs wrote, checked in the image itself (check_image.py).
 #
 # What the programs see in the guest (Linux, busybox, root, no NVMe driver bound):
 # - the controller is unbound; its BAR0 is /sys/bus/pci/devices/<BDF>/resource0. Bus mastering
@@ -55,12 +58,12 @@ set -euo pipefail
 
 usage() {
   echo "usage: run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096]" \
-       "[--kernel VMLINUZ] [--module KO [--module-args 'ARGS']] [--iommu] [--vfio]" \
+       "[--kernel VMLINUZ] [--module KO [--module-args 'ARGS']] [--iommu] [--vfio] [--check-image CHECKER [--check-args 'ARGS']]" \
        "-- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]..." >&2
   exit 2
 }
 
-name=guest device_args="" ns_args="" disk_mb=64 lba=512 kernel="" module="" module_args="" iommu="" vfio=""
+name=guest device_args="" ns_args="" disk_mb=64 lba=512 kernel="" module="" module_args="" iommu="" vfio="" check_image="" check_args=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) [ $# -ge 2 ] || usage; name=$2; shift 2 ;;
@@ -73,6 +76,8 @@ while [ $# -gt 0 ]; do
     --module-args) [ $# -ge 2 ] || usage; module_args=$2; shift 2 ;;
     --iommu) iommu=1; shift ;;
     --vfio) vfio=1; iommu=1; shift ;;
+    --check-image) [ $# -ge 2 ] || usage; check_image=$2; shift 2 ;;
+    --check-args) [ $# -ge 2 ] || usage; check_args=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "run_guest.sh: unknown option '$1'" >&2; usage ;;
   esac
@@ -82,6 +87,10 @@ done
 [ "$lba" = 512 ] || [ "$lba" = 4096 ] || { echo "run_guest.sh: --lba is 512 or 4096" >&2; exit 2; }
 [[ $ns_args =~ ^[A-Za-z0-9_=,]*$ ]] || { echo "run_guest.sh: --ns-args has odd characters" >&2; exit 2; }
 timeout_s=${CUNVME_QEMU_TIMEOUT:-100}
+if [ -n "$check_image" ] && [ ! -x "$check_image" ]; then
+  echo "run_guest.sh: --check-image '$check_image' is not an executable file" >&2; exit 2
+fi
+[[ $check_args =~ ^[A-Za-z0-9_=,.:/\ -]*$ ]] || { echo "run_guest.sh: --check-args has odd characters" >&2; exit 2; }
 if [ -n "$module" ] && [ -n "$vfio" ]; then
   echo "run_guest.sh: --module and --vfio both want the controller; pass one" >&2; exit 2
 fi
@@ -318,7 +327,7 @@ if [ -n "$iommu" ]; then
   # Before the other PCI devices, as QEMU wants. VFIO's type-1 IOMMU refuses a container
   # (EPERM) where interrupts are not remapped, as on a real VFIO host they are: --vfio turns
   # remapping on (TCG needs no split irqchip for it); --iommu alone keeps it off.
-  if [ -n "$vfio" ]; then nvme=(-device intel-iommu,intremap=on); else nvme=(-device intel-iommu,intremap=off); fi
+  if [ -n "$vfio" ]; then nvme=(-device "intel-iommu,intremap=on"); else nvme=(-device "intel-iommu,intremap=off"); fi
   append="$append intel_iommu=on iommu.strict=1"
 fi
 if [ "$lba" = 4096 ] || [ -n "$ns_args" ]; then
@@ -389,6 +398,13 @@ done
 size=$(stat -c %s "$work/disk.img" 2>/dev/null || echo 0)
 if [ "$size" -ne $((disk_mb * 1024 * 1024)) ] || ! cat "$work/disk.img" > /dev/null; then
   echo "FAIL: the disk image is no longer readable or has the wrong size ($size bytes)"; status=1
+elif [ -n "$check_image" ]; then
+  # shellcheck disable=SC2086 # one word per argument
+  if "$check_image" "$work/disk.img" $check_args; then
+    echo "== check-image: PASS"
+  else
+    echo "== check-image: FAIL ($(basename "$check_image") $check_args)"; status=1
+  fi
 fi
 
 [ $status -eq 0 ] && echo "== $name: PASS" || echo "== $name: FAIL"
