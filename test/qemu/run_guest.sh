@@ -4,7 +4,7 @@
 #
 #   run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096] [--ns-args 'ARGS'] \
 #                [--kernel VMLINUZ] [--module cunvme.ko [--module-args 'ARGS']] [--iommu] [--vfio] \
-#                [--check-image CHECKER [--check-args 'ARGS']] -- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]...
+#                [--check-image CHECKER [--check-args 'ARGS']] [--smp N] -- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]...
 #
 # --qemu-device-args  appended to the '-device nvme,...' option, e.g. 'cmb_size_mb=16'
 #                     (--nvme-args is the same option under its old name)
@@ -34,6 +34,8 @@
 # --check-image CHECKER  after the guest powered off, runs 'CHECKER DISK_IMAGE ARGS...' on the
 #                     host (ARGS from --check-args, split at spaces) and fails unless it exits 0:
 #                     what the programs wrote, checked in the image itself (check_image.py).
+# --smp N             guest CPUs (default 1; 1..4): with 2, threads of a program run at once
+#                     (QEMU's multi-threaded TCG), not only interleaved.
 #
 # What the programs see in the guest (Linux, busybox, root, no NVMe driver bound):
 # - the controller is unbound; its BAR0 is /sys/bus/pci/devices/<BDF>/resource0. Bus mastering
@@ -58,12 +60,12 @@ set -euo pipefail
 
 usage() {
   echo "usage: run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096]" \
-       "[--kernel VMLINUZ] [--module KO [--module-args 'ARGS']] [--iommu] [--vfio] [--check-image CHECKER [--check-args 'ARGS']]" \
+       "[--kernel VMLINUZ] [--module KO [--module-args 'ARGS']] [--iommu] [--vfio] [--check-image CHECKER [--check-args 'ARGS']] [--smp N]" \
        "-- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]..." >&2
   exit 2
 }
 
-name=guest device_args="" ns_args="" disk_mb=64 lba=512 kernel="" module="" module_args="" iommu="" vfio="" check_image="" check_args=""
+name=guest device_args="" ns_args="" disk_mb=64 lba=512 kernel="" module="" module_args="" iommu="" vfio="" check_image="" check_args="" smp=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) [ $# -ge 2 ] || usage; name=$2; shift 2 ;;
@@ -78,6 +80,7 @@ while [ $# -gt 0 ]; do
     --vfio) vfio=1; iommu=1; shift ;;
     --check-image) [ $# -ge 2 ] || usage; check_image=$2; shift 2 ;;
     --check-args) [ $# -ge 2 ] || usage; check_args=$2; shift 2 ;;
+    --smp) [ $# -ge 2 ] || usage; smp=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "run_guest.sh: unknown option '$1'" >&2; usage ;;
   esac
@@ -90,6 +93,7 @@ timeout_s=${CUNVME_QEMU_TIMEOUT:-100}
 if [ -n "$check_image" ] && [ ! -x "$check_image" ]; then
   echo "run_guest.sh: --check-image '$check_image' is not an executable file" >&2; exit 2
 fi
+[[ $smp =~ ^[1-4]$ ]] || { echo "run_guest.sh: --smp takes 1 to 4" >&2; exit 2; }
 [[ $check_args =~ ^[A-Za-z0-9_=,.:/\ -]*$ ]] || { echo "run_guest.sh: --check-args has odd characters" >&2; exit 2; }
 if [ -n "$module" ] && [ -n "$vfio" ]; then
   echo "run_guest.sh: --module and --vfio both want the controller; pass one" >&2; exit 2
@@ -338,11 +342,11 @@ else
 fi
 
 echo "== $name: $(basename "$kernel"), QEMU NVMe (${device_args:-default options}, $lba-byte blocks${ns_args:+ ($ns_args)}," \
-     "$disk_mb MiB${iommu:+, Intel IOMMU}${vfio:+, vfio-pci}), running: ${programs[*]}"
+     "$disk_mb MiB${iommu:+, Intel IOMMU}${vfio:+, vfio-pci}, $smp CPU$([ "$smp" = 1 ] || echo s)), running: ${programs[*]}"
 start_ms=$(( $(date +%s%N) / 1000000 ))
 # QEMU runs in the background (timeout makes it its own process group, out of reach of a
 # signal to ours), so a TERM/INT to this script is passed on and the temp dir still goes.
-timeout -k 5 "$timeout_s" qemu-system-x86_64 -machine q35,accel=tcg -cpu max -smp 1 -m 512M \
+timeout -k 5 "$timeout_s" qemu-system-x86_64 -machine q35,accel=tcg -cpu max -smp "$smp" -m 512M \
   -nodefaults -display none -serial stdio -no-reboot \
   -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
   -append "$append" \
