@@ -283,7 +283,8 @@ class vfio_backend final : public register_backend {
                    ? "VFIO runs in no-IOMMU mode, which translates no DMA: use sysfs:" + bdf_ + " as root instead"
                    : "the device is not bound to vfio-pci";
       } else if (e == EBUSY) {
-        hint = "group " + group_number_ + " is in use by another process";
+        // VFIO lets a group be opened once: another process, or another handle in this one.
+        hint = "group " + group_number_ + " is open already (by another process, or another controller handle in this one)";
       }
       errno = e;
       throw os_error("Open " + group_path, bdf_, hint);
