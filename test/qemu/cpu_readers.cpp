@@ -2,8 +2,8 @@
 // the guest of run_guest.sh, through sysfs:, vfio: or kmod:; or the emulator): for every
 // slot × completion × doorbell policy combination, four threads share one queue pair, or, with
 // slots::exclusive, own one each. Each thread works on its own slice of a region of the
-// namespace: random reads checked against its copy of the slice, random writes recorded in it,
-// then a "seal" that writes the whole slice with `sealed_word(o, seed)` and reads it back.
+// namespace: random reads checked against its copy of the slice (some of them up to four in
+// flight through the asynchronous form), random writes recorded in it, then a "seal" that writes the whole slice with `sealed_word(o, seed)` and reads it back.
 // The region ends up holding sealed words whatever the random phase did, so the host can check
 // the disk image afterwards (check_image.py) knowing only the seed and the region.
 //
@@ -17,8 +17,10 @@
 
 #include "../pattern.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -63,6 +65,7 @@ struct rig {
 
 struct thread_result {
   std::uint64_t failures = 0, mismatches = 0;
+  std::uint64_t async_reads = 0, no_cid_retries = 0;  // how often the asynchronous form ran, and found every CID taken
   std::string first_problem;
   void fail(const std::string& why) {
     ++failures;
@@ -74,6 +77,67 @@ struct thread_result {
 /// pages or huge pages, VFIO's IOVA pages, the module's pinned pages).
 prp::page_list pages_of(const host::dma_buffer& b) {
   return prp::page_list{b.pages().data(), static_cast<unsigned>(std::countr_zero(b.page_size()))};
+}
+
+/// Compares `blocks` blocks read into `words` with the thread's copy of its slice from `lba` on
+/// (relative to the slice).
+void compare(const std::uint64_t* words, const std::vector<std::uint64_t>& copy, std::uint64_t lba, std::uint64_t blocks, std::uint64_t lba_size,
+             const std::string& what, thread_result& out) {
+  for (std::size_t i = 0; i < blocks * lba_size / 8; ++i) {
+    if (words[i] != copy[lba * lba_size / 8 + i]) {
+      ++out.mismatches;
+      if (out.first_problem.empty()) out.first_problem = what + ": word " + std::to_string(i) + " differs";
+    }
+  }
+}
+
+/// Up to four reads in flight from this thread (the asynchronous form), each into its own
+/// quarter of the buffer: with four threads on a shared queue of 8 entries, more commands than
+/// the queue holds, so submitters meet a full queue and a CID pool run dry. A submit refused
+/// for want of a CID waits for this thread's own reads first, then retries (bounded).
+template <class Reader>
+void async_reads(const Reader& reader, const host::dma_buffer& buffer, std::uint64_t begin, std::uint64_t lbas, const std::vector<std::uint64_t>& copy,
+                 std::mt19937_64& rng, thread_result& out) {
+  const std::uint64_t lba_size = reader.ns().lba_size();
+  const std::uint64_t quarter = std::min<std::uint64_t>({buffer.size() / 4 / lba_size, reader.ns().max_blocks, lbas});
+  const auto dst = pages_of(buffer);
+  struct pending {
+    cunvme::io_handle handle;
+    std::uint64_t lba, blocks, offset;
+  };
+  std::vector<pending> inflight;
+  const auto finish = [&](pending& p) {
+    const auto r = reader.wait(p.handle);
+    const std::string what = "async read of " + std::to_string(p.blocks) + " blocks at LBA " + std::to_string(begin + p.lba);
+    if (!r.ok()) return out.fail(what + ": " + cunvme::to_string(r));
+    compare(reinterpret_cast<const std::uint64_t*>(buffer.data() + p.offset), copy, p.lba, p.blocks, lba_size, what, out);
+  };
+  const unsigned count = 1 + static_cast<unsigned>(rng() % 4);
+  for (unsigned k = 0; k < count; ++k) {
+    const std::uint64_t blocks = 1 + rng() % quarter;
+    const std::uint64_t lba = rng() % (lbas - blocks + 1);
+    const std::uint64_t offset = k * (buffer.size() / 4);
+    std::memset(buffer.data() + offset, 0xee, blocks * lba_size);
+    cunvme::io_handle h;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      h = reader.submit_read(begin + lba, static_cast<std::uint32_t>(blocks), dst, offset);
+      if (h.state != cunvme::io_handle::phase::finished || h.result.error != cunvme::io_error::no_command_id) break;
+      ++out.no_cid_retries;
+      for (auto& p : inflight) finish(p);
+      inflight.clear();
+      if (std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::yield();  // the other threads hold every CID: let them finish
+    }
+    if (h.state == cunvme::io_handle::phase::finished) {
+      out.fail("async read submit at LBA " + std::to_string(begin + lba) + ": " + cunvme::to_string(h.result));
+      continue;
+    }
+    inflight.push_back({h, lba, blocks, offset});
+    ++out.async_reads;
+  }
+  // Finished in another order than submitted: the last first.
+  for (auto p = inflight.rbegin(); p != inflight.rend(); ++p) finish(*p);
 }
 
 /// One thread's work on slice [begin, end): random verified I/O, then the seal.
@@ -93,7 +157,10 @@ void run_slice(const Reader& reader, const Writer& writer, const host::dma_buffe
     const std::uint64_t lba = rng() % (lbas - blocks + 1);
     const std::size_t n = blocks * lba_size / 8, at = lba * lba_size / 8;
     const std::string what = " of " + std::to_string(blocks) + " blocks at LBA " + std::to_string(begin + lba);
-    if (rng() % 3 == 0) {
+    const auto kind = rng() % 6;
+    if (kind == 5) {
+      async_reads(reader, buffer, begin, lbas, copy, rng, out);
+    } else if (kind < 2) {
       for (std::size_t i = 0; i < n; ++i) words[i] = copy[at + i] = test::word_at((begin + lba) * lba_size + i * 8, stream * 100000 + op + 1);
       if (const auto r = writer.write(begin + lba, blocks, dst, 0); !r.ok()) out.fail("write" + what + ": " + cunvme::to_string(r));
     } else {
@@ -102,12 +169,7 @@ void run_slice(const Reader& reader, const Writer& writer, const host::dma_buffe
         out.fail("read" + what + ": " + cunvme::to_string(r));
         continue;
       }
-      for (std::size_t i = 0; i < n; ++i) {
-        if (words[i] != copy[at + i]) {
-          ++out.mismatches;
-          if (out.first_problem.empty()) out.first_problem = "read" + what + ": word " + std::to_string(i) + " differs";
-        }
-      }
+      compare(words, copy, lba, blocks, lba_size, "read" + what, out);
     }
   }
   // The seal: the whole slice written, then read back and compared.
@@ -133,9 +195,10 @@ void run_slice(const Reader& reader, const Writer& writer, const host::dma_buffe
 }
 
 /// Runs one combination as slices [first_slice, first_slice + threads) of the region.
-/// Returns an empty string when every thread's I/O succeeded and verified, else why not.
+/// Returns an empty string when every thread's I/O succeeded and verified, else why not;
+/// `stats` says what ran.
 template <class Slots, class Completion, class Doorbell>
-std::string run_combination(const rig& r, std::uint64_t first_slice) {
+std::string run_combination(const rig& r, std::uint64_t first_slice, std::string& stats) {
   constexpr bool owned = std::is_same_v<Slots, slots::exclusive>;  // exclusive: one queue per thread
   using queue = cunvme::queue<Slots, Completion>;
   std::vector<std::unique_ptr<host::io_queue>> queues;
@@ -170,11 +233,16 @@ std::string run_combination(const rig& r, std::uint64_t first_slice) {
             " words differ; first: " + results[t].first_problem;
     }
   }
+  std::uint64_t async = 0, retries = 0, mmio = 0, skipped = 0;
+  for (const auto& t : results) async += t.async_reads, retries += t.no_cid_retries;
   for (const auto& q : queues) {
     const auto c = q->counters();
+    mmio += c.doorbell_mmio_writes, skipped += c.doorbell_skipped;
     if (why.empty() && c.unexpected_completions != 0) why = std::to_string(c.unexpected_completions) + " completions for commands not in flight";
     if (why.empty() && q->cids_in_use() != 0) why = std::to_string(q->cids_in_use()) + " CIDs still in use after every command finished";
   }
+  stats = std::to_string(async) + " async reads, " + std::to_string(retries) + " submits found no free CID, " + std::to_string(mmio) +
+          " MMIO doorbell writes, " + std::to_string(skipped) + " skipped";
   return why;
 }
 
@@ -246,10 +314,11 @@ void run_all(const options& opt, bool shadow, int& passed, int& failed, std::ind
   const auto one = [&]<class T>(T, std::size_t index) {
     if (uses_shadow<T> != shadow) return;
     try {
+      std::string stats;
       const std::string why =
-          run_combination<typename T::slots_t, typename T::completion_t, typename T::doorbell_t>(r, index * threads);
+          run_combination<typename T::slots_t, typename T::completion_t, typename T::doorbell_t>(r, index * threads, stats);
       if (why.empty()) {
-        std::printf("PASS %s\n", name_of<T>().c_str());
+        std::printf("PASS %s (%s)\n", name_of<T>().c_str(), stats.c_str());
         ++passed;
       } else {
         std::printf("FAIL %s: %s\n", name_of<T>().c_str(), why.c_str());
