@@ -288,7 +288,7 @@ cunvme_vfio_bind() {
   echo "no /dev/vfio/$group or /dev/vfio/vfio after binding"; return 6
 }
 cunvme_vfio_unbind() {
-  if dmesg | grep -iE "DMAR:.*fault|DMA Read|DMA Write"; then echo "IOMMU faults (above)"; return 1; fi
+  if dmesg | grep -E "DMAR: .*fault|DMAR: \[DMA (Read|Write)"; then echo "IOMMU faults (above)"; return 1; fi
   echo "$BDF" > /sys/bus/pci/drivers/vfio-pci/unbind || return 2
   [ ! -e "/sys/bus/pci/devices/$BDF/driver" ] || return 3
   if dmesg | grep -E "WARNING:|BUG:|Call Trace|general protection"; then return 4; fi
