@@ -211,6 +211,19 @@ TEST_CASE("IOVAs go upwards from 1 MiB, one guard page apart, around the IOMMU's
   CHECK(top.take(0x1000) == std::nullopt);  // no room for the guard page and another
 }
 
+TEST_CASE("a reserved IOVA range (a CMB's bus addresses) is never handed out, and only a range not handed out can be reserved") {
+  host::iova_space space({{0, 0xffffffffu}});
+  REQUIRE(space.reserve(0x200000, 0x2fffff));
+  CHECK(space.take(0x80000) == std::optional<std::uint64_t>(0x100000u));
+  CHECK(space.take(0x80000) == std::optional<std::uint64_t>(0x300000u));  // 0x181000 + 512 KiB would reach into the reserved range
+  CHECK(space.take(0x1000) == std::optional<std::uint64_t>(0x381000u));
+  CHECK_FALSE(space.reserve(0x300000, 0x3fffff));  // handed out already
+  CHECK_FALSE(space.reserve(0x500000, 0x4fffff));  // empty
+  REQUIRE(space.reserve(0x400000, 0xffffffffu));   // the top of the space
+  CHECK(space.take(0x1000) == std::optional<std::uint64_t>(0x383000u));  // below it there is still room
+  CHECK(space.take(0x100000) == std::nullopt);
+}
+
 TEST_CASE("the kernel-module backend without the module says to load it") {
   fake_sysfs sys;
   CHECK_THROWS_WITH_AS(host::kmod_backend(bdf, (sys.root / "dev").string()), doctest::Contains("load the cunvme kernel module"), host::error);

@@ -3,8 +3,8 @@
 # static test programs in it against that controller, through sysfs (see shared/QEMU.md).
 #
 #   run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096] [--ns-args 'ARGS'] \
-#                [--kernel VMLINUZ] [--module cunvme.ko [--module-args 'ARGS']] [--iommu] \
-#                -- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]...
+#                [--kernel VMLINUZ] [--module cunvme.ko [--module-args 'ARGS']] [--iommu] [--vfio] \
+#                [--check-image CHECKER [--check-args 'ARGS']] [--smp N] -- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]...
 #
 # --qemu-device-args  appended to the '-device nvme,...' option, e.g. 'cmb_size_mb=16'
 #                     (--nvme-args is the same option under its old name)
@@ -23,13 +23,25 @@
 #                     pinned-page counter is 0, rmmods it and fails on kernel warnings in
 #                     dmesg. Both steps report as programs named "insmod" and "rmmod".
 # --iommu             an Intel IOMMU in the guest (intel_iommu=on): DMA addresses are IOVAs,
-#                     so only the kmod: path works (sysfs: needs physical addresses)
+#                     so only the kmod: and vfio: paths work (sysfs: needs physical addresses)
+# --vfio              --iommu, and the controller bound to vfio-pci: the guest insmods vfio,
+#                     vfio_iommu_type1, vfio-pci and their dependencies (from the guest kernel's
+#                     /lib/modules/KV, as modules.dep orders them), binds the controller through
+#                     driver_override + drivers_probe and checks /dev/vfio/<group>; @URI@ is then
+#                     "vfio:<BDF>". After the programs it fails on IOMMU (DMAR) faults, unbinds the
+#                     controller and fails on kernel warnings. Both steps report as programs named
+#                     "vfio-bind" and "vfio-unbind". Not with --module.
+# --check-image CHECKER  after the guest powered off, runs 'CHECKER DISK_IMAGE ARGS...' on the
+#                     host (ARGS from --check-args, split at spaces) and fails unless it exits 0:
+#                     what the programs wrote, checked in the image itself (check_image.py).
+# --smp N             guest CPUs (default 1; 1..4): with 2, threads of a program run at once
+#                     (QEMU's multi-threaded TCG), not only interleaved.
 #
 # What the programs see in the guest (Linux, busybox, root, no NVMe driver bound):
 # - the controller is unbound; its BAR0 is /sys/bus/pci/devices/<BDF>/resource0. Bus mastering
 #   and interrupt masking are left to the programs.
 # - an argument containing @BDF@ gets the controller's PCI address (e.g. 0000:00:04.0) there,
-#   @URI@ gets "sysfs:<BDF>" ("kmod:<BDF>" with --module).
+#   @URI@ gets "sysfs:<BDF>" ("kmod:<BDF>" with --module, "vfio:<BDF>" with --vfio).
 # - 64 huge pages of 2 MiB are reserved (MAP_HUGETLB), compact_unevictable_allowed is 0, and
 #   /proc/self/pagemap gives physical (= bus) addresses: the guest has no IOMMU.
 # - the disk holds a known pattern: the 8-byte little-endian word at byte offset o is
@@ -48,12 +60,12 @@ set -euo pipefail
 
 usage() {
   echo "usage: run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096]" \
-       "[--kernel VMLINUZ] [--module KO [--module-args 'ARGS']] [--iommu]" \
+       "[--kernel VMLINUZ] [--module KO [--module-args 'ARGS']] [--iommu] [--vfio] [--check-image CHECKER [--check-args 'ARGS']] [--smp N]" \
        "-- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]..." >&2
   exit 2
 }
 
-name=guest device_args="" ns_args="" disk_mb=64 lba=512 kernel="" module="" module_args="" iommu=""
+name=guest device_args="" ns_args="" disk_mb=64 lba=512 kernel="" module="" module_args="" iommu="" vfio="" check_image="" check_args="" smp=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) [ $# -ge 2 ] || usage; name=$2; shift 2 ;;
@@ -65,6 +77,10 @@ while [ $# -gt 0 ]; do
     --module) [ $# -ge 2 ] || usage; module=$2; shift 2 ;;
     --module-args) [ $# -ge 2 ] || usage; module_args=$2; shift 2 ;;
     --iommu) iommu=1; shift ;;
+    --vfio) vfio=1; iommu=1; shift ;;
+    --check-image) [ $# -ge 2 ] || usage; check_image=$2; shift 2 ;;
+    --check-args) [ $# -ge 2 ] || usage; check_args=$2; shift 2 ;;
+    --smp) [ $# -ge 2 ] || usage; smp=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "run_guest.sh: unknown option '$1'" >&2; usage ;;
   esac
@@ -74,6 +90,14 @@ done
 [ "$lba" = 512 ] || [ "$lba" = 4096 ] || { echo "run_guest.sh: --lba is 512 or 4096" >&2; exit 2; }
 [[ $ns_args =~ ^[A-Za-z0-9_=,]*$ ]] || { echo "run_guest.sh: --ns-args has odd characters" >&2; exit 2; }
 timeout_s=${CUNVME_QEMU_TIMEOUT:-100}
+if [ -n "$check_image" ] && [ ! -x "$check_image" ]; then
+  echo "run_guest.sh: --check-image '$check_image' is not an executable file" >&2; exit 2
+fi
+[[ $smp =~ ^[1-4]$ ]] || { echo "run_guest.sh: --smp takes 1 to 4" >&2; exit 2; }
+[[ $check_args =~ ^[A-Za-z0-9_=,.:/\ -]*$ ]] || { echo "run_guest.sh: --check-args has odd characters" >&2; exit 2; }
+if [ -n "$module" ] && [ -n "$vfio" ]; then
+  echo "run_guest.sh: --module and --vfio both want the controller; pass one" >&2; exit 2
+fi
 if [ -n "$module" ]; then
   [ -f "$module" ] || { echo "run_guest.sh: module '$module' not found" >&2; exit 2; }
   [[ $module_args =~ ^[A-Za-z0-9_=,.:@\ -]*$ ]] || { echo "run_guest.sh: --module-args has odd characters" >&2; exit 2; }
@@ -104,6 +128,29 @@ if [ -n "$module" ] && [ -e "$kernel" ] && command -v modinfo >/dev/null 2>&1; t
     exit 1
   fi
 fi
+# --vfio: the guest kernel's VFIO modules, dependencies first (modules.dep lists each module's
+# dependencies, transitively; a dependency's own line orders those among themselves).
+vfio_modules=()   # paths under /lib/modules/KV, in load order
+if [ -n "$vfio" ] && [ -e "$kernel" ]; then
+  kv=$(basename "$kernel"); kv=${kv#vmlinuz-}
+  moddir=/lib/modules/$kv
+  add_module() {
+    local m=$1 d seen
+    for seen in "${vfio_modules[@]}"; do [ "$seen" = "$m" ] && return 0; done
+    # shellcheck disable=SC2013 # one module path per word
+    for d in $(awk -F: -v m="$m" '$1 == m { print $2 }' "$moddir/modules.dep"); do add_module "$d"; done
+    vfio_modules+=("$m")
+  }
+  if [ ! -f "$moddir/modules.dep" ]; then
+    missing+=("the guest kernel's modules ($moddir/modules.dep)")
+  else
+    for want in vfio vfio_iommu_type1 vfio-pci; do
+      m=$(grep -oE "^([^:]*/)?$want\.ko(\.(xz|zst|gz))?:" "$moddir/modules.dep" | head -n1 | tr -d :)
+      if [ -z "$m" ]; then missing+=("$want.ko in $moddir"); continue; fi
+      add_module "$m"
+    done
+  fi
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   what=$(printf '%s, ' "${missing[@]}")
   echo "skipped: missing ${what%, } (install qemu-system-x86 linux-image-amd64 busybox-static cpio)"
@@ -123,6 +170,7 @@ mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp}
 # Quotes a word for sh; @BDF@ and @URI@ then become references to the guest's $BDF.
 scheme=sysfs
 [ -n "$module" ] && scheme=kmod
+[ -n "$vfio" ] && scheme=vfio
 sh_word() {
   local q=${1//\'/\'\\\'\'}
   q=${q//@BDF@/\'\"\$BDF\"\'}
@@ -159,6 +207,23 @@ if [ -n "$module" ]; then
   # Load and bind before the programs, unload after them: two more entries in the verdict.
   programs=(insmod "${programs[@]}" rmmod)
   commands=("cunvme_load $module_args" "${commands[@]}" cunvme_unload)
+fi
+vfio_names=()   # the modules' file names in the initramfs, in load order
+if [ -n "$vfio" ]; then
+  mkdir -p "$root/lib/vfio"
+  # busybox insmod takes plain .ko files: compressed modules are unpacked here.
+  for m in "${vfio_modules[@]}"; do
+    base=$(basename "$m"); base=${base%.xz}; base=${base%.zst}; base=${base%.gz}
+    case "$m" in
+      *.xz) xz -dc "$moddir/$m" > "$root/lib/vfio/$base" ;;
+      *.zst) zstd -qdc "$moddir/$m" > "$root/lib/vfio/$base" ;;
+      *.gz) gzip -dc "$moddir/$m" > "$root/lib/vfio/$base" ;;
+      *) cp "$moddir/$m" "$root/lib/vfio/$base" ;;
+    esac
+    vfio_names+=("$base")
+  done
+  programs=(vfio-bind "${programs[@]}" vfio-unbind)
+  commands=(cunvme_vfio_bind "${commands[@]}" cunvme_vfio_unbind)
 fi
 
 cp "$busybox" "$root/bin/busybox"
@@ -208,8 +273,29 @@ cunvme_unload() {
   dmesg | grep -i cunvme
   if dmesg | grep -E "WARNING:|BUG:|Call Trace|general protection"; then return 5; fi
 }
+# --vfio: load VFIO, hand the controller to vfio-pci, wait for its group's node; after the
+# programs, no IOMMU faults (the controller reached only what was mapped), unbind cleanly.
+cunvme_vfio_bind() {
+  for m in $VFIO_MODULES; do insmod "/lib/vfio/$m" || { echo "insmod $m failed"; return 1; }; done
+  [ -e "/sys/bus/pci/devices/$BDF/iommu_group" ] || { echo "$BDF has no IOMMU group (intel_iommu=on?)"; return 2; }
+  echo vfio-pci > "/sys/bus/pci/devices/$BDF/driver_override" || return 3
+  echo "$BDF" > /sys/bus/pci/drivers_probe || return 4
+  driver=$(readlink "/sys/bus/pci/devices/$BDF/driver")
+  [ "${driver##*/}" = vfio-pci ] || { echo "$BDF is bound to '${driver##*/}', not vfio-pci"; return 5; }
+  group=$(readlink "/sys/bus/pci/devices/$BDF/iommu_group"); group=${group##*/}
+  echo "vfio: $BDF in IOMMU group $group with:" $(ls "/sys/kernel/iommu_groups/$group/devices")
+  for i in 1 2 3 4 5 6 7 8 9 10; do [ -c "/dev/vfio/$group" ] && [ -c /dev/vfio/vfio ] && return 0; sleep 0.2; done
+  echo "no /dev/vfio/$group or /dev/vfio/vfio after binding"; return 6
+}
+cunvme_vfio_unbind() {
+  if dmesg | grep -E "DMAR: .*fault|DMAR: \[DMA (Read|Write)"; then echo "IOMMU faults (above)"; return 1; fi
+  echo "$BDF" > /sys/bus/pci/drivers/vfio-pci/unbind || return 2
+  [ ! -e "/sys/bus/pci/devices/$BDF/driver" ] || return 3
+  if dmesg | grep -E "WARNING:|BUG:|Call Trace|general protection"; then return 4; fi
+}
 if [ -n "$BDF" ]; then
 EOF
+  [ ${#vfio_names[@]} -eq 0 ] || printf '  VFIO_MODULES="%s"\n' "${vfio_names[*]}"
   for i in "${!programs[@]}"; do
     printf '  echo CUNVME-RUN %s\n' "${commands[$i]#/bin/}"
     printf '  %s\n' "${commands[$i]}"
@@ -242,8 +328,10 @@ PY
 nvme=()
 append="console=ttyS0 panic=-1 quiet loglevel=3"
 if [ -n "$iommu" ]; then
-  # Before the other PCI devices, as QEMU wants; no interrupt remapping (no split irqchip).
-  nvme=(-device intel-iommu,intremap=off)
+  # Before the other PCI devices, as QEMU wants. VFIO's type-1 IOMMU refuses a container
+  # (EPERM) where interrupts are not remapped, as on a real VFIO host they are: --vfio turns
+  # remapping on (TCG needs no split irqchip for it); --iommu alone keeps it off.
+  if [ -n "$vfio" ]; then nvme=(-device "intel-iommu,intremap=on"); else nvme=(-device "intel-iommu,intremap=off"); fi
   append="$append intel_iommu=on iommu.strict=1"
 fi
 if [ "$lba" = 4096 ] || [ -n "$ns_args" ]; then
@@ -254,11 +342,11 @@ else
 fi
 
 echo "== $name: $(basename "$kernel"), QEMU NVMe (${device_args:-default options}, $lba-byte blocks${ns_args:+ ($ns_args)}," \
-     "$disk_mb MiB${iommu:+, Intel IOMMU}), running: ${programs[*]}"
+     "$disk_mb MiB${iommu:+, Intel IOMMU}${vfio:+, vfio-pci}, $smp CPU$([ "$smp" = 1 ] || echo s)), running: ${programs[*]}"
 start_ms=$(( $(date +%s%N) / 1000000 ))
 # QEMU runs in the background (timeout makes it its own process group, out of reach of a
 # signal to ours), so a TERM/INT to this script is passed on and the temp dir still goes.
-timeout -k 5 "$timeout_s" qemu-system-x86_64 -machine q35,accel=tcg -cpu max -smp 1 -m 512M \
+timeout -k 5 "$timeout_s" qemu-system-x86_64 -machine q35,accel=tcg -cpu max -smp "$smp" -m 512M \
   -nodefaults -display none -serial stdio -no-reboot \
   -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
   -append "$append" \
@@ -314,6 +402,13 @@ done
 size=$(stat -c %s "$work/disk.img" 2>/dev/null || echo 0)
 if [ "$size" -ne $((disk_mb * 1024 * 1024)) ] || ! cat "$work/disk.img" > /dev/null; then
   echo "FAIL: the disk image is no longer readable or has the wrong size ($size bytes)"; status=1
+elif [ -n "$check_image" ]; then
+  # shellcheck disable=SC2086 # one word per argument
+  if "$check_image" "$work/disk.img" $check_args; then
+    echo "== check-image: PASS"
+  else
+    echo "== check-image: FAIL ($(basename "$check_image") $check_args)"; status=1
+  fi
 fi
 
 [ $status -eq 0 ] && echo "== $name: PASS" || echo "== $name: FAIL"

@@ -6,6 +6,7 @@
 #include <cunvme/config.cuh>
 #include <cunvme/host/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
+#include <cunvme/host/iova_space.cuh>
 #include <cunvme/host/register_backend.cuh>
 #include <cunvme/host/sysfs_backend.cuh>
 
@@ -32,53 +33,6 @@
 
 CUNVME_NAMESPACE_BEGIN
 namespace host {
-
-/// An inclusive range of I/O virtual addresses the IOMMU translates, as VFIO reports them.
-struct iova_range {
-  std::uint64_t first = 0;
-  std::uint64_t last = 0;
-};
-
-/// Hands out IOVA ranges upwards from 1 MiB, skipping what the IOMMU cannot translate (on x86
-/// the MSI window at 0xfee00000 is one hole). IOVAs are never reused: a 48-bit space outlasts
-/// any process, and a stale PRP from a buffer already freed then faults in the IOMMU instead
-/// of landing in a newer buffer. A 4 KiB unmapped guard follows every range for the same
-/// reason. Thread-safe.
-class iova_space {
- public:
-  /// `valid`: the translatable ranges (everything when empty); `start`: the lowest IOVA handed
-  /// out — 0 is kept free, so a zero PRP faults.
-  explicit iova_space(std::vector<iova_range> valid = {}, std::uint64_t start = std::uint64_t{1} << 20) : next_(start) {
-    if (valid.empty()) valid.push_back({0, std::numeric_limits<std::uint64_t>::max()});
-    std::sort(valid.begin(), valid.end(), [](const iova_range& a, const iova_range& b) { return a.first < b.first; });
-    ranges_ = std::move(valid);
-  }
-
-  /// An IOVA aligned to `alignment` (a power of two, at least 4 KiB) for `bytes` (a multiple
-  /// of 4 KiB), or nothing when no valid range above the last one handed out has room.
-  [[nodiscard]] std::optional<std::uint64_t> take(std::uint64_t bytes, std::uint64_t alignment = page) {
-    if (bytes == 0 || bytes % page != 0 || alignment < page || (alignment & (alignment - 1)) != 0) return std::nullopt;
-    const std::lock_guard lock(mutex_);
-    for (const auto& r : ranges_) {
-      if (r.last < next_ || r.last - r.first < bytes - 1) continue;
-      const std::uint64_t from = std::max(next_, r.first);
-      if (from > std::numeric_limits<std::uint64_t>::max() - (alignment - 1)) continue;
-      const std::uint64_t at = (from + alignment - 1) / alignment * alignment;
-      if (at > r.last || r.last - at < bytes - 1) continue;
-      // The next range starts past a guard page (saturating at the top of the space).
-      const std::uint64_t end = at + (bytes - 1);
-      next_ = end > std::numeric_limits<std::uint64_t>::max() - page - 1 ? std::numeric_limits<std::uint64_t>::max() : end + 1 + page;
-      return at;
-    }
-    return std::nullopt;
-  }
-
- private:
-  static constexpr std::uint64_t page = 4096;
-  std::mutex mutex_;
-  std::vector<iova_range> ranges_;
-  std::uint64_t next_;
-};
 
 /// An owned file descriptor (closed when dropped).
 class vfio_fd {
@@ -118,6 +72,33 @@ class vfio_allocator final : public dma_allocator {
  public:
   vfio_allocator(std::shared_ptr<const vfio_fd> container, std::string device, std::vector<iova_range> valid = {})
       : container_(std::move(container)), device_(std::move(device)), iovas_(std::move(valid)) {}
+
+  /// Maps `bytes` of a BAR mapping at `host` into the IOMMU at `iova` (peer-to-peer: VFIO
+  /// follows the mapping to its MMIO pages), after taking the range out of the buffers' IOVA
+  /// space. Throws `host::error` when the range collides with buffers or the kernel refuses.
+  void map_mmio(void* host, std::uint64_t bytes, std::uint64_t iova) {
+    if (bytes == 0 || bytes % page != 0 || iova % page != 0 || iova > std::numeric_limits<std::uint64_t>::max() - bytes) {
+      throw error("Map the CMB into the IOMMU", device_, "the range is not whole pages");
+    }
+    if (!iovas_.reserve(iova, iova + bytes - 1)) {
+      throw error("Map the CMB into the IOMMU", device_, "its bus addresses overlap DMA buffers mapped already (map the CMB first)");
+    }
+    vfio_iommu_type1_dma_map map{};
+    map.argsz = sizeof map;
+    map.flags = VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE;
+    map.vaddr = reinterpret_cast<std::uintptr_t>(host);
+    map.iova = iova;
+    map.size = bytes;
+    if (::ioctl(container_->get(), VFIO_IOMMU_MAP_DMA, &map) != 0) throw os_error("Map the CMB into the IOMMU", device_);
+  }
+  /// Undoes `map_mmio` (the range stays reserved: IOVAs are never reused).
+  void unmap_mmio(std::uint64_t bytes, std::uint64_t iova) noexcept {
+    vfio_iommu_type1_dma_unmap unmap{};
+    unmap.argsz = sizeof unmap;
+    unmap.iova = iova;
+    unmap.size = bytes;
+    (void)::ioctl(container_->get(), VFIO_IOMMU_UNMAP_DMA, &unmap);
+  }
 
   [[nodiscard]] dma_buffer map_gpu(void*, std::size_t) override {
     throw error("Map GPU memory", device_,
@@ -210,22 +191,60 @@ class vfio_backend final : public register_backend {
 
   vfio_backend(const vfio_backend&) = delete;
   vfio_backend& operator=(const vfio_backend&) = delete;
-  // Members go in reverse order: the allocator, the BAR mapping, the device, the group; the
-  // container closes when the last buffer sharing it is gone.
-  ~vfio_backend() override = default;
+  // The CMB leaves the IOMMU before its mapping goes; then members go in reverse order: the
+  // CMB and BAR mappings, the allocator, the device, the group; the container closes when the
+  // last buffer sharing it is gone.
+  ~vfio_backend() override {
+    if (cmb_.data() != nullptr) memory_->unmap_mmio(cmb_iommu_bytes_, cmb_iommu_iova_);
+  }
 
   [[nodiscard]] std::string name() const override { return bdf_; }
   [[nodiscard]] std::byte* bar() const override { return bar0_.data(); }
   [[nodiscard]] std::size_t bar_size() const override { return bar0_.size(); }
   [[nodiscard]] dma_allocator& memory() override { return *memory_; }
+  [[nodiscard]] std::byte* cmb() const override { return cmb_.data(); }
+  [[nodiscard]] std::size_t cmb_size() const override { return cmb_.size(); }
+  [[nodiscard]] std::uint64_t cmb_bus_address() const override { return cmb_.bus(); }
   /// The IOMMU group number (the N of /dev/vfio/N).
   [[nodiscard]] const std::string& iommu_group() const noexcept { return group_number_; }
 
-  /// Not supported: the controller would reach its CMB at an IOVA, so the BAR would have to be
-  /// mapped into the IOMMU (peer-to-peer through VFIO_IOMMU_MAP_DMA of an MMIO mapping) and
-  /// CMBMSC.CBA set to that IOVA; no one needs it yet. Always throws `host::error`.
-  void map_cmb(unsigned, std::uint64_t, std::uint64_t) override {
-    throw error("Map CMB", bdf_, "CMB through VFIO is not supported; use sysfs: or kmod: for queues in the controller memory buffer");
+  /// Maps BAR `bar_index` through its VFIO region and keeps `bytes` at `offset` as the CMB. Its
+  /// bus address (CMBMSC.CBA) is the BAR's own address plus `offset`, as without an IOMMU: the
+  /// controller recognises addresses in its CMB itself, and, so that a PRP or queue base there
+  /// means the CMB also to whatever translates DMA first, the BAR's pages are mapped into the
+  /// IOMMU at that same IOVA, a range no DMA buffer may then take. Call it before DMA memory
+  /// is allocated high enough to collide (the controller maps its CMB during bring-up).
+  void map_cmb(unsigned bar_index, std::uint64_t offset, std::uint64_t bytes) override {
+    const std::string bar = "BAR " + std::to_string(bar_index);
+    if (bar_index > 5) throw error("Map CMB", bdf_, "CMBLOC.BIR " + std::to_string(bar_index) + " names no BAR");
+    if (bytes == 0) throw error("Map CMB", bdf_, "CMBSZ describes an empty CMB");
+    vfio_region_info region{};
+    region.argsz = sizeof region;
+    region.index = VFIO_PCI_BAR0_REGION_INDEX + bar_index;
+    if (::ioctl(device_.get(), VFIO_DEVICE_GET_REGION_INFO, &region) != 0) throw os_error("Query " + bar, bdf_);
+    if ((region.flags & VFIO_REGION_INFO_FLAG_MMAP) == 0 || region.size == 0) throw error("Map CMB", bdf_, "VFIO does not let " + bar + " be mapped");
+    if (offset > region.size || bytes > region.size - offset) {
+      throw error("Map CMB", bdf_,
+                  "CMBLOC/CMBSZ describe " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) + ", beyond " + bar + "'s " +
+                      std::to_string(region.size) + " bytes");
+    }
+    const std::uint64_t start = bar_address(bar_index);
+    void* p = ::mmap(nullptr, region.size, PROT_READ | PROT_WRITE, MAP_SHARED, device_.get(), static_cast<off_t>(region.offset));
+    if (p == MAP_FAILED) throw os_error("Map " + bar, bdf_);
+    // The IOMMU maps whole pages: the pages that hold the CMB.
+    const std::uint64_t first_page = offset / page * page;
+    const std::uint64_t mapped = (offset + bytes + page - 1) / page * page - first_page;
+    if (cmb_.data() != nullptr) memory_->unmap_mmio(cmb_iommu_bytes_, cmb_iommu_iova_);
+    cmb_.assign(nullptr, 0, 0, 0, 0);
+    try {
+      memory_->map_mmio(static_cast<std::byte*>(p) + first_page, mapped, start + first_page);
+    } catch (...) {
+      ::munmap(p, region.size);
+      throw;
+    }
+    cmb_iommu_iova_ = start + first_page;
+    cmb_iommu_bytes_ = mapped;
+    cmb_.assign(static_cast<std::byte*>(p), region.size, offset, bytes, start + offset);
   }
 
  private:
@@ -264,7 +283,8 @@ class vfio_backend final : public register_backend {
                    ? "VFIO runs in no-IOMMU mode, which translates no DMA: use sysfs:" + bdf_ + " as root instead"
                    : "the device is not bound to vfio-pci";
       } else if (e == EBUSY) {
-        hint = "group " + group_number_ + " is in use by another process";
+        // VFIO lets a group be opened once: another process, or another handle in this one.
+        hint = "group " + group_number_ + " is open already (by another process, or another controller handle in this one)";
       }
       errno = e;
       throw os_error("Open " + group_path, bdf_, hint);
@@ -279,7 +299,14 @@ class vfio_backend final : public register_backend {
     }
     int container_fd = container.get();
     if (::ioctl(group_.get(), VFIO_GROUP_SET_CONTAINER, &container_fd) != 0) throw os_error("Attach VFIO group " + group_number_, bdf_);
-    if (::ioctl(container.get(), VFIO_SET_IOMMU, type) != 0) throw os_error("Set the VFIO IOMMU type", bdf_);
+    if (::ioctl(container.get(), VFIO_SET_IOMMU, type) != 0) {
+      // vfio_iommu_type1 refuses a group with EPERM where MSIs are not remapped, since the
+      // device could then raise any interrupt (its dmesg line says the same).
+      throw os_error("Set the VFIO IOMMU type", bdf_,
+                     errno == EPERM ? "the IOMMU does not remap interrupts: turn interrupt remapping on (firmware, intremap), or load "
+                                      "vfio_iommu_type1 with allow_unsafe_interrupts=1 if every device in the group is trusted"
+                                    : std::string{});
+    }
     std::vector<iova_range> ranges = iova_ranges(container.get());
 
     device_ = vfio_fd(::ioctl(group_.get(), VFIO_GROUP_GET_DEVICE_FD, bdf_.c_str()));
@@ -360,6 +387,31 @@ class vfio_backend final : public register_backend {
     if (::pwrite(device_.get(), &command, sizeof command, at) != sizeof command) throw os_error("Write the PCI command register", bdf_);
   }
 
+  /// BAR `index`'s bus address from the config space VFIO shows (it reports the BAR as the
+  /// kernel assigned it): a memory BAR, 64-bit ones over two registers (PCI 3.0 section 6.2.5.1).
+  [[nodiscard]] std::uint64_t bar_address(unsigned index) const {
+    vfio_region_info config{};
+    config.argsz = sizeof config;
+    config.index = VFIO_PCI_CONFIG_REGION_INDEX;
+    if (::ioctl(device_.get(), VFIO_DEVICE_GET_REGION_INFO, &config) != 0) throw os_error("Query PCI config space", bdf_);
+    const auto read = [&](unsigned i) {
+      std::uint32_t v = 0;
+      if (::pread(device_.get(), &v, sizeof v, static_cast<off_t>(config.offset + 0x10 + 4 * i)) != sizeof v) {
+        throw os_error("Read BAR " + std::to_string(i) + " from PCI config space", bdf_);
+      }
+      return v;
+    };
+    const std::uint32_t low = read(index);
+    if ((low & 1u) != 0) throw error("Map CMB", bdf_, "BAR " + std::to_string(index) + " is an I/O BAR, not memory");
+    std::uint64_t address = low & ~std::uint64_t{0xf};
+    if (((low >> 1) & 3u) == 2u) {
+      if (index == 5) throw error("Map CMB", bdf_, "BAR 5 claims 64 bits, with no BAR 6 for the upper half");
+      address |= std::uint64_t{read(index + 1)} << 32;
+    }
+    if (address == 0) throw error("Map CMB", bdf_, "BAR " + std::to_string(index) + " has no address assigned");
+    return address;
+  }
+
   [[nodiscard]] static std::string to_hex(std::uint64_t v) {
     constexpr char digits[] = "0123456789abcdef";
     std::string s;
@@ -375,8 +427,10 @@ class vfio_backend final : public register_backend {
   std::string group_number_;
   vfio_fd group_;
   vfio_fd device_;
-  bar_window bar0_;
   std::unique_ptr<vfio_allocator> memory_;
+  bar_window bar0_;
+  bar_window cmb_;
+  std::uint64_t cmb_iommu_iova_ = 0, cmb_iommu_bytes_ = 0;  // the CMB's pages in the IOMMU
 };
 
 }  // namespace host
