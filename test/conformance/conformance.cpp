@@ -12,6 +12,8 @@
 // Prints one line per case ("PASS name" / "FAIL name: why") and a summary; exits 0 when all passed.
 #include <cunvme/host/open.cuh>
 
+#include "../guest_checks.hpp"
+
 #include <chrono>
 #include <algorithm>
 #include <cstdio>
@@ -26,13 +28,8 @@ namespace spec = cunvme::spec;
 
 namespace {
 
-struct failure {
-  std::string why;
-};
-
-void expect(bool condition, const std::string& why) {
-  if (!condition) throw failure{why};
-}
+using test::expect;
+using test::failure;
 
 void expect_status(spec::status got, spec::status want, const std::string& what) {
   expect(got == want, what + ": got " + spec::to_string(got) + ", want " + spec::to_string(want));
@@ -439,23 +436,13 @@ int main(int argc, char** argv) {
   c.scratch_lba = ns.lba_count / 2;
   std::printf("conformance on %s: %s %s, %zu namespace(s), %u-byte blocks\n", c.uri.c_str(), spec::trimmed(c.ctrl->identify().mn).c_str(),
               spec::trimmed(c.ctrl->identify().fr).c_str(), c.ctrl->namespaces().size(), c.lba);
-  int passed = 0, failed = 0;
+  test::tally results;
   for (const auto& [name, run] : cases()) {
     if (c.only_metadata && name.rfind("metadata: ", 0) != 0) continue;
-    try {
+    results.run(name, [&] {
       if (!c.ctrl) c.ctrl = host::open(c.uri);
       run(c);
-      std::printf("PASS %s\n", name.c_str());
-      ++passed;
-    } catch (const failure& f) {
-      std::printf("FAIL %s: %s\n", name.c_str(), f.why.c_str());
-      ++failed;
-    } catch (const std::exception& e) {
-      std::printf("FAIL %s: %s\n", name.c_str(), e.what());
-      ++failed;
-    }
-    std::fflush(stdout);
+    });
   }
-  std::printf("conformance: %d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  return results.summary("conformance");
 }

@@ -11,6 +11,8 @@
 // later check for faults covers everything else.
 #include <cunvme/host/open.cuh>
 
+#include "../guest_checks.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -27,13 +29,8 @@ namespace spec = cunvme::spec;
 
 namespace {
 
-struct failure {
-  std::string why;
-};
-
-void expect(bool condition, const std::string& why) {
-  if (!condition) throw failure{why};
-}
+using test::expect;
+using test::failure;
 
 std::string bdf;
 
@@ -152,21 +149,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   bdf = argv[1];
-  int passed = 0, failed = 0;
-  for (const auto& [name, run] : cases()) {
-    try {
-      run();
-      std::printf("PASS %s\n", name.c_str());
-      ++passed;
-    } catch (const failure& f) {
-      std::printf("FAIL %s: %s\n", name.c_str(), f.why.c_str());
-      ++failed;
-    } catch (const std::exception& e) {
-      std::printf("FAIL %s: %s\n", name.c_str(), e.what());
-      ++failed;
-    }
-    std::fflush(stdout);
-  }
-  std::printf("vfio_negative: %d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  test::tally results;
+  for (const auto& [name, run] : cases()) results.run(name, run);
+  return results.summary("vfio_negative");
 }
