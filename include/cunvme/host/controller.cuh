@@ -278,11 +278,12 @@ class controller {
   /// The queue pairs `reset` re-creates: each adds itself once its queues exist and leaves as
   /// it is destroyed.
   void attach(queue_pair* q) {
-    std::scoped_lock lock(admin_mutex_);
+    std::scoped_lock lock(live_mutex_);
     live_.push_back(q);
   }
+  /// Waits for a `reset` in progress, which may be re-creating `q`.
   void detach(queue_pair* q) {
-    std::scoped_lock lock(admin_mutex_);
+    std::scoped_lock lock(live_mutex_);
     std::erase(live_, q);
   }
 
@@ -480,7 +481,10 @@ class controller {
   std::atomic<std::uint64_t> mmio_doorbell_writes_{0}, skipped_doorbell_writes_{0}, unexpected_completions_{0};
   std::size_t cmb_used_ = 0;
   bool shut_down_ = false;
-  std::vector<queue_pair*> live_;  // under admin_mutex_
+  // Held by reset() throughout, so a queue pair is never destroyed while it is re-created;
+  // taken before admin_mutex_ where both are held.
+  std::mutex live_mutex_;
+  std::vector<queue_pair*> live_;
   std::uint64_t resets_ = 0;
 };
 

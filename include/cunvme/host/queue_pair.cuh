@@ -448,22 +448,22 @@ inline void controller::reset() {
   } catch (const error& e) {
     throw error("Reset", name_, std::string(e.what()) + ": the controller may still DMA to the memory it was given; release none of it");
   }
-  std::vector<queue_pair*> live;
-  {
-    std::scoped_lock lock(admin_mutex_);
-    live = live_;
-  }
+  std::scoped_lock live_lock(live_mutex_);
+  const std::vector<queue_pair*>& live = live_;
   for (queue_pair* q : live) q->forget_commands();
-  const std::vector<bool> used = used_qids_;
   setup_admin_queues();
   enable();
   negotiate_queues();
-  for (std::size_t qid = 1; qid < used.size(); ++qid) {
-    if (!used[qid]) continue;
-    if (qid >= used_qids_.size()) {
-      throw error("Reset", name_, "the controller now grants " + std::to_string(granted_) + " I/O queue pairs, fewer than queue " + std::to_string(qid) + " needs");
+  // The live queue pairs keep their identifiers (taken from them, not from the table
+  // negotiate_queues just cleared, so a reset that failed half-way can be retried).
+  {
+    std::scoped_lock lock(admin_mutex_);
+    for (queue_pair* q : live) {
+      if (q->id() >= used_qids_.size()) {
+        throw error("Reset", name_, "the controller now grants " + std::to_string(granted_) + " I/O queue pairs, fewer than queue " + std::to_string(q->id()) + " needs");
+      }
+      used_qids_[q->id()] = true;
     }
-    used_qids_[qid] = true;
   }
   if (shadow_) {
     std::memset(shadow_->data(), 0, shadow_->size());
