@@ -10,6 +10,7 @@
  *    controller's struct device: IOVAs with an IOMMU, physical addresses without),
  *  - maps dma-bufs (GPU memory exported by the NVIDIA driver, or any exporter's) for the
  *    controller and gets the DMA addresses of a range of their pages,
+ *  - maps pinned GPU memory into the process (write-combined) for CPU copies, as gdrcopy does,
  *  - unpins them again.
  * When the file goes away (close, process death), the controller is disabled, bus mastering
  * is turned off so it can no longer reach memory, and every pin is released.
@@ -36,6 +37,7 @@
 #include <linux/mutex.h>
 #include <linux/overflow.h>
 #include <linux/pci.h>
+#include <linux/refcount.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/scatterlist.h>
@@ -53,6 +55,7 @@
 
 #define CUNVME_MAX_DEVICES 64
 #define CUNVME_GPU_PAGE_SHIFT 16 /* nvidia_p2p works in 64 KiB GPU pages */
+#define CUNVME_GPU_PAGE_SIZE (1ULL << CUNVME_GPU_PAGE_SHIFT)
 #define CUNVME_MAX_BDFS 16
 
 /* NVMe registers the module touches itself (NVMe Base Specification 2.0, 3.1.3) */
@@ -104,6 +107,7 @@ struct cunvme_file {
 	struct cunvme_dev *cd;
 	struct mutex lock;	/* pinned_bytes, and pin/unpin against each other */
 	struct xarray pins;	/* handle -> struct cunvme_pin */
+	struct address_space *mapping;	/* where mmaps of GPU pins live (zapped on unpin) */
 	u64 pinned_bytes;	/* counted against max_pinned_mb */
 	bool dma_revoked;	/* a dma-buf was revoked: bus mastering is off until release */
 };
@@ -116,6 +120,8 @@ enum cunvme_pin_kind {
 
 struct cunvme_pin {
 	u64 handle;
+	/* the file's reference, plus one per CPU mapping (vma) of a GPU pin */
+	refcount_t refs;
 	u64 bytes;
 	enum cunvme_pin_kind kind;
 	/* host memory */
@@ -130,6 +136,8 @@ struct cunvme_pin {
 	bool counted;		/* in cunvme_pinned_gpu_pages */
 	struct nvidia_p2p_page_table *page_table;
 	struct nvidia_p2p_dma_mapping *mapping;
+	struct address_space *file_mapping;	/* the file's, for CPU mappings of the pin */
+	bool wc_reserved;	/* write-combining reserved for the pages (x86 PAT); gpu_lock */
 #endif
 	/* dma-buf; sgt is NULL once revoked or released, under dmabuf->resv */
 	struct cunvme_file *file;
@@ -241,6 +249,23 @@ uncharge:
 
 #ifdef CUNVME_NV_P2P
 /*
+ * Removes the pin's pages from every CPU mapping of it (see cunvme_mmap_gpu) and drops the
+ * memory-type reservation, before the GPU memory goes. Called once, after page_table was
+ * cleared under gpu_lock, so no fault can map a page again.
+ */
+static void cunvme_gpu_unmap_cpu(struct cunvme_pin *pin, struct nvidia_p2p_page_table *page_table)
+{
+	u32 i;
+
+	unmap_mapping_range(pin->file_mapping, CUNVME_GPU_MMAP_OFFSET(pin->handle), pin->bytes, 1);
+	if (!pin->wc_reserved)
+		return;
+	for (i = 0; i < page_table->entries; i++)
+		arch_io_free_memtype_wc(page_table->pages[i]->physical_address, CUNVME_GPU_PAGE_SIZE);
+	pin->wc_reserved = false;
+}
+
+/*
  * The NVIDIA driver calls this when the GPU memory goes away under a pin (cudaFree, process
  * exit). It has already revoked the mapping: free the tables and never call put_pages for it
  * (NVIDIA's GPUDirect RDMA guide, "Handling the free callback"). It may come while the pin
@@ -260,6 +285,8 @@ static void cunvme_gpu_free_callback(void *data)
 	mutex_unlock(&pin->gpu_lock);
 	if (!page_table)
 		return;	/* unpin got there first and is putting the pages */
+	/* The memory is going: no process may touch it through a mapping of ours after this. */
+	cunvme_gpu_unmap_cpu(pin, page_table);
 	if (mapping)
 		nvidia_p2p_free_dma_mapping(mapping);
 	nvidia_p2p_free_page_table(page_table);
@@ -284,6 +311,7 @@ static void cunvme_release_gpu_pin(struct cunvme_dev *cd, struct cunvme_pin *pin
 	 * nvidia_p2p_put_pages() waits for a free callback already under way, so once it
 	 * returns none runs and the pin may be freed. Not under gpu_lock: that callback takes it.
 	 */
+	cunvme_gpu_unmap_cpu(pin, page_table);
 	if (mapping)
 		nvidia_p2p_dma_unmap_pages(cd->pdev, page_table, mapping);
 	nvidia_p2p_put_pages(0, 0, pin->gpu_address, page_table);
@@ -291,21 +319,27 @@ static void cunvme_release_gpu_pin(struct cunvme_dev *cd, struct cunvme_pin *pin
 		atomic64_sub(pin->bytes >> CUNVME_GPU_PAGE_SHIFT, &cunvme_pinned_gpu_pages);
 }
 
-static int cunvme_pin_gpu(struct cunvme_dev *cd, struct cunvme_pin *pin,
+static int cunvme_pin_gpu(struct cunvme_file *f, struct cunvme_pin *pin,
 			  u64 address, u64 __user *out)
 {
 	u32 entries = pin->bytes >> CUNVME_GPU_PAGE_SHIFT;
+	u64 *addresses;
 	u32 i;
 	int ret;
 
+	addresses = kvmalloc_array(entries, sizeof(*addresses), GFP_KERNEL_ACCOUNT);
+	if (!addresses)
+		return -ENOMEM;
 	mutex_init(&pin->gpu_lock);
 	pin->gpu_address = address;
+	pin->file_mapping = f->mapping;
 	mutex_lock(&pin->gpu_lock);
 	ret = nvidia_p2p_get_pages(0, 0, address, pin->bytes, &pin->page_table,
 				   cunvme_gpu_free_callback, pin);
 	if (ret) {
 		pin->page_table = NULL;
 		mutex_unlock(&pin->gpu_lock);
+		kvfree(addresses);
 		return ret;
 	}
 	ret = -EOPNOTSUPP;
@@ -313,7 +347,7 @@ static int cunvme_pin_gpu(struct cunvme_dev *cd, struct cunvme_pin *pin,
 	    pin->page_table->page_size != NVIDIA_P2P_PAGE_SIZE_64KB ||
 	    pin->page_table->entries != entries)
 		goto release;
-	ret = nvidia_p2p_dma_map_pages(cd->pdev, pin->page_table, &pin->mapping);
+	ret = nvidia_p2p_dma_map_pages(f->cd->pdev, pin->page_table, &pin->mapping);
 	if (ret) {
 		pin->mapping = NULL;
 		goto release;
@@ -322,20 +356,25 @@ static int cunvme_pin_gpu(struct cunvme_dev *cd, struct cunvme_pin *pin,
 	if (!NVIDIA_P2P_DMA_MAPPING_VERSION_COMPATIBLE(pin->mapping) ||
 	    pin->mapping->entries != entries)
 		goto release;
-	for (i = 0; i < entries; i++) {
-		if (put_user((u64)pin->mapping->dma_addresses[i], out + i)) {
-			ret = -EFAULT;
-			goto release;
-		}
-	}
+	for (i = 0; i < entries; i++)
+		addresses[i] = pin->mapping->dma_addresses[i];
 	pin->counted = true;
 	atomic64_add(entries, &cunvme_pinned_gpu_pages);
 	mutex_unlock(&pin->gpu_lock);
-	return 0;
+	/*
+	 * Copied out after gpu_lock is dropped: a fault on `out` takes mmap_lock, which the mmap
+	 * and fault paths of GPU mappings hold while they take gpu_lock.
+	 */
+	ret = copy_to_user(out, addresses, (size_t)entries * sizeof(*addresses)) ? -EFAULT : 0;
+	kvfree(addresses);
+	if (ret)
+		cunvme_release_gpu_pin(f->cd, pin);
+	return ret;
 
 release:
 	mutex_unlock(&pin->gpu_lock);
-	cunvme_release_gpu_pin(cd, pin);
+	cunvme_release_gpu_pin(f->cd, pin);
+	kvfree(addresses);
 	return ret;
 }
 #else
@@ -343,7 +382,7 @@ static void cunvme_release_gpu_pin(struct cunvme_dev *cd, struct cunvme_pin *pin
 {
 }
 
-static int cunvme_pin_gpu(struct cunvme_dev *cd, struct cunvme_pin *pin,
+static int cunvme_pin_gpu(struct cunvme_file *f, struct cunvme_pin *pin,
 			  u64 address, u64 __user *out)
 {
 	return -EOPNOTSUPP;
@@ -496,6 +535,13 @@ static int cunvme_map_dma_buf(struct cunvme_file *f, struct cunvme_pin *pin, int
 }
 #endif
 
+/* A GPU pin's struct outlives its unpinning while a CPU mapping (vma) of it remains. */
+static void cunvme_pin_put(struct cunvme_pin *pin)
+{
+	if (refcount_dec_and_test(&pin->refs))
+		kfree(pin);
+}
+
 static void cunvme_release_pin(struct cunvme_file *f, struct cunvme_pin *pin)
 {
 	switch (pin->kind) {
@@ -510,7 +556,7 @@ static void cunvme_release_pin(struct cunvme_file *f, struct cunvme_pin *pin)
 		break;
 	}
 	f->pinned_bytes -= pin->bytes;
-	kfree(pin);
+	cunvme_pin_put(pin);
 }
 
 /* ---- ioctls --------------------------------------------------------------------------- */
@@ -529,7 +575,8 @@ static long cunvme_ioctl_info(struct cunvme_file *f, void __user *arg)
 	struct pci_dev *pdev = f->cd->pdev;
 	struct cunvme_device_info info = {
 		.abi_version = CUNVME_ABI_VERSION,
-		.flags = (cunvme_gpu_pinning() ? CUNVME_INFO_GPU_PINNING : 0) |
+		.flags = (cunvme_gpu_pinning() ?
+			  CUNVME_INFO_GPU_PINNING | CUNVME_INFO_GPU_MAPPING : 0) |
 			 (cunvme_dma_buf_import() ? CUNVME_INFO_DMA_BUF : 0) |
 			 (READ_ONCE(f->dma_revoked) ? CUNVME_INFO_DMA_REVOKED : 0),
 		.max_pinned_bytes = cunvme_max_pinned_bytes(),
@@ -550,7 +597,7 @@ static long cunvme_ioctl_pin(struct cunvme_file *f, void __user *arg)
 	struct cunvme_pin_request req;
 	struct cunvme_pin *pin;
 	unsigned int shift;
-	u64 end, pages;
+	u64 end, pages, span;
 	int ret;
 
 	if (copy_from_user(&req, arg, sizeof(req)))
@@ -580,6 +627,14 @@ static long cunvme_ioctl_pin(struct cunvme_file *f, void __user *arg)
 		return -ENOMEM;
 	pin->bytes = req.bytes;
 	pin->kind = req.flags & CUNVME_PIN_GPU_MEMORY ? CUNVME_PIN_GPU : CUNVME_PIN_HOST;
+	refcount_set(&pin->refs, 1);
+	/*
+	 * A GPU pin takes one handle per 64 KiB page, so that the mmap offset ranges of two pins
+	 * (CUNVME_GPU_MMAP_OFFSET) never overlap and unpinning one zaps only its own mappings.
+	 * Taken before pinning: the free callback may need it as soon as the pages are pinned.
+	 */
+	span = pin->kind == CUNVME_PIN_GPU ? pages : 1;
+	pin->handle = atomic64_add_return(span, &cunvme_next_handle) - span + 1;
 
 	mutex_lock(&f->lock);
 	if (READ_ONCE(f->dma_revoked)) {
@@ -592,14 +647,13 @@ static long cunvme_ioctl_pin(struct cunvme_file *f, void __user *arg)
 		goto free;
 	}
 	if (pin->kind == CUNVME_PIN_GPU)
-		ret = cunvme_pin_gpu(f->cd, pin, req.address, u64_to_user_ptr(req.addresses));
+		ret = cunvme_pin_gpu(f, pin, req.address, u64_to_user_ptr(req.addresses));
 	else
 		ret = cunvme_pin_host(f->cd, pin, req.address, u64_to_user_ptr(req.addresses));
 	if (ret)
 		goto free;
 	f->pinned_bytes += pin->bytes;
 
-	pin->handle = atomic64_inc_return(&cunvme_next_handle);
 	ret = xa_insert(&f->pins, pin->handle, pin, GFP_KERNEL_ACCOUNT);
 	if (ret)
 		goto release;
@@ -671,6 +725,7 @@ static long cunvme_ioctl_map_dma_buf(struct cunvme_file *f, void __user *arg)
 		return -ENOMEM;
 	pin->kind = CUNVME_PIN_DMA_BUF;
 	pin->bytes = req.bytes;
+	refcount_set(&pin->refs, 1);
 	pin->npages = req.bytes >> PAGE_SHIFT;
 	addresses = kvmalloc_array(pin->npages, sizeof(*addresses), GFP_KERNEL_ACCOUNT);
 	if (!addresses) {
@@ -741,6 +796,157 @@ static long cunvme_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	}
 }
 
+/* ---- mmap of pinned GPU memory (the CPU side of gdrcopy) ----------------------------- */
+
+#ifdef CUNVME_NV_P2P
+/*
+ * Maps the whole 64 KiB GPU page under the fault (as far as the vma reaches): one fault per
+ * GPU page. Under gpu_lock, so that a page is mapped only while the pin holds it; whoever
+ * clears page_table zaps afterwards (cunvme_gpu_unmap_cpu). Pages are mapped here rather than
+ * in mmap because only here is the vma already in the file's mapping, where that zap finds it.
+ */
+static vm_fault_t cunvme_gpu_fault(struct vm_fault *vmf)
+{
+	struct vm_area_struct *vma = vmf->vma;
+	struct cunvme_pin *pin = vma->vm_private_data;
+	unsigned long first = CUNVME_GPU_MMAP_OFFSET(pin->handle) >> PAGE_SHIFT;
+	unsigned long page_start, start, end, addr;
+	vm_fault_t ret = VM_FAULT_SIGBUS;
+	u64 within, physical;
+
+	if (vmf->pgoff < first)
+		return VM_FAULT_SIGBUS;
+	within = (u64)(vmf->pgoff - first) << PAGE_SHIFT;
+	if (within >= pin->bytes)
+		return VM_FAULT_SIGBUS;
+	mutex_lock(&pin->gpu_lock);
+	if (!pin->page_table)
+		goto unlock;	/* unpinned, or revoked by the NVIDIA driver */
+	physical = pin->page_table->pages[within >> CUNVME_GPU_PAGE_SHIFT]->physical_address;
+	if (!IS_ALIGNED(physical, CUNVME_GPU_PAGE_SIZE))
+		goto unlock;
+	page_start = (vmf->address & PAGE_MASK) - (within & (CUNVME_GPU_PAGE_SIZE - 1));
+	start = max(page_start, vma->vm_start);
+	end = min(page_start + (unsigned long)CUNVME_GPU_PAGE_SIZE, vma->vm_end);
+	for (addr = start; addr < end; addr += PAGE_SIZE) {
+		ret = vmf_insert_pfn_prot(vma, addr, (physical + (addr - page_start)) >> PAGE_SHIFT,
+					  vma->vm_page_prot);
+		if (ret != VM_FAULT_NOPAGE)
+			break;
+	}
+unlock:
+	mutex_unlock(&pin->gpu_lock);
+	return ret;
+}
+
+/* A vma split off (munmap of a part, mremap) holds the pin as its original does. */
+static void cunvme_gpu_vma_open(struct vm_area_struct *vma)
+{
+	struct cunvme_pin *pin = vma->vm_private_data;
+
+	refcount_inc(&pin->refs);
+}
+
+static void cunvme_gpu_vma_close(struct vm_area_struct *vma)
+{
+	cunvme_pin_put(vma->vm_private_data);
+}
+
+static const struct vm_operations_struct cunvme_gpu_vm_ops = {
+	.open = cunvme_gpu_vma_open,
+	.close = cunvme_gpu_vma_close,
+	.fault = cunvme_gpu_fault,
+};
+
+/*
+ * Sets the vma up for GPU pin `pin` (the caller's reference passes to the vma). The pages are
+ * mapped write-combined: on x86 with PAT the type of a pfn mapped at fault time is the one
+ * reserved for its physical range (uncached where none is), so the pin's pages are reserved
+ * write-combining once, here, and released when the pin goes.
+ */
+static int cunvme_gpu_mmap_pin(struct cunvme_pin *pin, struct vm_area_struct *vma)
+{
+	unsigned long len = vma->vm_end - vma->vm_start;
+	u32 i;
+	int ret = 0;
+
+	if (!IS_ALIGNED(len, CUNVME_GPU_PAGE_SIZE) || CUNVME_GPU_PAGE_SIZE % PAGE_SIZE)
+		return -EINVAL;
+	if (len > pin->bytes)
+		return -ERANGE;
+	mutex_lock(&pin->gpu_lock);
+	if (!pin->page_table) {
+		ret = -ENOLINK;	/* the NVIDIA driver revoked the memory */
+		goto unlock;
+	}
+	for (i = 0; !pin->wc_reserved && i < pin->page_table->entries; i++) {
+		ret = arch_io_reserve_memtype_wc(pin->page_table->pages[i]->physical_address,
+						 CUNVME_GPU_PAGE_SIZE);
+		if (ret) {
+			while (i--)
+				arch_io_free_memtype_wc(pin->page_table->pages[i]->physical_address,
+							CUNVME_GPU_PAGE_SIZE);
+			goto unlock;
+		}
+	}
+	pin->wc_reserved = true;
+	/* Not copied into a child: the NVIDIA driver does not share GPU memory across fork. */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
+	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY);
+#else
+	vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY;
+#endif
+	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
+	vma->vm_private_data = pin;
+	vma->vm_ops = &cunvme_gpu_vm_ops;
+unlock:
+	mutex_unlock(&pin->gpu_lock);
+	return ret;
+}
+#else
+static int cunvme_gpu_mmap_pin(struct cunvme_pin *pin, struct vm_area_struct *vma)
+{
+	return -EOPNOTSUPP;	/* no GPU pins exist without nvidia_p2p */
+}
+#endif
+
+/*
+ * mmap at CUNVME_GPU_MMAP_OFFSET(handle). The pin is looked up under the xarray's lock, not
+ * f->lock: PIN holds f->lock while it faults user pages in (mmap_lock), and mmap runs under
+ * mmap_lock.
+ */
+static int cunvme_mmap_gpu(struct cunvme_file *f, struct vm_area_struct *vma, u64 offset)
+{
+	enum cunvme_pin_kind kind = CUNVME_PIN_HOST;
+	struct cunvme_pin *pin;
+	u64 handle;
+	int ret;
+
+	if ((offset - CUNVME_GPU_MMAP_BASE) & (CUNVME_GPU_PAGE_SIZE - 1))
+		return -EINVAL;	/* not at the start of a pin */
+	handle = (offset - CUNVME_GPU_MMAP_BASE) >> CUNVME_GPU_MMAP_SHIFT;
+	if (!handle || handle != (unsigned long)handle)
+		return -ENOENT;
+	xa_lock(&f->pins);
+	pin = xa_load(&f->pins, handle);
+	if (pin) {
+		kind = pin->kind;
+		if (kind == CUNVME_PIN_GPU)
+			refcount_inc(&pin->refs);
+	}
+	xa_unlock(&f->pins);
+	if (!pin)
+		return -ENOENT;
+	if (kind == CUNVME_PIN_HOST)
+		return -EINVAL;	/* host memory: the process has it mapped already */
+	if (kind == CUNVME_PIN_DMA_BUF)
+		return -EOPNOTSUPP;	/* only DMA addresses, no CPU physical ones */
+	ret = cunvme_gpu_mmap_pin(pin, vma);
+	if (ret)
+		cunvme_pin_put(pin);
+	return ret;
+}
+
 /* ---- mmap of a BAR -------------------------------------------------------------------- */
 
 static int cunvme_mmap(struct file *file, struct vm_area_struct *vma)
@@ -755,6 +961,9 @@ static int cunvme_mmap(struct file *file, struct vm_area_struct *vma)
 	/* A private mapping would be copy-on-write over device registers. */
 	if (!(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
+	/* No overflow: the core checked that vm_pgoff + the length fits in a file offset. */
+	if ((u64)vma->vm_pgoff << PAGE_SHIFT >= CUNVME_GPU_MMAP_BASE)
+		return cunvme_mmap_gpu(f, vma, (u64)vma->vm_pgoff << PAGE_SHIFT);
 	if (vma->vm_pgoff >= ((u64)CUNVME_BAR_COUNT << CUNVME_BAR_MMAP_SHIFT) >> PAGE_SHIFT)
 		return -EINVAL;
 	offset = (u64)vma->vm_pgoff << PAGE_SHIFT;
@@ -788,6 +997,7 @@ static int cunvme_open(struct inode *inode, struct file *file)
 	if (!f)
 		return -ENOMEM;
 	f->cd = cd;
+	f->mapping = file->f_mapping;
 	mutex_init(&f->lock);
 	xa_init(&f->pins);
 
@@ -1115,6 +1325,10 @@ static void __init cunvme_check_abi(void)
 	BUILD_BUG_ON(CUNVME_IOCTL_PIN != 0xc0304302u);
 	BUILD_BUG_ON(CUNVME_IOCTL_UNPIN != 0x40084303u);
 	BUILD_BUG_ON(CUNVME_IOCTL_MAP_DMA_BUF != 0xc0384304u);
+	/* GPU pins' mmap offsets lie above every BAR's, and one handle step is one GPU page. */
+	BUILD_BUG_ON(CUNVME_GPU_MMAP_BASE <= ((u64)CUNVME_BAR_COUNT << CUNVME_BAR_MMAP_SHIFT));
+	BUILD_BUG_ON(CUNVME_GPU_MMAP_SHIFT != CUNVME_GPU_PAGE_SHIFT);
+	BUILD_BUG_ON(CUNVME_GPU_MMAP_OFFSET(1) != 0x0100000000010000ULL);
 }
 
 static void __init cunvme_check_bdfs(void)

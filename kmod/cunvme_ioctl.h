@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0 WITH Linux-syscall-note) OR MIT */
 /*
  * The cunvme module's user interface: one character device /dev/cunvme/<BDF> per NVMe
- * controller bound to the module, these ioctls, and mmap offsets that select a BAR.
+ * controller bound to the module, these ioctls, and mmap offsets that select a BAR or a
+ * pin of GPU memory.
  *
  * cunvme's C++ side (include/cunvme/host/kmod_abi.cuh) lays these out byte for byte the same;
  * the module checks sizes, offsets and request numbers at build time (BUILD_BUG_ON in
@@ -20,6 +21,28 @@
 /* mmap offset of BAR i: i << CUNVME_BAR_MMAP_SHIFT (plus a page-aligned offset into it). */
 #define CUNVME_BAR_MMAP_SHIFT 40
 
+/*
+ * mmap offset of the GPU memory pinned under `handle` (CUNVME_PIN_GPU_MEMORY): maps its 64 KiB
+ * GPU pages into the process, write-combined, for CPU copies to and from GPU memory (what
+ * NVIDIA's gdrcopy does). MAP_SHARED, from the pin's first byte, a multiple of 64 KiB long and
+ * no longer than the pin. A GPU pin's handle advances the handle counter by its number of
+ * 64 KiB pages, so the offset ranges of two pins never overlap.
+ *
+ * The pages are mapped as they are first touched. When the pin goes (UNPIN, close, or the
+ * NVIDIA driver revoking the memory through its free callback) the module removes the pages
+ * from every mapping of it before the GPU memory is let go; a later touch gets SIGBUS.
+ *
+ * Errnos: ENOENT (no pin with that handle in this file), EINVAL (not MAP_SHARED, not at the
+ * pin's start, not whole 64 KiB pages, or a host-memory pin: that memory is the process's
+ * already), ERANGE (longer than the pin), EOPNOTSUPP (a dma-buf's handle: the module has only
+ * its DMA addresses, which are not CPU physical addresses; mmap the dma-buf itself), ENOLINK
+ * (the NVIDIA driver revoked that pin's memory), and what reserving the pages' memory type
+ * (x86 PAT) returns.
+ */
+#define CUNVME_GPU_MMAP_BASE (1ULL << 56)
+#define CUNVME_GPU_MMAP_SHIFT 16
+#define CUNVME_GPU_MMAP_OFFSET(handle) (CUNVME_GPU_MMAP_BASE + ((__u64)(handle) << CUNVME_GPU_MMAP_SHIFT))
+
 /* cunvme_device_info.flags */
 #define CUNVME_INFO_GPU_PINNING (1u << 0) /* built with nvidia_p2p: GPU memory can be pinned */
 #define CUNVME_INFO_DMA_BUF (1u << 1)      /* dma-buf import: CUNVME_IOCTL_MAP_DMA_BUF */
@@ -30,6 +53,8 @@
  * starts afresh.
  */
 #define CUNVME_INFO_DMA_REVOKED (1u << 2)
+/* GPU pins can be mapped into the process: mmap at CUNVME_GPU_MMAP_OFFSET(handle) */
+#define CUNVME_INFO_GPU_MAPPING (1u << 3)
 
 /* cunvme_pin_request.flags */
 #define CUNVME_PIN_GPU_MEMORY (1u << 0) /* address is CUDA device memory (64 KiB pages) */
@@ -53,7 +78,7 @@ struct cunvme_pin_request {
 	__u64 addresses;     /* in: user pointer to max_addresses __u64 slots */
 	__u32 max_addresses; /* in */
 	__u32 flags;         /* in: CUNVME_PIN_* */
-	__u64 handle;        /* out: for CUNVME_IOCTL_UNPIN; never 0, never reused */
+	__u64 handle;        /* out: for UNPIN (and mmap of GPU memory); never 0, never reused */
 	__u32 count;         /* out: addresses written */
 	__u32 page_shift;    /* out: log2 of the page size the addresses are in */
 };

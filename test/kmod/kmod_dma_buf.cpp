@@ -93,6 +93,7 @@ std::string errno_name(int e) {
     case EOVERFLOW: return "EOVERFLOW";
     case E2BIG: return "E2BIG";
     case ENOLINK: return "ENOLINK";
+    case EOPNOTSUPP: return "EOPNOTSUPP";
     default: return "errno " + std::to_string(e);
   }
 }
@@ -283,7 +284,7 @@ void test_info(int fd) {
   const std::uint32_t flags = info_flags(fd);
   check(flags != 0xffffffffu && (flags & CUNVME_INFO_DMA_BUF) != 0, "INFO reports dma-buf import");
   check((flags & CUNVME_INFO_DMA_REVOKED) == 0, "INFO reports no revoked dma-buf on a fresh open");
-  check((flags & ~(CUNVME_INFO_GPU_PINNING | CUNVME_INFO_DMA_BUF | CUNVME_INFO_DMA_REVOKED)) == 0, "INFO flags has no unknown bits");
+  check((flags & ~(CUNVME_INFO_GPU_PINNING | CUNVME_INFO_DMA_BUF | CUNVME_INFO_DMA_REVOKED | CUNVME_INFO_GPU_MAPPING)) == 0, "INFO flags has no unknown bits");
 }
 
 void test_rejects(int fd) {
@@ -357,6 +358,10 @@ void test_map_unmap(int fd) {
     exact = exact && r.addresses[i] == physical(buf.map + (4 + i) * page);
   }
   check(aligned, "DMA addresses are non-zero and page aligned");
+  // The module has only DMA addresses of a dma-buf, no CPU physical ones: no CPU mapping.
+  void* cpu = ::mmap(nullptr, 64 * 1024, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(CUNVME_GPU_MMAP_OFFSET(r.req.handle)));
+  expect_errno(cpu == MAP_FAILED ? -1 : 0, EOPNOTSUPP, "mmap of a dma-buf map's handle (GPU mapping offset)");
+  if (cpu != MAP_FAILED) ::munmap(cpu, 64 * 1024);
   if (iommu_present()) {
     std::printf("(IOMMU present: DMA addresses are IOVAs, e.g. %#llx)\n", static_cast<unsigned long long>(r.addresses[0]));
   } else {

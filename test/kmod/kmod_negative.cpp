@@ -58,6 +58,9 @@ static_assert(CUNVME_ABI_VERSION == kmod::abi_version);
 static_assert(CUNVME_INFO_GPU_PINNING == kmod::info_gpu_pinning);
 static_assert(CUNVME_PIN_GPU_MEMORY == kmod::pin_gpu_memory);
 static_assert((std::uint64_t{3} << CUNVME_BAR_MMAP_SHIFT) == kmod::bar_mmap_offset(3));
+static_assert(CUNVME_INFO_GPU_MAPPING == kmod::info_gpu_mapping);
+static_assert(CUNVME_GPU_MMAP_OFFSET(1) == kmod::gpu_mmap_offset(1));
+static_assert(CUNVME_GPU_MMAP_OFFSET(0x123456789ull) == kmod::gpu_mmap_offset(0x123456789ull));
 
 namespace {
 
@@ -197,7 +200,10 @@ void test_info(int fd, cunvme_device_info& info) {
   expect_errno(::ioctl(fd, CUNVME_IOCTL_INFO, &info), 0, "INFO");
   check(info.abi_version == CUNVME_ABI_VERSION, "INFO abi_version is " + std::to_string(CUNVME_ABI_VERSION),
         "got " + std::to_string(info.abi_version));
-  check((info.flags & ~(CUNVME_INFO_GPU_PINNING | CUNVME_INFO_DMA_BUF)) == 0, "INFO flags has no unknown bits (nor a revoked dma-buf)");
+  check((info.flags & ~(CUNVME_INFO_GPU_PINNING | CUNVME_INFO_DMA_BUF | CUNVME_INFO_GPU_MAPPING)) == 0,
+        "INFO flags has no unknown bits (nor a revoked dma-buf)");
+  check(((info.flags & CUNVME_INFO_GPU_MAPPING) != 0) == ((info.flags & CUNVME_INFO_GPU_PINNING) != 0),
+        "INFO offers CPU mappings of GPU memory exactly where it pins GPU memory (nvidia_p2p)");
   check(info.bar_size[0] >= 0x1000 && (info.bar_size[0] & (info.bar_size[0] - 1)) == 0, "INFO BAR0 size is a power of two >= 4 KiB",
         "got " + std::to_string(info.bar_size[0]));
   // The guest has no address translation between CPU and PCI: resource's start is the bus address.
@@ -240,6 +246,34 @@ void test_mmap(int fd, const cunvme_device_info& info) {
   if (info.bar_size[1] == 0) check(map_errno(page, MAP_SHARED, 1ull << CUNVME_BAR_MMAP_SHIFT) == EINVAL, "mmap an absent BAR -> EINVAL");
   check(map_errno(page, MAP_SHARED, 6ull << 40) == EINVAL, "mmap BAR 6 -> EINVAL");
   check(map_errno(page, MAP_SHARED, 0xfffull << 40) == EINVAL, "mmap a huge offset -> EINVAL");
+}
+
+/// mmap at a GPU pin's offset (CUNVME_GPU_MMAP_OFFSET): what is refused without a GPU pin.
+void test_gpu_mmap_rejects(int fd) {
+  const long before = pinned_total();
+  auto* buf = static_cast<std::byte*>(map_anonymous(16 * page));
+  auto r = pin(fd, reinterpret_cast<std::uintptr_t>(buf), 16 * page);
+  expect_errno(r.rc, 0, "PIN 64 KiB of host memory for the GPU-mapping cases");
+  if (r.rc != 0) return;
+  auto map_errno = [&](std::size_t len, int flags, std::uint64_t offset) {
+    void* q = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, fd, static_cast<off_t>(offset));
+    if (q != MAP_FAILED) {
+      ::munmap(q, len);
+      return 0;
+    }
+    return errno;
+  };
+  const std::uint64_t at = CUNVME_GPU_MMAP_OFFSET(r.req.handle);
+  check(map_errno(16 * page, MAP_SHARED, at) == EINVAL, "mmap of a host pin's handle -> EINVAL (the process has that memory)");
+  check(map_errno(16 * page, MAP_PRIVATE, at) == EINVAL, "mmap private at a pin's GPU offset -> EINVAL");
+  check(map_errno(page, MAP_SHARED, at + page) == EINVAL, "mmap inside a pin's GPU range, not at its start -> EINVAL");
+  check(map_errno(16 * page, MAP_SHARED, CUNVME_GPU_MMAP_OFFSET(r.req.handle + 1000)) == ENOENT,
+        "mmap of a handle never given out -> ENOENT");
+  check(map_errno(16 * page, MAP_SHARED, CUNVME_GPU_MMAP_OFFSET(0)) == ENOENT, "mmap of handle 0 -> ENOENT");
+  expect_errno(unpin(fd, r.req.handle), 0, "UNPIN the host pin");
+  check(map_errno(16 * page, MAP_SHARED, at) == ENOENT, "mmap of an unpinned handle -> ENOENT");
+  check(pinned_total() == before, "the GPU-mapping cases leave the pinned-page counter alone", std::to_string(pinned_total()));
+  ::munmap(buf, 16 * page);
 }
 
 void test_pin_rejects(int fd, const cunvme_device_info& info) {
@@ -454,6 +488,7 @@ int main(int argc, char** argv) {
   test_info(fd, info);
   test_mmap(fd, info);
   test_pin_rejects(fd, info);
+  test_gpu_mmap_rejects(fd);
   test_pin_unpin(fd);
   test_limits(fd);
   ::close(fd);

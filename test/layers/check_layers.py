@@ -5,7 +5,7 @@
   check_layers.py lengths INCLUDE_DIR   fails naming every header outside spec/ longer than MAX_LINES
   check_layers.py self-test             both checks against small trees made on the spot
 
-Layers, bottom to top: spec (0) < detail (1: access.cuh, checked.cuh) < policy (2) < io (3)
+Layers, bottom to top: spec (0) < detail (1: access.cuh, checked.cuh, write_combined.cuh) < policy (2) < io (3)
 < host (4) < emu (5). A header may include its own layer and those below. The facade (6)
 sits beside them: it may include everything up to host, but not emu. config.cuh (macros
 and the ABI namespace) and cunvme.cuh (the umbrella) are exempt. A header in a folder not

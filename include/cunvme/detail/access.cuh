@@ -1,6 +1,7 @@
-// The access layer: the only header with inline PTX or volatile accesses. Everything that
-// touches a controller register, or orders memory against one, goes through these functions,
-// each named for what it orders (ordering rules 1–3 of DESIGN.md).
+// The access layer: the only header with inline PTX or volatile accesses (besides its CPU part
+// for write-combined mappings, write_combined.cuh). Everything that touches a controller
+// register, or orders memory against one, goes through these functions, each named for what
+// it orders (ordering rules 1–3 of DESIGN.md).
 //
 // - GPU (sm_70+): doorbells are stored with `st.mmio.relaxed.sys` — performed exactly once,
 //   never merged or split, as a register needs — after a system-scope fence that makes the

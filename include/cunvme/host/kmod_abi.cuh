@@ -1,6 +1,6 @@
 // The user-space side of the cunvme kernel module's interface (kmod/): a character device
 // /dev/cunvme/<BDF> per controller the module is bound to, these ioctls, and mmap offsets
-// that select a BAR. The module's C header must lay these out byte for byte the same; its
+// that select a BAR or a pin of GPU memory. The module's C header must lay these out byte for byte the same; its
 // build checks the sizes and request numbers below.
 #pragma once
 
@@ -17,7 +17,7 @@ inline constexpr std::uint32_t abi_version = 1;
 /// What the module reports about its controller (CUNVME_IOCTL_INFO).
 struct device_info {
   std::uint32_t abi_version;
-  std::uint32_t flags;                 ///< info_gpu_pinning, info_dma_buf, info_dma_revoked
+  std::uint32_t flags;                 ///< info_gpu_pinning, info_dma_buf, info_dma_revoked, info_gpu_mapping
   std::uint64_t bar_size[6];           ///< bytes of each BAR; 0 where absent
   std::uint64_t bar_bus_address[6];    ///< each BAR's address as the controller's peers see it
   std::uint64_t max_pinned_bytes;      ///< what this open device may have pinned at once (the module's
@@ -33,6 +33,8 @@ inline constexpr std::uint32_t info_dma_buf = 1u << 1;      ///< dma-bufs can be
 /// A dma-buf this open device had mapped was revoked by its exporter: the module turned the
 /// controller's bus mastering off; pins and maps fail with ENOLINK until the device is closed.
 inline constexpr std::uint32_t info_dma_revoked = 1u << 2;
+/// GPU pins can be mapped into the process (mmap at `gpu_mmap_offset(handle)`).
+inline constexpr std::uint32_t info_gpu_mapping = 1u << 3;
 inline constexpr std::uint32_t pin_gpu_memory = 1u << 0;
 
 /// Pins [address, address + bytes) of this process (host memory, or GPU memory with
@@ -89,6 +91,14 @@ inline constexpr unsigned long ioctl_map_dma_buf = ioctl_request(ioc_read | ioc_
 
 /// mmap offset selecting BAR `index` of the device node (uncached mapping).
 [[nodiscard]] constexpr std::uint64_t bar_mmap_offset(unsigned index) noexcept { return std::uint64_t{index} << 40; }
+
+/// mmap offset of the GPU memory pinned under `handle` (pin_gpu_memory): a write-combined
+/// mapping of its 64 KiB pages, MAP_SHARED, from the pin's start, whole 64 KiB pages, at most
+/// the pin's length. Gone (SIGBUS on touch) once the pin is released or the NVIDIA driver
+/// revokes the memory.
+[[nodiscard]] constexpr std::uint64_t gpu_mmap_offset(std::uint64_t handle) noexcept {
+  return (std::uint64_t{1} << 56) + (handle << 16);
+}
 
 }  // namespace host::kmod
 CUNVME_NAMESPACE_END

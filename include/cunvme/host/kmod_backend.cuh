@@ -1,11 +1,13 @@
 // A controller bound to the cunvme kernel module: BARs mapped through /dev/cunvme/<BDF>,
 // host and GPU memory pinned by the module with DMA addresses as the controller sees them
-// (correct with or without an IOMMU), and dma-bufs (GPU memory exported by the NVIDIA driver)
-// mapped for the controller. "kmod:0000:01:00.0" in `host::open`.
+// (correct with or without an IOMMU), dma-bufs (GPU memory exported by the NVIDIA driver)
+// mapped for the controller, and pinned GPU memory mapped for the CPU. "kmod:0000:01:00.0" in
+// `host::open`.
 #pragma once
 
 #include <cunvme/config.cuh>
 #include <cunvme/host/error.cuh>
+#include <cunvme/host/gpu_mapping.cuh>
 #include <cunvme/host/kmod_abi.cuh>
 #include <cunvme/host/register_backend.cuh>
 #include <cunvme/host/sysfs_backend.cuh>
@@ -43,7 +45,8 @@ class kmod_allocator final : public dma_allocator {
 
   /// `info_flags`: the module's `kmod::device_info::flags`.
   kmod_allocator(int fd, std::string device, std::uint32_t info_flags)
-      : fd_(fd), device_(std::move(device)), gpu_((info_flags & kmod::info_gpu_pinning) != 0), dma_buf_((info_flags & kmod::info_dma_buf) != 0) {}
+      : fd_(fd), device_(std::move(device)), gpu_((info_flags & kmod::info_gpu_pinning) != 0), dma_buf_((info_flags & kmod::info_dma_buf) != 0),
+        gpu_mapping_((info_flags & kmod::info_gpu_mapping) != 0) {}
 
   [[nodiscard]] bool imports_dma_bufs() const noexcept { return dma_buf_; }
   /// Makes `map_gpu` export GPU memory with `exporter` and map the dma-buf (preferred over
@@ -79,6 +82,42 @@ class kmod_allocator final : public dma_allocator {
     const int fd = fd_;
     const std::uint64_t handle = r.handle;
     return dma_buffer(nullptr, device_pointer, bytes, std::size_t{1} << r.page_shift, std::move(pages), memory_location::gpu, [fd, handle] {
+      kmod::unpin_request u{handle};
+      (void)::ioctl(fd, kmod::ioctl_unpin, &u);
+    });
+  }
+
+  /// Pins `bytes` of GPU memory at `gpu` (64 KiB aligned; nvidia_p2p) and maps it into the
+  /// process, write-combined, for CPU copies (gdrcopy's role); the mapping owns the pin. Needs
+  /// a module built with nvidia_p2p: a dma-buf yields DMA addresses only, nothing the CPU can
+  /// map.
+  [[nodiscard]] gpu_mapping map_gpu_for_cpu(void* gpu, std::size_t bytes) {
+    if (!gpu_mapping_) {
+      throw error("Map GPU memory for the CPU", device_,
+                  gpu_ ? "the loaded cunvme module pins GPU memory but cannot map it: an older module, rebuild it"
+                       : "the cunvme module was built without nvidia_p2p (NVIDIA driver sources); dma-buf import gives the controller DMA addresses, nothing the CPU can map");
+    }
+    if (reinterpret_cast<std::uintptr_t>(gpu) % 65536 != 0 || bytes == 0) {
+      throw error("Map GPU memory for the CPU", device_, "GPU memory must start on a 64 KiB GPU page (cudaMalloc of 2 MiB or more does) and not be empty");
+    }
+    if (bytes > std::size_t{1} << 46) throw error("Map GPU memory for the CPU", device_, std::to_string(bytes) + " bytes asked for");
+    const std::size_t mapped = (bytes + 65535) / 65536 * 65536;
+    const pinned pins = pin(gpu, mapped, kmod::pin_gpu_memory);
+    const int fd = fd_;
+    const std::uint64_t handle = pins.handle;
+    void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, static_cast<off_t>(kmod::gpu_mmap_offset(handle)));
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      kmod::unpin_request u{handle};
+      (void)::ioctl(fd_, kmod::ioctl_unpin, &u);
+      errno = e;
+      throw os_error("Map GPU memory for the CPU", device_,
+                     e == ENOLINK ? "the NVIDIA driver revoked the memory (freed while pinned)"
+                     : e == EBUSY ? "the GPU pages' memory type conflicts with another mapping of them (x86 PAT)"
+                                  : "");
+    }
+    return gpu_mapping(static_cast<std::byte*>(p), bytes, device_, [fd, handle, p, mapped] {
+      ::munmap(p, mapped);
       kmod::unpin_request u{handle};
       (void)::ioctl(fd, kmod::ioctl_unpin, &u);
     });
@@ -182,6 +221,7 @@ class kmod_allocator final : public dma_allocator {
   std::string device_;
   bool gpu_;
   bool dma_buf_;
+  bool gpu_mapping_;
   dma_buf_exporter exporter_;
 };
 
