@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -63,16 +64,41 @@ TEST_CASE("a command that times out is aborted: its aborted completion frees the
   host::controller ctrl(std::move(b), short_timeout());
   auto q = ctrl.create_queue_pair(2);  // one CID: the next command needs the timed-out one's
   auto buf = ctrl.memory().allocate(4096);
-  CHECK_THROWS_WITH_AS((void)q->read(1, 0, 8, buf), doctest::Contains("no completion within 200 ms; aborted (Abort)"), host::error);
+  CHECK_THROWS_WITH_AS((void)q->read(1, 0, 8, buf), doctest::Contains("no completion within 200 ms; Abort brought its completion"), host::error);
   CHECK(round_trip(ctrl, *q, 16, 1));
   CHECK(ctrl.unexpected_completions() == 0);
 }
 
-TEST_CASE("a command whose completion was lost is not aborted: the error says its buffer may still be written") {
+TEST_CASE("a command whose completion was lost cannot be aborted: the controller is stopped before the caller gets its buffer back") {
   host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read)), short_timeout());
   auto q = ctrl.create_queue_pair(8);
   auto buf = ctrl.memory().allocate(4096);
-  CHECK_THROWS_WITH_AS((void)q->read(1, 0, 8, buf), doctest::Contains("did not abort 1 command(s) (Abort): they may still move data"), host::error);
+  CHECK_THROWS_WITH_AS((void)q->read(1, 0, 8, buf), doctest::Contains("did not abort 1 command(s) (Abort), so it was stopped (CC.EN = 0)"), host::error);
+  CHECK_FALSE(spec::cc_register{ctrl.backend().read32(spec::to_underlying(spec::register_offset::cc))}.en());
+  CHECK_FALSE(ctrl.csts().rdy());
+  ctrl.reset();
+  CHECK(round_trip(ctrl, *q, 16, 7));
+}
+
+TEST_CASE("an admin command without a completion stops the controller before its buffers go") {
+  emu::controller_config config = faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read);
+  config.faults.front().opcode = static_cast<std::uint8_t>(spec::admin_opcode::get_log_page);
+  config.faults.front().admin = true;
+  host::controller ctrl(std::make_unique<host::emu_backend>(config), short_timeout());
+  CHECK_THROWS_WITH_AS((void)ctrl.log_page(spec::log_page_id::smart_health_information, 512), doctest::Contains("the controller was stopped (CC.EN = 0)"), host::error);
+  CHECK_FALSE(ctrl.csts().rdy());
+  ctrl.reset();
+  CHECK(ctrl.log_page(spec::log_page_id::smart_health_information, 512).size() == 512);
+}
+
+TEST_CASE("reset refuses, before stopping anything, a queue pair in memory it could not re-create") {
+  host::controller ctrl(std::make_unique<host::emu_backend>());
+  // Stand-in for GPU memory the host cannot address: the emulator maps it as device memory.
+  std::unique_ptr<std::byte, void (*)(void*)> fake_gpu(static_cast<std::byte*>(std::aligned_alloc(4096, 8192)), std::free);
+  auto q = ctrl.create_queue_pair(64, ctrl.memory().map_gpu(fake_gpu.get(), 64 * 64), ctrl.memory().map_gpu(fake_gpu.get() + 4096, 64 * 16));
+  CHECK_THROWS_WITH_AS(ctrl.reset(), doctest::Contains("nothing was reset"), host::error);
+  CHECK(ctrl.csts().rdy());
+  CHECK(ctrl.resets() == 0);
 }
 
 TEST_CASE("reset brings back a controller in fatal status, its queue pairs on the same identifiers") {

@@ -30,6 +30,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -71,11 +72,18 @@ class controller {
     page_shift_ = 12u + cap_.mpsmin();
     disable_if_enabled();
     setup_admin_queues();
-    enable();
-    identify_all();
-    negotiate_queues();
-    if (options_.shadow_doorbells && identify_.supports_doorbell_buffer_config()) configure_shadow_doorbells();
-    if (options_.use_cmb && cap_.cmbs()) configure_cmb();
+    try {
+      enable();
+      identify_all();
+      negotiate_queues();
+      if (options_.shadow_doorbells && identify_.supports_doorbell_buffer_config()) configure_shadow_doorbells();
+      if (options_.use_cmb && cap_.cmbs()) configure_cmb();
+    } catch (...) {
+      // The admin queues and the shadow buffers go with this object: the controller must
+      // not be enabled while they do, and where it does not stop they are kept for good.
+      if (!halt()) keep_forever();
+      throw;
+    }
   }
 
   controller(const controller&) = delete;
@@ -124,11 +132,19 @@ class controller {
 
   /// Sends an admin command and waits (bounded) for its completion, whatever its status.
   /// Throws when the controller is not ready, is fatal, or does not answer in time.
+  ///
+  /// An admin command without a completion may still move data into the buffers it names,
+  /// which its caller is about to release: the controller is stopped (CC.EN = 0) first, as a
+  /// driver resets a controller whose admin queue stopped answering; `reset()` brings it back.
   spec::completion_entry admin_command(spec::submission_entry sqe, const std::string& operation) {
     std::scoped_lock lock(admin_mutex_);
     require_ready(operation);
     const auto cqe = admin_.execute(sqe, options_.command_timeout, unexpected_completions_);
-    if (!cqe) throw no_completion(operation, options_.command_timeout);
+    if (!cqe) {
+      const std::string why = no_completion_reason(options_.command_timeout);  // before CC.EN = 0 clears CSTS.CFS
+      throw error(operation, name_, why + (halt() ? "; the controller was stopped (CC.EN = 0): reset() brings it back"
+                                                  : "; the controller does not stop (CSTS.RDY stays 1): memory given to it may still be written"));
+    }
     return *cqe;
   }
 
@@ -145,10 +161,7 @@ class controller {
   /// completion was lost, or the Abort Command Limit was reached): the command may still run
   /// and move data until the controller is reset. Throws `host::error` when the admin command
   /// itself fails (no completion, controller not ready).
-  [[nodiscard]] bool abort(std::uint16_t sqid, std::uint16_t cid) {
-    const auto cqe = admin_command(spec::make_abort(sqid, cid), "Abort command " + std::to_string(cid) + " of SQ " + std::to_string(sqid));
-    return cqe.status() == spec::status::successful_completion && !spec::abort_fields::not_aborted::get(cqe.dw0);
-  }
+  [[nodiscard]] bool abort(std::uint16_t sqid, std::uint16_t cid);
 
   /// Recovers the controller as a driver does (3.7.2): CC.EN → 0, which stops its command
   /// processing and DMA and deletes every I/O queue, then bring-up again (admin queues,
@@ -186,19 +199,7 @@ class controller {
  public:
   /// Deletes every queue, announces a normal shutdown (CC.SHN), waits for CSTS.SHST, and
   /// disables the controller. Queue pairs must be destroyed first.
-  void shutdown() {
-    if (shut_down_) return;
-    shut_down_ = true;
-    const auto cc_off = spec::to_underlying(spec::register_offset::cc);
-    if (csts().rdy() && !csts().cfs()) {
-      backend_->write32(cc_off, spec::cc_register{backend_->read32(cc_off)}.set_shn(spec::shutdown_notification::normal).raw);
-      if (!wait_until([&] { return csts().shst() == spec::shutdown_status::shutdown_complete; }, ready_timeout_)) {
-        disable();
-        throw error("Shutdown", name_, "CSTS.SHST did not report shutdown complete within " + std::to_string(ready_timeout_.count()) + " ms");
-      }
-    }
-    disable();
-  }
+  void shutdown();
 
   /// Reads `bytes` of log page `lid` (Get Log Page) into host memory.
   [[nodiscard]] std::vector<std::byte> log_page(spec::log_page_id lid, std::size_t bytes, std::uint32_t nsid = spec::broadcast_nsid) {
@@ -251,13 +252,17 @@ class controller {
     host::fill_prps(sqe, buffer, offset, bytes, lists, page_shift_, name_);
   }
 
+ private:
+  friend class queue_pair;
+
   /// The error for a command without completion within `timeout`: the controller's fatal
   /// status where it is set, else the timeout; `after` says what was done about it.
   [[nodiscard]] error no_completion(const std::string& operation, std::chrono::milliseconds timeout, const std::string& after = "") const {
-    return error(operation, name_,
-                 (csts().cfs() ? std::string("controller fatal status (CSTS.CFS) while waiting for the completion")
-                               : "no completion within " + std::to_string(timeout.count()) + " ms") +
-                     after);
+    return error(operation, name_, no_completion_reason(timeout) + after);
+  }
+  [[nodiscard]] std::string no_completion_reason(std::chrono::milliseconds timeout) const {
+    return csts().cfs() ? std::string("controller fatal status (CSTS.CFS) while waiting for the completion")
+                        : "no completion within " + std::to_string(timeout.count()) + " ms";
   }
 
   /// Adds what a queue pair's own I/O counted (doorbell writes, dropped completions).
@@ -267,13 +272,12 @@ class controller {
     unexpected_completions_.fetch_add(unexpected, std::memory_order_relaxed);
   }
 
-  void release_queue_id(std::uint16_t qid) {
+  /// No-throw: a reset that found fewer queues granted may have shrunk the table.
+  void release_queue_id(std::uint16_t qid) noexcept {
     std::scoped_lock lock(admin_mutex_);
-    used_qids_.at(qid) = false;
+    if (qid < used_qids_.size()) used_qids_[qid] = false;
   }
 
- private:
-  friend class queue_pair;
 
   /// The queue pairs `reset` re-creates: each adds itself once its queues exist and leaves as
   /// it is destroyed.
@@ -290,14 +294,11 @@ class controller {
   /// CC.EN → 0 for a queue pair whose queues could not be deleted (the controller is fatal or
   /// gone) before its memory is released. False when CSTS.RDY stays 1: the controller may
   /// still DMA to that memory, which must then never be released.
-  [[nodiscard]] bool halt() noexcept {
-    try {
-      disable();
-      return true;
-    } catch (const error&) {
-      return false;
-    }
-  }
+  [[nodiscard]] bool halt() noexcept;
+
+  /// The admin queues and shadow buffers of a controller that did not stop, kept allocated
+  /// for good (the process's lifetime): it may still write them.
+  void keep_forever() noexcept;
 
   /// A new queue's shadow doorbell and EventIdx slots start from the host's values (DESIGN.md
   /// rule 5), written before the queue exists: a deleted queue with the same identifier left
@@ -319,19 +320,11 @@ class controller {
     if (!status.rdy()) throw error(operation, name_, "controller not ready (CSTS.RDY = 0)");
   }
 
-  void disable() {
-    const auto cc_off = spec::to_underlying(spec::register_offset::cc);
-    backend_->write32(cc_off, spec::cc_register{backend_->read32(cc_off)}.set_en(false).raw);
-    if (!wait_until([&] { return !csts().rdy(); }, ready_timeout_)) {
-      throw error("Disable", name_, "CSTS.RDY still 1 " + std::to_string(ready_timeout_.count()) + " ms after CC.EN was cleared");
-    }
-  }
+  void disable();
 
   /// CC.EN → 0 and wait for CSTS.RDY → 0 (3.5.2); a controller left enabled by someone else
   /// is reset before it is configured.
-  void disable_if_enabled() {
-    if (spec::cc_register{backend_->read32(spec::to_underlying(spec::register_offset::cc))}.en() || csts().rdy()) disable();
-  }
+  void disable_if_enabled();
 
   void setup_admin_queues() {
     const std::uint32_t n = options_.admin_queue_entries;
@@ -484,6 +477,10 @@ class controller {
   // Held by reset() throughout, so a queue pair is never destroyed while it is re-created;
   // taken before admin_mutex_ where both are held.
   std::mutex live_mutex_;
+  // reset() holds it exclusively; creating and destroying a queue pair hold it shared, so a
+  // queue pair is never created or destroyed (its Delete, halt and memory release) while the
+  // controller is reset. Taken before every other lock.
+  std::shared_mutex state_mutex_;
   std::vector<queue_pair*> live_;
   std::uint64_t resets_ = 0;
 };
@@ -491,5 +488,7 @@ class controller {
 }  // namespace host
 CUNVME_NAMESPACE_END
 
-// queue_pair and the definitions of create_queue_pair, which need the whole controller.
+// queue_pair and the definitions of create_queue_pair, which need the whole controller, then
+// the members that stop and restart it (a reset re-creates queue pairs).
 #include <cunvme/host/queue_pair.cuh>
+#include <cunvme/host/recovery.cuh>

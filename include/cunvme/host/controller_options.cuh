@@ -27,7 +27,9 @@ struct controller_options {
   std::chrono::milliseconds command_timeout{10'000};  ///< 1 ms..max_timeout
   /// A host command (`queue_pair` I/O) that times out is aborted (Abort, 5.1) and its aborted
   /// completion waited for (bounded by its queue's timeout), so its buffer is the caller's again
-  /// and its CID free. Off: it is only abandoned, holding its CID until a late completion.
+  /// and its CID free; where the controller does not abort it, the controller is stopped
+  /// (CC.EN = 0: no more DMA into that buffer) until `controller::reset()`. Off: the command is
+  /// only abandoned, holding its CID until a late completion, and may still write its buffer.
   bool abort_on_timeout = true;
 
   /// The longest timeout taken: a deadline `now() + timeout` must not overflow the clock.

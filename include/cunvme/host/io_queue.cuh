@@ -92,7 +92,13 @@ class io_queue {
     abort_outcome out;
     for (std::uint32_t cid = 0; cid < records.size(); ++cid) {
       if (records[cid].state != static_cast<std::uint32_t>(record_state::abandoned)) continue;
-      (ctrl_.abort(pair_->id(), static_cast<std::uint16_t>(cid)) ? out.aborted : out.not_aborted) += 1;
+      bool aborted = false;
+      try {
+        aborted = ctrl_.abort(pair_->id(), static_cast<std::uint16_t>(cid));
+      } catch (const error&) {
+        // The admin queue does not answer (the controller is stopped now): counted as not aborted.
+      }
+      (aborted ? out.aborted : out.not_aborted) += 1;
     }
     return out;
   }

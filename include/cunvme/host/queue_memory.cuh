@@ -173,6 +173,12 @@ class queue_bookkeeping {
     write(state_, state.data(), state.size(), device);
   }
 
+  /// Whether `forget_commands` and `zero(cq)` can run: the host addresses the bookkeeping and
+  /// `cq` or has the copy hooks to reach them.
+  [[nodiscard]] bool can_rewrite(const dma_buffer& cq) const noexcept {
+    return (state_.data() != nullptr || (copy_in_ && copy_out_)) && (cq.data() != nullptr || copy_in_);
+  }
+
   /// Writes `bytes` of zeros at the start of `target` (a CQ after a reset), through the host's
   /// pointer or `copy_in` for memory only the GPU addresses.
   void zero(const dma_buffer& target, std::size_t bytes, const std::string& device) const {

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -52,15 +53,17 @@ class queue_pair {
   queue_pair(const queue_pair&) = delete;
   queue_pair& operator=(const queue_pair&) = delete;
   ~queue_pair() {
+    std::shared_lock state(ctrl_.state_mutex_);
     ctrl_.detach(this);
-    // SQ before CQ: a CQ still in use cannot be deleted (Invalid Queue Deletion, 5.7).
+    // SQ before CQ: a CQ still in use cannot be deleted (Invalid Queue Deletion, 5.7). A queue
+    // the controller does not know (Invalid Queue Identifier: a reset that failed before
+    // re-creating it) is as good as deleted.
+    const auto gone = [](spec::status s) { return s == spec::status::successful_completion || s == spec::status::invalid_queue_identifier; };
     bool deleted = false;
     try {
-      deleted = ctrl_.admin_command(spec::make_delete_io_sq(qid_), "Delete I/O SQ " + std::to_string(qid_)).status() ==
-                    spec::status::successful_completion &&
-                ctrl_.admin_command(spec::make_delete_io_cq(qid_), "Delete I/O CQ " + std::to_string(qid_)).status() ==
-                    spec::status::successful_completion;
-    } catch (const error&) {
+      deleted = gone(ctrl_.admin_command(spec::make_delete_io_sq(qid_), "Delete I/O SQ " + std::to_string(qid_)).status()) &&
+                gone(ctrl_.admin_command(spec::make_delete_io_cq(qid_), "Delete I/O CQ " + std::to_string(qid_)).status());
+    } catch (...) {
       // The controller is fatal, not ready or not answering.
     }
     // Queues the controller may still use must not go back to the allocator: stop it first
@@ -171,6 +174,7 @@ class queue_pair {
 
   /// `controller::reset` deleted the queues: the bookkeeping forgets their commands
   /// (`queue_bookkeeping::forget_commands`) and the CQ is zeroed, as for a new queue.
+  [[nodiscard]] bool can_forget_commands() const noexcept { return bookkeeping_.can_rewrite(cq_); }
   void forget_commands() {
     bookkeeping_.forget_commands(entries_, ctrl_.name());
     bookkeeping_.zero(cq_, std::size_t{entries_} * sizeof(spec::completion_entry), ctrl_.name());
@@ -195,10 +199,12 @@ class queue_pair {
       }
       if (state_of(cid) != record_state::abandoned) ++aborted;
     }
-    if (aborted == timed_out.size()) return "; aborted (Abort): the command moves no more data and its CID is free again";
-    return "; the controller did not abort " + std::to_string(timed_out.size() - aborted) +
-           " command(s) (Abort): they may still move data, so keep their buffers until their completions arrive or the controller is "
-           "reset (controller::reset)";
+    if (aborted == timed_out.size()) return "; Abort brought its completion: the command moves no more data and its CID is free again";
+    // A command still running may write a buffer its caller is about to release: stop the
+    // controller, as a driver resets one whose command will not abort.
+    return "; the controller did not abort " + std::to_string(timed_out.size() - aborted) + " command(s) (Abort)" +
+           (ctrl_.halt() ? ", so it was stopped (CC.EN = 0) and moves no more data: reset() brings it back"
+                         : " and does not stop (CSTS.RDY stays 1): they may still write their buffers");
   }
 
   /// Adds what the queue counted since the last call to the controller's totals, late
@@ -385,6 +391,7 @@ inline std::unique_ptr<queue_pair> controller::create_queue_pair(std::uint32_t e
 
 inline std::unique_ptr<queue_pair> controller::make_queue_pair(std::uint32_t entries, queue_placement placement, dma_buffer provided_sq,
                                                               dma_buffer provided_cq, const io_queue_memory& hooks, std::chrono::nanoseconds timeout) {
+  std::shared_lock state(state_mutex_);
   if (placement == queue_placement::provided && !provided_sq && !provided_cq) {
     throw error("Create I/O queue pair", name_, "provided placement takes the queues' memory: use the overload with two buffers");
   }
@@ -437,47 +444,6 @@ inline std::unique_ptr<queue_pair> controller::make_queue_pair(std::uint32_t ent
     release_queue_id(qid);
     throw;
   }
-}
-
-inline void controller::reset() {
-  if (shut_down_) throw error("Reset", name_, "the controller was shut down");
-  // CC.EN → 0 first: once CSTS.RDY reads 0 the controller fetches, executes and moves
-  // nothing, and every I/O queue is gone (3.7.2). Only then are queues and records touched.
-  try {
-    disable();
-  } catch (const error& e) {
-    throw error("Reset", name_, std::string(e.what()) + ": the controller may still DMA to the memory it was given; release none of it");
-  }
-  std::scoped_lock live_lock(live_mutex_);
-  const std::vector<queue_pair*>& live = live_;
-  for (queue_pair* q : live) q->forget_commands();
-  setup_admin_queues();
-  enable();
-  negotiate_queues();
-  // The live queue pairs keep their identifiers (taken from them, not from the table
-  // negotiate_queues just cleared, so a reset that failed half-way can be retried).
-  {
-    std::scoped_lock lock(admin_mutex_);
-    for (queue_pair* q : live) {
-      if (q->id() >= used_qids_.size()) {
-        throw error("Reset", name_, "the controller now grants " + std::to_string(granted_) + " I/O queue pairs, fewer than queue " + std::to_string(q->id()) + " needs");
-      }
-      used_qids_[q->id()] = true;
-    }
-  }
-  if (shadow_) {
-    std::memset(shadow_->data(), 0, shadow_->size());
-    std::memset(event_index_->data(), 0, event_index_->size());
-    admin(spec::make_doorbell_buffer_config(shadow_->bus(), event_index_->bus()), "Doorbell Buffer Config");
-  }
-  if (backend_->cmb() != nullptr) enable_cmb_at_mapping();
-  for (queue_pair* q : live) {
-    const std::string which = std::to_string(q->id());
-    start_shadow_doorbells(q->id());
-    admin(spec::make_create_io_cq(q->id(), q->entries(), q->cq_bus()), "Re-create I/O CQ " + which);
-    admin(spec::make_create_io_sq(q->id(), q->entries(), q->sq_bus(), q->id()), "Re-create I/O SQ " + which);
-  }
-  ++resets_;
 }
 
 }  // namespace host
