@@ -13,7 +13,9 @@
  *  - maps pinned GPU memory into the process (write-combined) for CPU copies, as gdrcopy does,
  *  - unpins them again.
  * When the file goes away (close, process death), the controller is disabled, bus mastering
- * is turned off so it can no longer reach memory, and every pin is released.
+ * is turned off so it can no longer reach memory, and every pin is released. A controller that
+ * did not stop, or whose DMA a dma-buf revoke cut off mid-command, is reset (FLR) before bus
+ * mastering is ever on again; its pins are kept (leaked) if it neither stops nor resets.
  *
  * The ioctl ABI is cunvme_ioctl.h; errnos are listed in kmod/README.md.
  */
@@ -94,12 +96,15 @@ struct cunvme_dev {
 	void __iomem *bar0;
 	struct device dev;	/* /sys/class/cunvme/<BDF>, the node /dev/cunvme/<BDF> */
 	struct cdev cdev;
-	struct mutex lock;	/* open, removed */
+	struct mutex lock;	/* open, removed, needs_reset */
 	bool open;		/* one open file at a time */
 	bool removed;
+	/* may resume old commands: reset before bus mastering goes on again (cunvme_release) */
+	bool needs_reset;
 	wait_queue_head_t closed;
 	atomic64_t pinned_pages;
 	atomic64_t dma_buf_pages;
+	atomic_t resets;	/* function resets done, /sys/class/cunvme/<BDF>/resets */
 	int minor;
 };
 
@@ -139,11 +144,15 @@ struct cunvme_pin {
 	struct address_space *file_mapping;	/* the file's, for CPU mappings of the pin */
 	bool wc_reserved;	/* write-combining reserved for the pages (x86 PAT); gpu_lock */
 #endif
-	/* dma-buf; sgt is NULL once revoked or released, under dmabuf->resv */
+	/*
+	 * dma-buf; under dmabuf->resv: dma_sgt is NULL once revoked or released, dma_pinned is
+	 * cleared at UNPIN/close only (never in move_notify: see there)
+	 */
 	struct cunvme_file *file;
 	struct dma_buf *dmabuf;
 	struct dma_buf_attachment *attach;
 	struct sg_table *dma_sgt;
+	bool dma_pinned;
 };
 
 static bool cunvme_gpu_pinning(void)
@@ -397,16 +406,25 @@ static bool cunvme_dma_buf_import(void)
 }
 
 #if IS_ENABLED(CONFIG_DMA_SHARED_BUFFER)
-/* Under dmabuf->resv: undoes the mapping and our dma_buf_pin(), once. */
+/* Under dmabuf->resv: undoes the mapping, once. */
 static void cunvme_dma_buf_unmap_locked(struct cunvme_dev *cd, struct cunvme_pin *pin)
 {
 	if (!pin->dma_sgt)
 		return;
 	dma_buf_unmap_attachment(pin->attach, pin->dma_sgt, DMA_BIDIRECTIONAL);
 	pin->dma_sgt = NULL;
-	dma_buf_unpin(pin->attach);
 	atomic64_sub(pin->npages, &cd->dma_buf_pages);
 	atomic64_sub(pin->npages, &cunvme_dma_buf_pages);
+}
+
+/* Under dmabuf->resv: undoes the mapping and our dma_buf_pin(), each once. */
+static void cunvme_dma_buf_release_locked(struct cunvme_dev *cd, struct cunvme_pin *pin)
+{
+	cunvme_dma_buf_unmap_locked(cd, pin);
+	if (pin->dma_pinned) {
+		dma_buf_unpin(pin->attach);
+		pin->dma_pinned = false;
+	}
 }
 
 /*
@@ -415,8 +433,10 @@ static void cunvme_dma_buf_unmap_locked(struct cunvme_dev *cd, struct cunvme_pin
  * without an IOMMU unmapping does not stop a device from reaching them. So bus mastering goes
  * off first (no command of this file, in flight or later, can reach any memory after that),
  * and then the mapping goes, right here under the lock, as RDMA's invalidate callback does
- * (mlx5_ib_dmabuf_invalidate_cb). f->lock is not taken here: the ioctls hold it while they
- * take dmabuf->resv.
+ * (mlx5_ib_dmabuf_invalidate_cb). The pin stays until UNPIN/close: dma_buf_unpin() here would
+ * call back into an exporter that is in the middle of moving the buffer. The controller's
+ * commands in flight stay too: the close resets it (cunvme_release). f->lock is not taken
+ * here: the ioctls hold it while they take dmabuf->resv.
  */
 static void cunvme_dma_buf_move_notify(struct dma_buf_attachment *attach)
 {
@@ -441,7 +461,7 @@ static const struct dma_buf_attach_ops cunvme_dma_buf_attach_ops = {
 static void cunvme_release_dma_buf(struct cunvme_dev *cd, struct cunvme_pin *pin)
 {
 	dma_resv_lock(pin->dmabuf->resv, NULL);
-	cunvme_dma_buf_unmap_locked(cd, pin);
+	cunvme_dma_buf_release_locked(cd, pin);
 	dma_resv_unlock(pin->dmabuf->resv);
 	/* After detach no move_notify can run for this attachment: the pin may be freed. */
 	dma_buf_detach(pin->dmabuf, pin->attach);
@@ -502,10 +522,11 @@ static int cunvme_map_dma_buf(struct cunvme_file *f, struct cunvme_pin *pin, int
 	ret = dma_buf_pin(pin->attach);
 	if (ret)
 		goto unlock;
+	pin->dma_pinned = true;
 	sgt = dma_buf_map_attachment(pin->attach, DMA_BIDIRECTIONAL);
 	if (IS_ERR(sgt)) {
 		ret = PTR_ERR(sgt);
-		dma_buf_unpin(pin->attach);
+		cunvme_dma_buf_release_locked(f->cd, pin);
 		goto unlock;
 	}
 	pin->dma_sgt = sgt;
@@ -513,7 +534,7 @@ static int cunvme_map_dma_buf(struct cunvme_file *f, struct cunvme_pin *pin, int
 	atomic64_add(pin->npages, &cunvme_dma_buf_pages);
 	ret = cunvme_dma_buf_addresses(sgt, offset, pin->npages, out);
 	if (ret)
-		cunvme_dma_buf_unmap_locked(f->cd, pin);
+		cunvme_dma_buf_release_locked(f->cd, pin);
 unlock:
 	dma_resv_unlock(pin->dmabuf->resv);
 	if (!ret)
@@ -984,10 +1005,32 @@ static int cunvme_mmap(struct file *file, struct vm_area_struct *vma)
 
 /* ---- open and release ----------------------------------------------------------------- */
 
+/*
+ * Resets the PCI function (FLR where it has one; the PCI core picks from
+ * /sys/bus/pci/devices/<BDF>/reset_method), which ends every command the controller had and
+ * returns it to its power-on state. The core saves and restores config space around it, bus
+ * mastering included (off here). `device_locked`: the caller holds the device lock (unbind);
+ * otherwise it is only tried, never waited for (see the callers).
+ */
+static int cunvme_reset(struct cunvme_dev *cd, bool device_locked)
+{
+	int ret = device_locked ? pci_reset_function_locked(cd->pdev) :
+				  pci_try_reset_function(cd->pdev);
+
+	if (ret) {
+		dev_warn(&cd->pdev->dev, "function reset failed (%d)\n", ret);
+		return ret;
+	}
+	atomic_inc(&cd->resets);
+	dev_info(&cd->pdev->dev, "function reset: no command from before can reach memory\n");
+	return 0;
+}
+
 static int cunvme_open(struct inode *inode, struct file *file)
 {
 	struct cunvme_dev *cd = container_of(inode->i_cdev, struct cunvme_dev, cdev);
 	struct cunvme_file *f;
+	bool needs_reset;
 	int ret = 0;
 
 	/* Registers are written through the mapping: the node's write permission decides. */
@@ -1012,66 +1055,122 @@ static int cunvme_open(struct inode *inode, struct file *file)
 		return ret;
 	}
 	cd->open = true;
+	needs_reset = cd->needs_reset;
+	mutex_unlock(&cd->lock);
+
+	/*
+	 * Before bus mastering comes on: a controller the last close could not reset must not
+	 * resume old commands into pages no longer pinned. Only tried, and not under cd->lock:
+	 * unbind holds the device lock while it takes cd->lock and waits for the file to close.
+	 */
+	if (needs_reset) {
+		ret = cunvme_reset(cd, false);
+		mutex_lock(&cd->lock);
+		if (ret)
+			cd->open = false;
+		else
+			cd->needs_reset = false;
+		mutex_unlock(&cd->lock);
+		if (ret) {
+			wake_up(&cd->closed);
+			kfree(f);
+			return ret == -EAGAIN ? -EAGAIN : -EIO;
+		}
+	}
 	get_device(&cd->dev);
 	pci_set_master(cd->pdev);
-	mutex_unlock(&cd->lock);
 
 	file->private_data = f;
 	return nonseekable_open(inode, file);
 }
 
 /*
- * Stops the controller from reaching memory before its pins go: clears CC.EN (waiting a
- * bounded time for CSTS.RDY to follow) and then bus mastering, which blocks its DMA whatever
- * state it is in.
+ * Stops the controller from reaching memory before its pins go: clears CC.EN, waits a bounded
+ * time for CSTS.RDY to follow, then clears bus mastering, which blocks its DMA whatever state
+ * it is in. Returns whether it stopped: CSTS.RDY=0 is a finished controller reset (NVMe Base
+ * 2.0, 3.7.2), which ends every command. One still ready (or reading all ones) may resume its
+ * commands once bus mastering is on again.
  */
-static void cunvme_quiesce(struct cunvme_dev *cd)
+static bool cunvme_quiesce(struct cunvme_dev *cd)
 {
 	u32 cc = readl(cd->bar0 + NVME_REG_CC);
+	u32 timeout_ms = NVME_CAP_TO(readl(cd->bar0 + NVME_REG_CAP)) * 500;
+	unsigned long deadline = jiffies +
+		msecs_to_jiffies(min_t(u32, timeout_ms, CUNVME_DISABLE_WAIT_MS));
+	bool stopped = false;
 
-	if (cc != U32_MAX && (cc & NVME_CC_EN)) {
-		u32 timeout_ms = NVME_CAP_TO(readl(cd->bar0 + NVME_REG_CAP)) * 500;
-		unsigned long deadline = jiffies +
-			msecs_to_jiffies(min_t(u32, timeout_ms, CUNVME_DISABLE_WAIT_MS));
-
+	if (cc != U32_MAX && (cc & NVME_CC_EN))
 		writel(cc & ~NVME_CC_EN, cd->bar0 + NVME_REG_CC);
-		for (;;) {
-			u32 csts = readl(cd->bar0 + NVME_REG_CSTS);
+	while (cc != U32_MAX) {
+		u32 csts = readl(cd->bar0 + NVME_REG_CSTS);
 
-			if (csts == U32_MAX || !(csts & NVME_CSTS_RDY))
-				break;
-			if (time_after(jiffies, deadline)) {
-				dev_warn(&cd->pdev->dev, "controller still ready after CC.EN=0; turning bus mastering off anyway\n");
-				break;
-			}
-			msleep(10);
+		if (csts == U32_MAX)
+			break;
+		if (!(csts & NVME_CSTS_RDY)) {
+			stopped = true;
+			break;
 		}
+		if (time_after(jiffies, deadline)) {
+			dev_warn(&cd->pdev->dev, "controller still ready after CC.EN=0; turning bus mastering off anyway\n");
+			break;
+		}
+		msleep(10);
 	}
 	pci_clear_master(cd->pdev);
+	return stopped;
 }
 
 static int cunvme_release(struct inode *inode, struct file *file)
 {
 	struct cunvme_file *f = file->private_data;
 	struct cunvme_dev *cd = f->cd;
+	bool stopped = cunvme_quiesce(cd);
+	/* A revoke cut the controller's DMA off with commands in flight. */
+	bool needs_reset = !stopped || READ_ONCE(f->dma_revoked);
 	struct cunvme_pin *pin;
 	unsigned long handle;
+	bool leak;
 
-	cunvme_quiesce(cd);
-	mutex_lock(&f->lock);
-	xa_for_each(&f->pins, handle, pin) {
-		xa_erase(&f->pins, handle);
-		cunvme_release_pin(f, pin);
+	/*
+	 * Reset while every pin still stands, so that nothing from before can land in a page
+	 * after it is unpinned. Only tried: unbind holds the device lock while it waits for this
+	 * release, and resets there instead (cunvme_remove); else the next open does.
+	 */
+	if (needs_reset && !cunvme_reset(cd, false)) {
+		needs_reset = false;
+		stopped = true;
 	}
-	mutex_unlock(&f->lock);
-	xa_destroy(&f->pins);
-	kfree(f);
+	leak = !stopped && !xa_empty(&f->pins);
+	if (!leak) {
+		mutex_lock(&f->lock);
+		xa_for_each(&f->pins, handle, pin) {
+			xa_erase(&f->pins, handle);
+			cunvme_release_pin(f, pin);
+		}
+		mutex_unlock(&f->lock);
+		xa_destroy(&f->pins);
+		kfree(f);
+	} else {
+		/*
+		 * The controller may still write any page this file pinned: unpinning would hand
+		 * them back to their owners under its DMA. Leak the pins instead, and keep what
+		 * an exporter's or NVIDIA's callback on them reaches: this file, its inode, the
+		 * device and this module.
+		 */
+		dev_warn(&cd->pdev->dev, "controller neither stopped nor reset: leaking %llu pinned bytes rather than freeing memory it may still write\n",
+			 f->pinned_bytes);
+		ihold(inode);
+		pci_dev_get(cd->pdev);
+		__module_get(THIS_MODULE);
+	}
 
 	mutex_lock(&cd->lock);
+	cd->needs_reset = needs_reset;
 	cd->open = false;
 	mutex_unlock(&cd->lock);
 	wake_up(&cd->closed);
-	put_device(&cd->dev);
+	if (!leak)
+		put_device(&cd->dev);
 	return 0;
 }
 
@@ -1105,9 +1204,18 @@ static ssize_t dma_buf_pages_show(struct device *dev, struct device_attribute *a
 }
 static DEVICE_ATTR_RO(dma_buf_pages);
 
+static ssize_t resets_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct cunvme_dev *cd = container_of(dev, struct cunvme_dev, dev);
+
+	return sysfs_emit(buf, "%d\n", atomic_read(&cd->resets));
+}
+static DEVICE_ATTR_RO(resets);
+
 static struct attribute *cunvme_dev_attrs[] = {
 	&dev_attr_pinned_pages.attr,
 	&dev_attr_dma_buf_pages.attr,
+	&dev_attr_resets.attr,
 	NULL,
 };
 ATTRIBUTE_GROUPS(cunvme_dev);
@@ -1208,6 +1316,7 @@ static int cunvme_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	init_waitqueue_head(&cd->closed);
 	atomic64_set(&cd->pinned_pages, 0);
 	atomic64_set(&cd->dma_buf_pages, 0);
+	atomic_set(&cd->resets, 0);
 	device_initialize(&cd->dev);
 	cd->dev.class = &cunvme_class;
 	cd->dev.parent = &pdev->dev;
@@ -1272,6 +1381,11 @@ static void cunvme_remove(struct pci_dev *pdev)
 	while (!wait_event_timeout(cd->closed, !READ_ONCE(cd->open), 10 * HZ))
 		dev_warn(&pdev->dev, "unbind waits for the process using /dev/cunvme/%s to close it\n",
 			 pci_name(pdev));
+	/* The next driver turns bus mastering on: reset what the last release could not. */
+	mutex_lock(&cd->lock);
+	if (cd->needs_reset && !cunvme_reset(cd, true))
+		cd->needs_reset = false;
+	mutex_unlock(&cd->lock);
 
 	pci_iounmap(pdev, cd->bar0);
 	pci_release_mem_regions(pdev);

@@ -94,12 +94,14 @@ struct cunvme_pin_request {
  * addresses are handed out.
  *
  * Revocation (the exporter's move_notify, e.g. the memory going away while mapped): the
- * module turns the controller's bus mastering off, then unmaps the dma-buf; the handle stays
- * until UNPIN or close, and INFO reports CUNVME_INFO_DMA_REVOKED. What the controller may
+ * module turns the controller's bus mastering off, then unmaps the dma-buf; the handle (and
+ * the module's pin of the dma-buf) stays until UNPIN or close, and INFO reports
+ * CUNVME_INFO_DMA_REVOKED. What the controller may
  * still do: commands in flight can no longer move data or post completions (the queues are in
  * memory it cannot reach either) and never complete; memory writes it had already issued
  * before bus mastering went off may still land within the fabric's latency. The process has
- * to close the device (which disables the controller) and open it again.
+ * to close the device (which disables and resets the controller, /sys/class/cunvme/<BDF>/resets)
+ * and open it again.
  *
  * Errnos besides PIN's: EBADF/EINVAL (fd is no dma-buf), ERANGE (the range runs past the
  * dma-buf), ENOLINK (a dma-buf of this file was revoked), EIO (the exporter's mapping is not

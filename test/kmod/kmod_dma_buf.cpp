@@ -112,6 +112,7 @@ long read_number(const std::string& path) {
 long dma_buf_pages() { return read_number("/sys/bus/pci/drivers/cunvme/dma_buf_pages"); }
 long dma_buf_pages_device() { return read_number("/sys/class/cunvme/" + bdf + "/dma_buf_pages"); }
 long pinned_pages() { return read_number("/sys/bus/pci/drivers/cunvme/pinned_pages"); }
+long resets() { return read_number("/sys/class/cunvme/" + bdf + "/resets"); }
 
 bool write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path);
@@ -131,6 +132,25 @@ std::uint64_t physical(const void* p) {
   if (!ok || !(entry >> 63)) return 0;
   return (entry & ((std::uint64_t{1} << 55) - 1)) * page;
 }
+
+/// How many kernel log records (/dev/kmsg) contain `text`.
+int kernel_log_count(const std::string& text) {
+  const int fd = ::open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int count = 0;
+  char record[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, record, sizeof(record) - 1);
+    if (n < 0 && errno == EPIPE) continue;  // records overwritten while reading
+    if (n <= 0) break;
+    record[n] = '\0';
+    if (std::strstr(record, text.c_str()) != nullptr) ++count;
+  }
+  ::close(fd);
+  return count;
+}
+
+bool bound() { return ::access(("/sys/bus/pci/drivers/cunvme/" + bdf).c_str(), F_OK) == 0; }
 
 bool iommu_present() { return ::access("/sys/class/iommu/dmar0", F_OK) == 0; }
 
@@ -392,6 +412,7 @@ void test_io() {
   constexpr std::size_t size = 1 << 20, offset = 64 * 1024, length = 512 * 1024;
   exported buf(size);
   if (!buf.ok()) return check(false, "the exporter exports 1 MiB");
+  const long resets_before = resets();
   try {
     host::controller ctrl(std::make_unique<host::kmod_backend>(bdf));
     auto& memory = dynamic_cast<host::kmod_backend&>(ctrl.backend()).kmod_memory();
@@ -435,15 +456,26 @@ void test_io() {
   }
   check(dma_buf_pages() == 0 && pinned_pages() == 0, "counters back to 0 once the buffer and controller are gone");
   check(released(buf.status()), "the exporter sees nothing attached after the controller is gone", status_text(buf.status()));
+  check(resets_before >= 0 && resets() == resets_before, "closing the device with no dma-buf revoked does not reset the controller",
+        std::to_string(resets_before) + " -> " + std::to_string(resets()));
 }
 
 /// The exporter revokes a dma-buf the controller has mapped: the module stops the
-/// controller's DMA and unmaps, later maps and pins are refused, and the device recovers on
-/// the next open.
+/// controller's DMA and unmaps, later maps and pins are refused; the close resets the
+/// controller (its commands in flight die with it, before any pin goes) and the device
+/// recovers on the next open.
 void test_revoke() {
   constexpr std::size_t size = 256 * 1024;
   exported buf(size);
   if (!buf.ok()) return check(false, "the exporter exports 256 KiB");
+  {
+    std::ifstream methods("/sys/bus/pci/devices/" + bdf + "/reset_method");
+    std::string line;
+    std::getline(methods, line);
+    std::printf("(reset methods of %s: %s)\n", bdf.c_str(), line.empty() ? "none" : line.c_str());
+  }
+  const long resets_before = resets();
+  check(resets_before >= 0, "the device reports how often the module reset it (/sys/class/cunvme/BDF/resets)");
   try {
     host::controller_options options;
     options.command_timeout = std::chrono::milliseconds(1000);
@@ -456,8 +488,9 @@ void test_revoke() {
     std::memset(buf.map, static_cast<int>(poison), size);
 
     const cunvme_test_status s = buf.status(true);
-    check(s.revoked == 1 && s.mappings == 0 && s.pins == 0 && s.attachments == 1,
-          "after the exporter's revoke the module has unmapped and unpinned (still attached until UNPIN)", status_text(s));
+    // Unpinning is the exporter's business outside move_notify: it happens at UNPIN/close.
+    check(s.revoked == 1 && s.mappings == 0 && s.pins == 1 && s.attachments == 1,
+          "after the exporter's revoke the module has unmapped (still pinned and attached until UNPIN/close)", status_text(s));
     check(!bus_master_on(), "the revoke turned the controller's bus mastering off");
     check(dma_buf_pages() == 0, "the counter drops the revoked pages", std::to_string(dma_buf_pages()));
     auto& backend = dynamic_cast<host::kmod_backend&>(ctrl.backend());
@@ -495,6 +528,8 @@ void test_revoke() {
   }
   check(released(buf.status()), "UNPIN/close of the revoked map detaches it", status_text(buf.status()));
   check(dma_buf_pages() == 0 && pinned_pages() == 0, "counters 0 after the revoked device is closed");
+  check(resets() == resets_before + 1, "closing the device after a revoke resets the controller once",
+        std::to_string(resets_before) + " -> " + std::to_string(resets()));
   try {
     host::controller ctrl(std::make_unique<host::kmod_backend>(bdf));
     auto qp = ctrl.create_queue_pair(16);
@@ -505,6 +540,7 @@ void test_revoke() {
     check(spec::is_success(status) && word == host::pattern_word(0) && bus_master_on() &&
               (dynamic_cast<host::kmod_backend&>(ctrl.backend()).info().flags & CUNVME_INFO_DMA_REVOKED) == 0,
           "the next open brings the controller up and reads again, with no revoke reported");
+    check(resets() == resets_before + 1, "the next open needs no second reset", std::to_string(resets()));
   } catch (const std::exception& e) {
     check(false, "the next open brings the controller up and reads again", e.what());
   }
@@ -543,6 +579,48 @@ void test_killed_process_releases() {
   check(dma_buf_pages() == 0 && released(buf.status()), "a killed process's dma-buf maps are released", status_text(buf.status()));
 }
 
+/// Unbinding while a revoked dma-buf is mapped: unbind holds the device lock while it waits
+/// for the close, so the close cannot reset the controller itself and unbind does, before any
+/// other driver can turn bus mastering on.
+void test_unbind_after_revoke_resets() {
+  exported buf(64 * 1024);
+  const int fd = open_device();
+  expect_errno(map(fd, buf.fd, 0, 16 * page).rc, 0, "MAP_DMA_BUF before a revoke and an unbind");
+  check(buf.status(true).revoked == 1 && !bus_master_on(), "the exporter revokes it");
+  const int resets_logged = kernel_log_count("function reset: ");
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fd);
+    ::_exit(write_text("/sys/bus/pci/drivers/cunvme/unbind", bdf) ? 0 : 1);
+  }
+  // remove() deletes the node before it waits for the close.
+  bool node_gone = false;
+  for (int i = 0; i < 50 && !node_gone; ++i, ::usleep(100 * 1000)) node_gone = ::access(node.c_str(), F_OK) != 0;
+  check(node_gone, "unbind has started (node gone) while the device is open");
+  ::close(fd);
+  int status = 0;
+  check(::waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0 && !bound(), "unbind completes once the device is closed");
+  check(kernel_log_count("function reset: ") == resets_logged + 1, "the unbind reset the controller the close could not (kernel log)",
+        std::to_string(resets_logged) + " -> " + std::to_string(kernel_log_count("function reset: ")));
+  check(dma_buf_pages() == 0 && released(buf.status()), "the revoked map was released", status_text(buf.status()));
+  check(write_text("/sys/bus/pci/drivers/cunvme/bind", bdf) && bound(), "the controller binds again");
+  bool node_back = false;
+  for (int i = 0; i < 20 && !node_back; ++i, ::usleep(100 * 1000)) node_back = ::access(node.c_str(), F_OK) == 0;
+  try {
+    host::controller ctrl(std::make_unique<host::kmod_backend>(bdf));
+    auto qp = ctrl.create_queue_pair(16);
+    host::dma_buffer b = ctrl.memory().allocate(page);
+    const auto read = qp->read(ctrl.namespaces().at(0).nsid, 0, page / ctrl.namespaces().at(0).lba_size, b);
+    std::uint64_t word = 0;
+    std::memcpy(&word, b.data(), 8);
+    check(node_back && spec::is_success(read) && word == host::pattern_word(0) && resets() == 0,
+          "after binding again the controller comes up and reads, with no reset pending");
+  } catch (const std::exception& e) {
+    check(false, "after binding again the controller comes up and reads", e.what());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -570,6 +648,7 @@ int main(int argc, char** argv) {
   test_revoke();
   test_close_releases();
   test_killed_process_releases();
+  test_unbind_after_revoke_resets();
 
   ::close(exporter);
   // Every dma-buf holds a reference to the exporter module: it unloads only when no importer

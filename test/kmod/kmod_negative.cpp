@@ -110,6 +110,7 @@ long read_number(const std::string& path) {
 }
 long pinned_total() { return read_number("/sys/bus/pci/drivers/cunvme/pinned_pages"); }
 long pinned_device() { return read_number("/sys/class/cunvme/" + bdf + "/pinned_pages"); }
+long resets() { return read_number("/sys/class/cunvme/" + bdf + "/resets"); }
 
 bool write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path);
@@ -435,6 +436,12 @@ void test_killed_process_releases() {
   if (fd >= 0) ::close(fd);
 }
 
+/// Only a revoked dma-buf or a controller that would not stop makes the module reset it:
+/// everything before (opens, pins, closes, a killed process, the conformance run) did not.
+void test_no_reset_without_cause() {
+  check(resets() == 0, "closing a controller that stopped and had nothing revoked never resets it (resets 0)", std::to_string(resets()));
+}
+
 bool bound() { return ::access(("/sys/bus/pci/drivers/cunvme/" + bdf).c_str(), F_OK) == 0; }
 
 /// Unbinding waits while a process holds the device (its BAR mapping and pins stay valid),
@@ -494,6 +501,7 @@ int main(int argc, char** argv) {
   ::close(fd);
   test_close_releases();
   test_killed_process_releases();
+  test_no_reset_without_cause();
   test_unbind_waits_for_close();
 
   std::printf("kmod_negative: %d passed, %d failed\n", passed, failed);
