@@ -251,3 +251,15 @@ TEST_CASE("locked 4 KiB pages serve as PRP list memory page by page, and as memo
   CHECK(page.bus() % 8192 == 0);
   check_buffer(page, 8192);
 }
+
+TEST_CASE("a pagemap buffer is still at its pages when nothing moved them, and not when its recorded pages differ") {
+  if (!pagemap_shows_frames()) return;  // reading physical addresses needs root
+  host::pagemap_allocator memory("test", host::huge_pages::never);
+  auto buf = memory.allocate(3 * 4096);
+  CHECK(memory.still_at(buf));
+  // The same memory described with other bus addresses: what a migration would leave recorded.
+  std::vector<std::uint64_t> moved = buf.pages();
+  moved[1] += 4096 * 1024;
+  const host::dma_buffer stale(buf.data(), nullptr, buf.size(), buf.page_size(), std::move(moved), host::memory_location::pinned_host, nullptr);
+  CHECK_FALSE(memory.still_at(stale));
+}

@@ -154,6 +154,16 @@ class dma_allocator {
   /// (peer-to-peer pinning) refuse such a start, as `map_gpu` does.
   [[nodiscard]] virtual dma_buffer map_gpu_range(void* gpu, std::size_t bytes) { return map_gpu(gpu, bytes); }
 
+  /// Whether `b`'s pages still have the bus addresses it was handed out with, after another
+  /// agent pinned it too: cudaHostRegister takes a long-term pin, for which the kernel first
+  /// migrates pages out of ZONE_MOVABLE and CMA, which moves memory that only this
+  /// allocator's lock held (the pagemap backend's). Backends whose pin is itself long-term
+  /// (VFIO, the kernel module) and the emulator keep their addresses.
+  [[nodiscard]] virtual bool still_at(const dma_buffer& b) const {
+    (void)b;
+    return true;
+  }
+
  protected:
   /// `allocate` with `alignment` checked: a power of two, 4 KiB..128 MiB.
   [[nodiscard]] virtual dma_buffer allocate_aligned(std::size_t bytes, std::size_t alignment) = 0;

@@ -6,6 +6,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/error.cuh>
 
 #include <cstddef>
 #include <cstdint>
@@ -74,6 +75,11 @@ class registering_allocator final : public dma_allocator {
     auto inner = std::make_shared<dma_buffer>(inner_.allocate(bytes, alignment));
     if (inner->device_data() != nullptr || inner->data() == nullptr) return std::move(*inner);  // GPU-usable already
     auto registration = std::make_shared<host_registration>(registrar_(inner->data(), inner->size(), false, "DMA memory", device_));
+    if (!inner_.still_at(*inner)) {
+      throw error("Register DMA memory for GPU threads", device_,
+                  "registering moved the memory's pages (the kernel migrates movable pages before a long-term pin): the bus addresses "
+                  "taken before are stale; reserve huge pages (/proc/sys/vm/nr_hugepages) or use vfio: or kmod:");
+    }
     std::byte* host = inner->data();
     const std::size_t size = inner->size(), page = inner->page_size();
     std::vector<std::uint64_t> pages = inner->pages();

@@ -76,6 +76,13 @@ class pagemap_allocator final : public dma_allocator {
     return (in >> value) && value == 0;
   }
 
+  /// Reads the buffer's physical pages again: a long-term pin by another agent (CUDA's) may
+  /// have migrated them (`dma_allocator::still_at`).
+  [[nodiscard]] bool still_at(const dma_buffer& b) const override {
+    if (b.data() == nullptr || b.size() == 0) return true;
+    return translate(b.data(), (b.size() + page - 1) / page) == b.pages();
+  }
+
  protected:
   [[nodiscard]] std::string name() const override { return device_; }
 
@@ -122,6 +129,7 @@ class pagemap_allocator final : public dma_allocator {
     return dma_buffer(address + offset, nullptr, bytes, page, std::move(pages), memory_location::pinned_host,
                       [address, size] { ::munmap(address, size); });
   }
+
 
  private:
   static constexpr std::size_t page = 4096;
