@@ -613,6 +613,21 @@ static long cunvme_ioctl_info(struct cunvme_file *f, void __user *arg)
 	return copy_to_user(arg, &info, sizeof(info)) ? -EFAULT : 0;
 }
 
+/*
+ * Whether this file may pin @bytes more (called with f->lock held): not after a revoke of one
+ * of its dma-bufs (-ENOLINK), and within max_pinned_mb (-ENOMEM).
+ */
+static int cunvme_may_pin(struct cunvme_file *f, u64 bytes)
+{
+	lockdep_assert_held(&f->lock);
+	if (READ_ONCE(f->dma_revoked))
+		return -ENOLINK;
+	if (bytes > cunvme_max_pinned_bytes() ||
+	    f->pinned_bytes > cunvme_max_pinned_bytes() - bytes)
+		return -ENOMEM;
+	return 0;
+}
+
 static long cunvme_ioctl_pin(struct cunvme_file *f, void __user *arg)
 {
 	struct cunvme_pin_request req;
@@ -658,15 +673,9 @@ static long cunvme_ioctl_pin(struct cunvme_file *f, void __user *arg)
 	pin->handle = atomic64_add_return(span, &cunvme_next_handle) - span + 1;
 
 	mutex_lock(&f->lock);
-	if (READ_ONCE(f->dma_revoked)) {
-		ret = -ENOLINK;
+	ret = cunvme_may_pin(f, req.bytes);
+	if (ret)
 		goto free;
-	}
-	if (req.bytes > cunvme_max_pinned_bytes() ||
-	    f->pinned_bytes > cunvme_max_pinned_bytes() - req.bytes) {
-		ret = -ENOMEM;
-		goto free;
-	}
 	if (pin->kind == CUNVME_PIN_GPU)
 		ret = cunvme_pin_gpu(f, pin, req.address, u64_to_user_ptr(req.addresses));
 	else
@@ -755,15 +764,9 @@ static long cunvme_ioctl_map_dma_buf(struct cunvme_file *f, void __user *arg)
 	}
 
 	mutex_lock(&f->lock);
-	if (READ_ONCE(f->dma_revoked)) {
-		ret = -ENOLINK;
+	ret = cunvme_may_pin(f, req.bytes);
+	if (ret)
 		goto free;
-	}
-	if (req.bytes > cunvme_max_pinned_bytes() ||
-	    f->pinned_bytes > cunvme_max_pinned_bytes() - req.bytes) {
-		ret = -ENOMEM;
-		goto free;
-	}
 	ret = cunvme_map_dma_buf(f, pin, req.fd, req.offset, addresses);
 	if (ret)
 		goto free;

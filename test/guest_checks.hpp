@@ -60,6 +60,8 @@ struct tally {
 inline std::string errno_name(int e) {
   switch (e) {
     case 0: return "success";
+    case EACCES: return "EACCES";
+    case EAGAIN: return "EAGAIN";
     case EBADF: return "EBADF";
     case EBUSY: return "EBUSY";
     case EFAULT: return "EFAULT";

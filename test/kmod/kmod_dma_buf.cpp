@@ -18,6 +18,8 @@
 #include <cunvme/host/queue_pair.cuh>
 #include <cunvme/host/uri_options.cuh>
 
+#include "../guest_checks.hpp"
+
 #include "cunvme_ioctl.h"
 #include "cunvme_test_exporter.h"
 
@@ -68,58 +70,18 @@ constexpr std::size_t page = 4096;
 constexpr std::byte poison{0xee};  // what the exporter's pages hold where no DMA may land
 std::string bdf, node;
 int exporter = -1;  // /dev/cunvme_test_exporter
-int passed = 0, failed = 0;
+test::tally results;
 
-void check(bool ok, const std::string& name, const std::string& why = "") {
-  if (ok) {
-    std::printf("PASS %s\n", name.c_str());
-    ++passed;
-  } else {
-    std::printf("FAIL %s%s%s\n", name.c_str(), why.empty() ? "" : ": ", why.c_str());
-    ++failed;
-  }
-  std::fflush(stdout);
-}
-
-std::string errno_name(int e) {
-  switch (e) {
-    case 0: return "success";
-    case EBADF: return "EBADF";
-    case EFAULT: return "EFAULT";
-    case EINVAL: return "EINVAL";
-    case ENOENT: return "ENOENT";
-    case ENOMEM: return "ENOMEM";
-    case ERANGE: return "ERANGE";
-    case EOVERFLOW: return "EOVERFLOW";
-    case E2BIG: return "E2BIG";
-    case ENOLINK: return "ENOLINK";
-    case EOPNOTSUPP: return "EOPNOTSUPP";
-    default: return "errno " + std::to_string(e);
-  }
-}
-
-void expect_errno(long rc, int want, const std::string& name) {
-  const int got = rc >= 0 ? 0 : errno;
-  check(got == want, name + " -> " + errno_name(want), "got " + errno_name(got));
-}
-
-long read_number(const std::string& path) {
-  std::ifstream in(path);
-  long v = -1;
-  in >> v;
-  return in ? v : -1;
-}
+void check(bool ok, const std::string& name, const std::string& why = "") { results.check(ok, name, why); }
+/// `rc` of a call that sets errno, against the errno wanted (0: success).
+void expect_errno(long rc, int want, const std::string& name) { test::expect_errno(results, rc, want, name); }
+using test::errno_name;
+using test::read_number;
+using test::write_text;
 long dma_buf_pages() { return read_number("/sys/bus/pci/drivers/cunvme/dma_buf_pages"); }
 long dma_buf_pages_device() { return read_number("/sys/class/cunvme/" + bdf + "/dma_buf_pages"); }
 long pinned_pages() { return read_number("/sys/bus/pci/drivers/cunvme/pinned_pages"); }
 long resets() { return read_number("/sys/class/cunvme/" + bdf + "/resets"); }
-
-bool write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  out.flush();
-  return static_cast<bool>(out);
-}
 
 /// The physical address of the page at `p` (root: /proc/self/pagemap), 0 if unknown.
 std::uint64_t physical(const void* p) {
@@ -632,12 +594,12 @@ int main(int argc, char** argv) {
   node = "/dev/cunvme/" + bdf;
   std::printf("kmod_dma_buf on %s%s\n", node.c_str(), iommu_present() ? " (IOMMU on)" : "");
   if (!load_exporter()) {
-    std::printf("kmod_dma_buf: %d passed, %d failed\n", passed, failed);
+    std::printf("kmod_dma_buf: %d passed, %d failed\n", results.passed, results.failed);
     return 1;
   }
   const int fd = open_device();
   if (fd < 0) {
-    std::printf("FAIL open %s: %s\nkmod_dma_buf: %d passed, %d failed\n", node.c_str(), std::strerror(errno), passed, failed + 1);
+    std::printf("FAIL open %s: %s\nkmod_dma_buf: %d passed, %d failed\n", node.c_str(), std::strerror(errno), results.passed, results.failed + 1);
     return 1;
   }
   test_info(fd);
@@ -654,6 +616,5 @@ int main(int argc, char** argv) {
   // Every dma-buf holds a reference to the exporter module: it unloads only when no importer
   // holds any buffer any more.
   expect_errno(::syscall(SYS_delete_module, "cunvme_test_exporter", O_NONBLOCK), 0, "rmmod cunvme_test_exporter (no dma-buf left)");
-  std::printf("kmod_dma_buf: %d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  return results.summary("kmod_dma_buf");
 }

@@ -9,6 +9,8 @@
 // when all passed.
 #include <cunvme/host/kmod_abi.cuh>
 
+#include "../guest_checks.hpp"
+
 #include "cunvme_ioctl.h"
 
 #include <cerrno>
@@ -66,58 +68,17 @@ namespace {
 
 constexpr std::size_t page = 4096;
 std::string bdf, node;
-int passed = 0, failed = 0;
+test::tally results;
 
-void check(bool ok, const std::string& name, const std::string& why = "") {
-  if (ok) {
-    std::printf("PASS %s\n", name.c_str());
-    ++passed;
-  } else {
-    std::printf("FAIL %s%s%s\n", name.c_str(), why.empty() ? "" : ": ", why.c_str());
-    ++failed;
-  }
-  std::fflush(stdout);
-}
-
-std::string errno_name(int e) {
-  switch (e) {
-    case 0: return "success";
-    case EACCES: return "EACCES";
-    case EBUSY: return "EBUSY";
-    case EFAULT: return "EFAULT";
-    case EINVAL: return "EINVAL";
-    case ENOENT: return "ENOENT";
-    case ENOMEM: return "ENOMEM";
-    case ENOTTY: return "ENOTTY";
-    case EOVERFLOW: return "EOVERFLOW";
-    case E2BIG: return "E2BIG";
-    case EOPNOTSUPP: return "EOPNOTSUPP";
-    default: return "errno " + std::to_string(e);
-  }
-}
-
+void check(bool ok, const std::string& name, const std::string& why = "") { results.check(ok, name, why); }
 /// `rc` of a call that sets errno, against the errno wanted (0: success).
-void expect_errno(long rc, int want, const std::string& name) {
-  const int got = rc >= 0 ? 0 : errno;
-  check(got == want, name + " -> " + errno_name(want), "got " + errno_name(got));
-}
-
-long read_number(const std::string& path) {
-  std::ifstream in(path);
-  long v = -1;
-  in >> v;
-  return in ? v : -1;
-}
+void expect_errno(long rc, int want, const std::string& name) { test::expect_errno(results, rc, want, name); }
+using test::errno_name;
+using test::read_number;
+using test::write_text;
 long pinned_total() { return read_number("/sys/bus/pci/drivers/cunvme/pinned_pages"); }
 long pinned_device() { return read_number("/sys/class/cunvme/" + bdf + "/pinned_pages"); }
 long resets() { return read_number("/sys/class/cunvme/" + bdf + "/resets"); }
-
-bool write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  out.flush();
-  return static_cast<bool>(out);
-}
 
 int open_device(int flags = O_RDWR) { return ::open(node.c_str(), flags | O_CLOEXEC); }
 
@@ -488,7 +449,7 @@ int main(int argc, char** argv) {
   test_open();
   const int fd = open_device();
   if (fd < 0) {
-    std::printf("FAIL open %s: %s\nkmod_negative: %d passed, %d failed\n", node.c_str(), std::strerror(errno), passed, failed + 1);
+    std::printf("FAIL open %s: %s\nkmod_negative: %d passed, %d failed\n", node.c_str(), std::strerror(errno), results.passed, results.failed + 1);
     return 1;
   }
   cunvme_device_info info{};
@@ -504,6 +465,5 @@ int main(int argc, char** argv) {
   test_no_reset_without_cause();
   test_unbind_waits_for_close();
 
-  std::printf("kmod_negative: %d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  return results.summary("kmod_negative");
 }
