@@ -88,7 +88,12 @@ inline void controller::reset() {
   }
   const std::vector<queue_pair*>& live = live_;
   for (queue_pair* q : live) q->forget_commands();
-  setup_admin_queues();
+  {
+    // Another thread's admin command (misuse during a reset) waits rather than using the
+    // admin queue being replaced.
+    std::scoped_lock lock(admin_mutex_);
+    setup_admin_queues();
+  }
   enable();
   negotiate_queues();
   // The live queue pairs keep their identifiers (taken from them, not from the table
