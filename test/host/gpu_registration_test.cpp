@@ -131,7 +131,7 @@ TEST_CASE("everything registered is unregistered when the controller goes") {
     host::controller ctrl(std::make_unique<host::emu_backend>(), {}, fake_registrar(r));
     auto q = ctrl.create_queue_pair(8);
     auto b = ctrl.memory().allocate(4096);
-    CHECK(r->registered >= 5);  // BAR, admin SQ and CQ, identify page, the queue pair's memory
+    CHECK(r->registered >= 5);  // the BAR; the queue pair's SQ, CQ, bookkeeping and PRP lists; `b`
   }
   CHECK(r->live.empty());
   CHECK(r->unregistered == r->registered);
@@ -146,9 +146,19 @@ TEST_CASE("a registrar that refuses the BAR stops bring-up with its error, befor
 
 TEST_CASE("a registrar that refuses DMA memory fails bring-up with its error and leaves nothing registered") {
   auto r = std::make_shared<registry>();
-  CHECK_THROWS_WITH_AS(host::controller(std::make_unique<host::emu_backend>(), {}, fake_registrar(r, "DMA memory")), doctest::Contains("refused by the test"),
-                       host::error);
+  host::controller_options options;
+  options.shadow_doorbells = true;  // the shadow buffers are the DMA memory bring-up registers: kernels read them
+  CHECK_THROWS_WITH_AS(host::controller(std::make_unique<host::emu_backend>(), options, fake_registrar(r, "DMA memory")),
+                       doctest::Contains("refused by the test"), host::error);
   CHECK(r->live.empty());
+}
+
+TEST_CASE("memory only the host uses (admin queues, identify and log pages) is not registered for GPU threads") {
+  auto r = std::make_shared<registry>();
+  host::controller ctrl(std::make_unique<host::emu_backend>(), {}, fake_registrar(r));
+  CHECK(r->registered == 1);  // the BAR alone
+  CHECK(ctrl.log_page(spec::log_page_id::smart_health_information, 512).size() == 512);
+  CHECK(r->registered == 1);
 }
 
 TEST_CASE("an emulator built with CUDA memory hooks is not registered again: its memory is GPU-usable from the start") {

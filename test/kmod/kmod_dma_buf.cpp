@@ -258,6 +258,17 @@ std::uint32_t info_flags(int fd) {
   return ::ioctl(fd, CUNVME_IOCTL_INFO, &info) == 0 ? info.flags : 0xffffffffu;
 }
 
+/// Whether a read of the first page of namespace 1 through `ctrl` succeeds and holds the
+/// disk's pattern: the controller works after whatever came before.
+bool reads_the_pattern(host::controller& ctrl) {
+  auto qp = ctrl.create_queue_pair(16);
+  host::dma_buffer b = ctrl.memory().allocate(page);
+  const auto status = qp->read(ctrl.namespaces().at(0).nsid, 0, page / ctrl.namespaces().at(0).lba_size, b);
+  std::uint64_t word = 0;
+  std::memcpy(&word, b.data(), 8);
+  return spec::is_success(status) && word == host::pattern_word(0);
+}
+
 int open_device() { return ::open(node.c_str(), O_RDWR | O_CLOEXEC); }
 
 // ---- Cases -----------------------------------------------------------------------------------
@@ -494,12 +505,7 @@ void test_revoke() {
         std::to_string(resets_before) + " -> " + std::to_string(resets()));
   try {
     host::controller ctrl(std::make_unique<host::kmod_backend>(bdf));
-    auto qp = ctrl.create_queue_pair(16);
-    host::dma_buffer b = ctrl.memory().allocate(page);
-    const auto status = qp->read(ctrl.namespaces().at(0).nsid, 0, page / ctrl.namespaces().at(0).lba_size, b);
-    std::uint64_t word = 0;
-    std::memcpy(&word, b.data(), 8);
-    check(spec::is_success(status) && word == host::pattern_word(0) && bus_master_on() &&
+    check(reads_the_pattern(ctrl) && bus_master_on() &&
               (dynamic_cast<host::kmod_backend&>(ctrl.backend()).info().flags & CUNVME_INFO_DMA_REVOKED) == 0,
           "the next open brings the controller up and reads again, with no revoke reported");
     check(resets() == resets_before + 1, "the next open needs no second reset", std::to_string(resets()));
@@ -571,12 +577,7 @@ void test_unbind_after_revoke_resets() {
   for (int i = 0; i < 20 && !node_back; ++i, ::usleep(100 * 1000)) node_back = ::access(node.c_str(), F_OK) == 0;
   try {
     host::controller ctrl(std::make_unique<host::kmod_backend>(bdf));
-    auto qp = ctrl.create_queue_pair(16);
-    host::dma_buffer b = ctrl.memory().allocate(page);
-    const auto read = qp->read(ctrl.namespaces().at(0).nsid, 0, page / ctrl.namespaces().at(0).lba_size, b);
-    std::uint64_t word = 0;
-    std::memcpy(&word, b.data(), 8);
-    check(node_back && spec::is_success(read) && word == host::pattern_word(0) && resets() == 0,
+    check(reads_the_pattern(ctrl) && node_back && resets() == 0,
           "after binding again the controller comes up and reads, with no reset pending");
   } catch (const std::exception& e) {
     check(false, "after binding again the controller comes up and reads", e.what());

@@ -80,6 +80,16 @@ long pinned_total() { return read_number("/sys/bus/pci/drivers/cunvme/pinned_pag
 long pinned_device() { return read_number("/sys/class/cunvme/" + bdf + "/pinned_pages"); }
 long resets() { return read_number("/sys/class/cunvme/" + bdf + "/resets"); }
 
+/// The errno of mapping `len` bytes of the device at `offset` (0: it mapped, and was unmapped).
+int mmap_errno(int fd, std::size_t len, int flags, std::uint64_t offset) {
+  void* q = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, fd, static_cast<off_t>(offset));
+  if (q != MAP_FAILED) {
+    ::munmap(q, len);
+    return 0;
+  }
+  return errno;
+}
+
 int open_device(int flags = O_RDWR) { return ::open(node.c_str(), flags | O_CLOEXEC); }
 
 void* map_anonymous(std::size_t bytes, int prot = PROT_READ | PROT_WRITE) {
@@ -193,21 +203,13 @@ void test_mmap(int fd, const cunvme_device_info& info) {
     check((vs >> 16) == 1, "BAR0 mapping reads VS 1.x", "VS " + std::to_string(vs));
     ::munmap(p, bar);
   }
-  auto map_errno = [&](std::size_t len, int flags, std::uint64_t offset) {
-    void* q = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, fd, static_cast<off_t>(offset));
-    if (q != MAP_FAILED) {
-      ::munmap(q, len);
-      return 0;
-    }
-    return errno;
-  };
-  check(map_errno(page, MAP_SHARED, page) == 0, "mmap the second page of BAR0");
-  check(map_errno(bar, MAP_PRIVATE, 0) == EINVAL, "mmap BAR0 private -> EINVAL");
-  check(map_errno(bar + page, MAP_SHARED, 0) == EINVAL, "mmap beyond BAR0 -> EINVAL");
-  check(map_errno(page, MAP_SHARED, bar) == EINVAL, "mmap at an offset past BAR0 -> EINVAL");
-  if (info.bar_size[1] == 0) check(map_errno(page, MAP_SHARED, 1ull << CUNVME_BAR_MMAP_SHIFT) == EINVAL, "mmap an absent BAR -> EINVAL");
-  check(map_errno(page, MAP_SHARED, 6ull << 40) == EINVAL, "mmap BAR 6 -> EINVAL");
-  check(map_errno(page, MAP_SHARED, 0xfffull << 40) == EINVAL, "mmap a huge offset -> EINVAL");
+  check(mmap_errno(fd, page, MAP_SHARED, page) == 0, "mmap the second page of BAR0");
+  check(mmap_errno(fd, bar, MAP_PRIVATE, 0) == EINVAL, "mmap BAR0 private -> EINVAL");
+  check(mmap_errno(fd, bar + page, MAP_SHARED, 0) == EINVAL, "mmap beyond BAR0 -> EINVAL");
+  check(mmap_errno(fd, page, MAP_SHARED, bar) == EINVAL, "mmap at an offset past BAR0 -> EINVAL");
+  if (info.bar_size[1] == 0) check(mmap_errno(fd, page, MAP_SHARED, 1ull << CUNVME_BAR_MMAP_SHIFT) == EINVAL, "mmap an absent BAR -> EINVAL");
+  check(mmap_errno(fd, page, MAP_SHARED, 6ull << 40) == EINVAL, "mmap BAR 6 -> EINVAL");
+  check(mmap_errno(fd, page, MAP_SHARED, 0xfffull << 40) == EINVAL, "mmap a huge offset -> EINVAL");
 }
 
 /// mmap at a GPU pin's offset (CUNVME_GPU_MMAP_OFFSET): what is refused without a GPU pin.
@@ -217,23 +219,15 @@ void test_gpu_mmap_rejects(int fd) {
   auto r = pin(fd, reinterpret_cast<std::uintptr_t>(buf), 16 * page);
   expect_errno(r.rc, 0, "PIN 64 KiB of host memory for the GPU-mapping cases");
   if (r.rc != 0) return;
-  auto map_errno = [&](std::size_t len, int flags, std::uint64_t offset) {
-    void* q = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, fd, static_cast<off_t>(offset));
-    if (q != MAP_FAILED) {
-      ::munmap(q, len);
-      return 0;
-    }
-    return errno;
-  };
   const std::uint64_t at = CUNVME_GPU_MMAP_OFFSET(r.req.handle);
-  check(map_errno(16 * page, MAP_SHARED, at) == EINVAL, "mmap of a host pin's handle -> EINVAL (the process has that memory)");
-  check(map_errno(16 * page, MAP_PRIVATE, at) == EINVAL, "mmap private at a pin's GPU offset -> EINVAL");
-  check(map_errno(page, MAP_SHARED, at + page) == EINVAL, "mmap inside a pin's GPU range, not at its start -> EINVAL");
-  check(map_errno(16 * page, MAP_SHARED, CUNVME_GPU_MMAP_OFFSET(r.req.handle + 1000)) == ENOENT,
+  check(mmap_errno(fd, 16 * page, MAP_SHARED, at) == EINVAL, "mmap of a host pin's handle -> EINVAL (the process has that memory)");
+  check(mmap_errno(fd, 16 * page, MAP_PRIVATE, at) == EINVAL, "mmap private at a pin's GPU offset -> EINVAL");
+  check(mmap_errno(fd, page, MAP_SHARED, at + page) == EINVAL, "mmap inside a pin's GPU range, not at its start -> EINVAL");
+  check(mmap_errno(fd, 16 * page, MAP_SHARED, CUNVME_GPU_MMAP_OFFSET(r.req.handle + 1000)) == ENOENT,
         "mmap of a handle never given out -> ENOENT");
-  check(map_errno(16 * page, MAP_SHARED, CUNVME_GPU_MMAP_OFFSET(0)) == ENOENT, "mmap of handle 0 -> ENOENT");
+  check(mmap_errno(fd, 16 * page, MAP_SHARED, CUNVME_GPU_MMAP_OFFSET(0)) == ENOENT, "mmap of handle 0 -> ENOENT");
   expect_errno(unpin(fd, r.req.handle), 0, "UNPIN the host pin");
-  check(map_errno(16 * page, MAP_SHARED, at) == ENOENT, "mmap of an unpinned handle -> ENOENT");
+  check(mmap_errno(fd, 16 * page, MAP_SHARED, at) == ENOENT, "mmap of an unpinned handle -> ENOENT");
   check(pinned_total() == before, "the GPU-mapping cases leave the pinned-page counter alone", std::to_string(pinned_total()));
   ::munmap(buf, 16 * page);
 }

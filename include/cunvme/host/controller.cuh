@@ -208,9 +208,9 @@ class controller {
       throw error("Get Log Page " + std::to_string(static_cast<unsigned>(lid)), name_,
                   std::to_string(bytes) + " bytes: a log page read is a whole number of dwords, 4 bytes to 16 GiB");
     }
-    dma_buffer buf = memory().allocate(bytes, page_bytes());
+    dma_buffer buf = host_memory().allocate(bytes, page_bytes());
     const std::uint64_t entries = prp::list_entries_needed(buf.bus(), bytes, page_shift_);  // ≤ 2^53 for any valid page
-    dma_buffer list = memory().allocate(static_cast<std::size_t>(std::max<std::uint64_t>(entries, 1) * 8), page_bytes());
+    dma_buffer list = host_memory().allocate(static_cast<std::size_t>(std::max<std::uint64_t>(entries, 1) * 8), page_bytes());
     auto sqe = spec::make_get_log_page(lid, bytes, 0, 0, 0, nsid);
     fill_prps(sqe, buf, 0, bytes, list);
     admin(sqe, "Get Log Page " + std::to_string(static_cast<unsigned>(lid)));
@@ -254,6 +254,10 @@ class controller {
 
  private:
   friend class queue_pair;
+
+  /// DMA memory only the host uses (admin queues, identify and log pages): never registered for
+  /// GPU threads, which would cost a cudaHostRegister per buffer for nothing.
+  [[nodiscard]] dma_allocator& host_memory() noexcept { return backend_->memory(); }
 
   /// The error for a command without completion within `timeout`: the controller's fatal
   /// status where it is set, else the timeout; `after` says what was done about it.
@@ -333,8 +337,8 @@ class controller {
     }
     // ASQ and ACQ must be on a CC.MPS page, not only the 4 KiB their registers can express:
     // a controller with CAP.MPSMIN > 0 fails CC.EN = 1 otherwise (QEMU sets CSTS.CFS).
-    dma_buffer sq = memory().allocate(std::size_t{n} * sizeof(spec::submission_entry), page_bytes());
-    dma_buffer cq = memory().allocate(std::size_t{n} * sizeof(spec::completion_entry), page_bytes());
+    dma_buffer sq = host_memory().allocate(std::size_t{n} * sizeof(spec::submission_entry), page_bytes());
+    dma_buffer cq = host_memory().allocate(std::size_t{n} * sizeof(spec::completion_entry), page_bytes());
     require_contiguous(sq, "Set up the admin SQ", name_);
     require_contiguous(cq, "Set up the admin CQ", name_);
     const auto size = static_cast<std::uint16_t>(n - 1);
@@ -362,7 +366,7 @@ class controller {
   }
 
   void identify_all() {
-    dma_buffer page = memory().allocate(4096, page_bytes());
+    dma_buffer page = host_memory().allocate(4096, page_bytes());
     admin(spec::make_identify(spec::identify_cns::controller, 0, page.bus()), "Identify Controller");
     std::memcpy(&identify_, page.data(), sizeof identify_);
     admin(spec::make_identify(spec::identify_cns::active_namespace_list, 0, page.bus()), "Identify Active Namespace List");

@@ -64,11 +64,7 @@ class io_queue {
   /// while no submitter runs.
   [[nodiscard]] queue_counters counters() const {
     queue_counters c;
-    if (memory_.copy_out) {
-      memory_.copy_out(&c, view().counters, sizeof c);
-    } else {
-      std::memcpy(&c, view().counters, sizeof c);
-    }
+    read_bookkeeping(&c, view().counters, sizeof c);
     return c;
   }
   /// What `abort_timed_out` did.
@@ -84,11 +80,7 @@ class io_queue {
   /// completion arrives or the controller is reset.
   abort_outcome abort_timed_out() {
     std::vector<completion_record> records(view().cids());
-    if (memory_.copy_out) {
-      memory_.copy_out(records.data(), view().records, records.size() * sizeof(completion_record));
-    } else {
-      std::memcpy(records.data(), view().records, records.size() * sizeof(completion_record));
-    }
+    read_bookkeeping(records.data(), view().records, records.size() * sizeof(completion_record));
     abort_outcome out;
     for (std::uint32_t cid = 0; cid < records.size(); ++cid) {
       if (records[cid].state != static_cast<std::uint32_t>(record_state::abandoned)) continue;
@@ -107,17 +99,23 @@ class io_queue {
   /// an abandoned command (timed out) holds its CID until its completion arrives.
   [[nodiscard]] std::uint32_t cids_in_use() const {
     std::vector<std::uint32_t> bits(view().cid_words());
-    if (memory_.copy_out) {
-      memory_.copy_out(bits.data(), view().cid_bits, bits.size() * 4);
-    } else {
-      std::memcpy(bits.data(), view().cid_bits, bits.size() * 4);
-    }
+    read_bookkeeping(bits.data(), view().cid_bits, bits.size() * 4);
     std::uint32_t n = 0;
     for (const auto w : bits) n += static_cast<std::uint32_t>(std::popcount(w));
     return n;
   }
 
  private:
+  /// Copies bookkeeping bytes to the host: through `io_queue_memory::copy_out` where it lives
+  /// in memory only the GPU addresses.
+  void read_bookkeeping(void* to, const void* from, std::size_t bytes) const {
+    if (memory_.copy_out) {
+      memory_.copy_out(to, from, bytes);
+    } else {
+      std::memcpy(to, from, bytes);
+    }
+  }
+
   /// Waits are bounded by `timeout` from now: it must be positive (a negative count would
   /// read as a bound centuries away once stored as an unsigned number of nanoseconds).
   [[nodiscard]] static std::chrono::nanoseconds checked_timeout(std::chrono::nanoseconds timeout, const controller& ctrl) {
