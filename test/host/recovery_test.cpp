@@ -35,7 +35,7 @@ emu::controller_config faulty(emu::fault_action action, spec::nvm_opcode opcode,
   return config;
 }
 
-host::controller_options short_timeout(int ms = 200) {
+host::controller_options short_timeout(int ms = 1000) {
   host::controller_options options;
   options.command_timeout = std::chrono::milliseconds(ms);
   return options;
