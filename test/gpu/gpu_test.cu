@@ -977,7 +977,10 @@ TEST_CASE("export_gpu_dma_buf gives a dma-buf of exactly the range asked, where 
     ::close(part);
     ::close(whole);
   }
-  CHECK_THROWS_AS((void)host::export_gpu_dma_buf(static_cast<char*>(gpu) + 100, 4096, "gpu 0"), host::error);
+  CHECK_THROWS_WITH_AS((void)host::export_gpu_dma_buf(static_cast<char*>(gpu) + 100, 4096, "gpu 0"),
+                       doctest::Contains("host page boundaries"), host::error);
+  CHECK_THROWS_WITH_AS((void)host::export_gpu_dma_buf(gpu, 4096 + 512, "gpu 0"), doctest::Contains("host page boundaries"), host::error);
+  CHECK_THROWS_WITH_AS((void)host::export_gpu_dma_buf(gpu, 0, "gpu 0"), doctest::Contains("non-empty"), host::error);
   REQUIRE_CUDA(cudaFree(gpu));
 }
 

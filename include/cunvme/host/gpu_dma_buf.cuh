@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <string>
 
+#include <unistd.h>
+
 CUNVME_NAMESPACE_BEGIN
 namespace host {
 
@@ -39,6 +41,14 @@ namespace host {
     return reinterpret_cast<get_handle>(fn);
   }();
   if (get == nullptr) throw error("Export GPU memory as a dma-buf", device, "the CUDA driver offers no cuMemGetHandleForAddressRange (CUDA 11.7+)");
+  // The driver refuses such a range too, but only with CUDA_ERROR_INVALID_VALUE; checked here so
+  // the error says which rule was broken and no failing driver call is made.
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  if (bytes == 0 || reinterpret_cast<std::uintptr_t>(gpu) % page != 0 || bytes % page != 0) {
+    throw error("Export GPU memory as a dma-buf", device,
+                "the range (" + std::to_string(bytes) + " bytes at " + std::to_string(reinterpret_cast<std::uintptr_t>(gpu)) +
+                    ") must be non-empty and start and end on host page boundaries (" + std::to_string(page) + " bytes)");
+  }
   int fd = -1;
   const CUresult r = get(&fd, reinterpret_cast<CUdeviceptr>(gpu), bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
   if (r != CUDA_SUCCESS || fd < 0) {
