@@ -64,14 +64,41 @@ struct rig {
   [[nodiscard]] std::uint64_t slice_begin(std::uint64_t i) const { return first_lba + region_blocks * i / slices; }
 };
 
+/// The queue as the host sees it when a wait ran out: whether the controller left an SQE
+/// unfetched (SQ head behind the rung tail), or a completion unposted (CQ slot at the head
+/// without the expected phase), or the host left one unconsumed; with shadow doorbells, the
+/// shadow values and the controller's EventIdx. A wait that never ends is then named.
+std::string describe(const cunvme::queue_view& q) {
+  const auto word = [](const auto& w) { return std::to_string(std::atomic_ref(const_cast<std::remove_cvref_t<decltype(w)>&>(w)).load()); };
+  const cunvme::queue_counters& c = *q.counters;
+  std::string s = "queue " + std::to_string(q.qid) + " (" + std::to_string(q.entries) + " entries): SQ reserved " + word(c.sq_reserved) +
+                  ", published " + word(c.sq_published) + ", rung " + word(c.sq_rung) + ", head (SQHD) " + word(c.sq_head) + "; CQ head " +
+                  word(c.cq_head);
+  const std::uint64_t head = std::atomic_ref(c.cq_head).load();
+  const cunvme::spec::completion_entry& e = q.cq[head % q.entries];
+  const std::uint32_t dw3 = std::atomic_ref(const_cast<std::uint32_t&>(reinterpret_cast<const std::uint32_t*>(&e)[3])).load();
+  const bool expected_phase = (head / q.entries) % 2 == 0;
+  s += ", its slot's phase " + std::to_string(cunvme::spec::cqe_status::phase(static_cast<std::uint16_t>(dw3 >> 16))) + " (new would be " +
+       std::to_string(expected_phase) + ", CID " + std::to_string(dw3 & 0xffffu) + ")";
+  if (q.sq_shadow != nullptr) {
+    s += "; shadow SQ tail " + word(*q.sq_shadow) + " EventIdx " + word(*q.sq_event_index) + ", shadow CQ head " + word(*q.cq_shadow) + " EventIdx " +
+         word(*q.cq_event_index);
+  }
+  return s + "; doorbells " + word(c.doorbell_mmio_writes) + " MMIO, " + word(c.doorbell_skipped) + " skipped";
+}
+
 struct thread_result {
   std::uint64_t failures = 0, mismatches = 0;
   std::uint64_t async_reads = 0, no_cid_retries = 0;  // how often the asynchronous form ran, and found every CID taken
   std::string first_problem;
+  const cunvme::queue_view* queue = nullptr;  ///< described with the first failure
+  std::atomic<bool>* give_up = nullptr;       ///< set on a failure: the combination's other threads stop early
   void fail(const std::string& why) {
     ++failures;
-    if (first_problem.empty()) first_problem = why;
+    if (first_problem.empty()) first_problem = why + (queue != nullptr ? "; " + describe(*queue) : std::string());
+    if (give_up != nullptr) give_up->store(true);
   }
+  [[nodiscard]] bool stopped() const { return give_up != nullptr && give_up->load(); }
 };
 
 /// A buffer as a PRP builder takes it, page by page: right for every backend (pagemap's 4 KiB
@@ -153,7 +180,7 @@ void run_slice(const Reader& reader, const Writer& writer, const host::dma_buffe
   std::vector<std::uint64_t> copy(lbas * lba_size / 8);
   for (std::size_t i = 0; i < copy.size(); ++i) copy[i] = host::pattern_word(begin * lba_size + i * 8);
   std::mt19937_64 rng(opt.seed * 1000003u + stream);
-  for (std::uint32_t op = 0; op < opt.ops; ++op) {
+  for (std::uint32_t op = 0; op < opt.ops && !out.stopped(); ++op) {
     const std::uint64_t blocks = 1 + rng() % (rng() % 4 == 0 ? max_blocks : std::min<std::uint64_t>(8, max_blocks));
     const std::uint64_t lba = rng() % (lbas - blocks + 1);
     const std::size_t n = blocks * lba_size / 8, at = lba * lba_size / 8;
@@ -173,6 +200,7 @@ void run_slice(const Reader& reader, const Writer& writer, const host::dma_buffe
       compare(words, copy, lba, blocks, lba_size, "read" + what, out);
     }
   }
+  if (out.stopped()) return;  // the combination has failed: no seal, the image check fails too
   // The seal: the whole slice written, then read back and compared.
   for (std::uint64_t lba = begin; lba < end; lba += max_blocks) {
     const std::uint64_t blocks = std::min(max_blocks, end - lba);
@@ -221,9 +249,14 @@ std::string run_combination(const rig& r, std::uint64_t first_slice, std::string
       pollers.emplace_back([&, i] { (void)completion::poller<Doorbell>::run(queues[i]->view(), stop[i]); });
     }
   }
+  // A failed thread stops the others after their current operation: a queue that stalls
+  // ends the combination in one timeout, named by `describe`, not in one per remaining operation.
+  std::atomic<bool> give_up{false};
   std::vector<thread_result> results(threads);
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) {
+    results[t].queue = &queues[owned ? t : 0]->view();
+    results[t].give_up = &give_up;
     pool.emplace_back([&, t] {
       const auto& view = queues[owned ? t : 0]->view();
       cunvme::block_reader<queue, prp::page_list, Doorbell> reader(view, r.ns);
