@@ -938,6 +938,64 @@ TEST_CASE("a registered buffer freed before deregister_buffer is refused, never 
   cudaFree(b);
 }
 
+TEST_CASE("a copy that timed out keeps its buffer mapped while copies run, then Abort or a reset frees it and copies work again") {
+  emu::controller_config config;
+  const host::memory_reach reach = host::gpu_reach();
+  reach.configure(config);
+  config.namespaces = {emu::namespace_config::in_memory(512, 65536)};
+  emu::fault_rule lost;
+  lost.action = emu::fault_action::lose_completion;
+  lost.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
+  lost.lba_first = 0;  // the first read of LBAs 0-63 loses its completion
+  lost.lba_last = 63;
+  lost.nth = 1;
+  config.faults = {lost};
+  device_options o;
+  o.timeout = std::chrono::milliseconds(300);
+  o.tuning = copy_tuning{1, 1, 1};
+  device dev(std::make_unique<host::controller>(std::make_unique<host::emu_backend>(std::move(config)), host::controller_options{}, reach.registrar()), o);
+  fill_words(dev, 256);
+  std::uint64_t* lost_buf = nullptr;
+  std::uint64_t* other = nullptr;
+  REQUIRE_CUDA(cudaMalloc(&lost_buf, 64 * 512));
+  REQUIRE_CUDA(cudaMalloc(&other, 64 * 512));
+  // Both buffers mapped and result slots pooled up front: nothing below allocates pinned
+  // memory (which may wait for the gated stream) while the gate is shut.
+  dev.register_buffer(lost_buf, 64 * 512);
+  dev.register_buffer(other, 64 * 512);
+  REQUIRE(copy_n_sync(dev, 64, 64, other).ok());
+  // A copy held back on another stream, in flight while the first one times out: nothing is
+  // aborted while a copy runs (a CID of the timed-out copy could be reused by it).
+  cudaStream_t held = nullptr;
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking));
+  unsigned* flags = nullptr;  // [0]: open the gate, [1]: the gate timed out
+  REQUIRE_CUDA(cudaHostAlloc(&flags, 2 * sizeof(unsigned), cudaHostAllocMapped));
+  flags[0] = flags[1] = 0;
+  gate<<<1, 1, 0, held>>>(flags, flags + 1, 5'000'000);  // about 5 s at most
+  REQUIRE_CUDA(cudaGetLastError());
+  pending_copy later = copy_n(dev, 128, 64, other, held);
+  CHECK(copy_n_sync(dev, 0, 64, lost_buf).error == io_error::timeout);
+  CHECK(dev.copies_in_flight() == 1);
+  CHECK(dev.quarantined_buffers() == 1);
+  CHECK(dev.controller().resets() == 0);
+  std::atomic_ref<unsigned>(flags[0]).store(1, std::memory_order_release);
+  CHECK(later.wait().ok());
+  CHECK(flags[1] == 0);  // opened by us: the held copy was in flight all along
+  CHECK(differing(other, 128, 64) == 0);
+
+  // No copy in flight: Abort, which the lost command cannot answer, then a reset.
+  CHECK(dev.recover() == 0);
+  CHECK(dev.controller().resets() == 1);
+  CHECK(copy_n_sync(dev, 0, 64, lost_buf).ok());
+  CHECK(differing(lost_buf, 0, 64) == 0);
+  dev.deregister_buffer(lost_buf);
+  dev.deregister_buffer(other);
+  REQUIRE_CUDA(cudaStreamDestroy(held));
+  cudaFreeHost(flags);
+  cudaFree(lost_buf);
+  cudaFree(other);
+}
+
 TEST_CASE("copy_n takes its launch shape and queue count from device_options::tuning; a bad tuning is refused") {
   device_options o;
   o.tuning = copy_tuning{1, 2, 2};  // 1 warp per block, 2 commands per warp, 2 queue pairs

@@ -83,8 +83,16 @@ struct gpu_mapping {
 /// time allocates pinned memory for its page table, which CUDA may hold until other work on the
 /// GPU is done: register buffers up front, before copies are in flight, as with cuFile.
 ///
+/// A copy that timed out (a command the controller did not complete in time) may still be
+/// written by the controller: its buffer stays mapped — quarantined — until recovery, as a
+/// driver does it, once no copy is in flight (at the next `copy_n`, `copies_in_flight()` or
+/// `recover()`): Abort for each timed-out command, and where the controller does not abort one,
+/// `controller::reset()` (its DMA stops, queues re-created); then the mapping is released. Keep
+/// such a buffer allocated until `quarantined_buffers()` is 0, and run no kernel of your own on
+/// the device's queues meanwhile (Abort names commands by CID).
+///
 /// The destructor waits for the copies still in flight (their streams must be able to reach
-/// them), then unmaps every buffer.
+/// them), deletes the queues (which ends their commands), then unmaps every buffer.
 class device {
  public:
   using queue_policy = queue<slots::warp_aggregated, completion::cooperative>;
@@ -102,12 +110,17 @@ class device {
   };
 
   explicit device(std::string_view uri = "emu", device_options options = {})
-      : ctrl_(host::open(uri, options.controller, host::gpu_reach())),
+      : device(host::open(uri, options.controller, host::gpu_reach()), std::move(options)) {}
+
+  /// Over a controller opened for GPU threads (`host::open(uri, options, host::gpu_reach())`, or
+  /// an emulator configured with `gpu_reach().configure`); `options.controller` is not used.
+  explicit device(std::unique_ptr<host::controller> ctrl, device_options options = {})
+      : ctrl_(present(std::move(ctrl))),
         tuning_(options.tuning ? *options.tuning : current_tuning()),
         pool_(std::make_shared<detail::pinned_pool>(ctrl_->name())),
         cache_(options.cached_buffers, gpu_page, ctrl_->name()) {
     if (!tuning_.valid()) {
-      throw host::error("Open", std::string(uri), "device_options::tuning: warps_per_block must be 1.." + std::to_string(copy_tuning::max_warps_per_block) +
+      throw host::error("Open", ctrl_->name(), "device_options::tuning: warps_per_block must be 1.." + std::to_string(copy_tuning::max_warps_per_block) +
                                                       ", commands_per_warp at least 1, queues 1.." + std::to_string(max_queues));
     }
     // GPU memory through the kernel module: a dma-buf where the module imports them (NVIDIA's
@@ -180,6 +193,20 @@ class device {
     return in_flight_.size();
   }
 
+  /// Buffers of timed-out copies kept mapped until their commands are aborted (see above).
+  [[nodiscard]] std::size_t quarantined_buffers() const {
+    const std::lock_guard lock(mutex_);
+    return quarantine_.size();
+  }
+
+  /// Runs the recovery of timed-out copies now, if no copy is in flight; returns the buffers
+  /// still quarantined. Throws `host::error` when the controller had to be reset and could not be.
+  std::size_t recover() {
+    const std::lock_guard lock(mutex_);
+    reap();
+    return quarantine_.size();
+  }
+
   /// Enqueues `launch(pages, offset, results)` on `stream` for `bytes` of GPU memory at `gpu`:
   /// the buffer's mapping, `warps` result slots and an event after the launch, all kept until
   /// the stream has passed it. For `copy_n`.
@@ -226,6 +253,11 @@ class device {
     std::shared_ptr<const detail::gpu_mapping> mapping;
   };
 
+  [[nodiscard]] static std::unique_ptr<host::controller> present(std::unique_ptr<host::controller> ctrl) {
+    if (ctrl == nullptr) throw host::error("Open", "cunvme::device", "no controller given");
+    return ctrl;
+  }
+
   [[nodiscard]] static copy_tuning current_tuning() {
     int gpu = 0, major = 0, minor = 0;
     if (cudaGetDevice(&gpu) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu) != cudaSuccess ||
@@ -243,9 +275,34 @@ class device {
     }
   }
 
-  /// Drops the copies the streams have passed: their mappings may be unmapped now.
+  /// Drops the copies the streams have passed: their mappings may be unmapped now, except
+  /// those of copies with a timed-out command, which wait in the quarantine for `recover_timed_out`.
   void reap() {
-    std::erase_if(in_flight_, [](const in_flight& f) { return f.state->reached(); });
+    std::vector<in_flight> running;
+    for (in_flight& f : in_flight_) {
+      if (!f.state->reached()) {
+        running.push_back(std::move(f));
+      } else if (f.state->timed_out()) {
+        quarantine_.push_back(std::move(f.mapping));
+      }
+    }
+    in_flight_ = std::move(running);
+    if (!quarantine_.empty() && in_flight_.empty()) recover_timed_out();
+  }
+
+  /// A driver's timeout handling (NVMe 2.0 section 5.1, Abort; else a controller reset), run
+  /// while no copy is in flight: Abort names a command by SQ and CID, and a CID of a finished
+  /// copy may be reused by a running one. A command the controller reports aborted moves no
+  /// more data; one it does not (its completion lost, or it will not stop) is ended by the
+  /// reset, which stops the controller's DMA. Either way the quarantined buffers are free then.
+  /// (A timed-out command whose aborted completion was not drained yet is abandoned still: a
+  /// second timeout before any copy drains its queue asks again, is told "not aborted", and
+  /// resets — more than needed, never less.)
+  void recover_timed_out() {
+    std::uint32_t not_aborted = 0;
+    for (const auto& q : queues_) not_aborted += q->abort_timed_out().not_aborted;
+    if (not_aborted != 0) ctrl_->reset();
+    quarantine_.clear();
   }
 
   /// Maps `w` for the controller: only pages of the allocation (a GPU page below it, or past its
@@ -275,6 +332,9 @@ class device {
 
   // Declared first, destroyed last: mappings unmap through the controller.
   std::unique_ptr<host::controller> ctrl_;
+  // Before the queues, so destroyed after them: deleting a queue ends its commands (or stops
+  // the controller) before a quarantined buffer is unmapped.
+  std::vector<std::shared_ptr<const detail::gpu_mapping>> quarantine_;
   copy_tuning tuning_;
   std::vector<std::unique_ptr<host::io_queue>> queues_;
   namespace_view ns_{};

@@ -48,6 +48,16 @@ struct copy_state {
     return true;
   }
 
+  /// Whether a warp gave up on a command (read once the stream has passed the copy): the
+  /// controller may still write its buffer.
+  [[nodiscard]] bool timed_out() const noexcept {
+    const io_result* r = results.as<io_result>();
+    for (std::uint64_t w = 0; w < warps; ++w) {
+      if (r[w].error == io_error::timeout) return true;
+    }
+    return false;
+  }
+
   std::string device;
   const char* operation;  ///< "Run the read kernel", for errors
   cudaEvent_t done = nullptr;
