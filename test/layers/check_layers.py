@@ -134,8 +134,14 @@ def check_lengths(root):
 
 def self_test():
     """Both checks see what they must: a clean tree passes, each kind of bad edge fails."""
+    with tempfile.TemporaryDirectory(prefix='cunvme_layers_') as base:
+        return self_test_in(base)
+
+
+def self_test_in(base):
+    """The self-test, its trees made under `base` (removed afterwards)."""
     def tree(files):
-        root = tempfile.mkdtemp(prefix='cunvme_layers_')
+        root = tempfile.mkdtemp(dir=base)
         for path, text in files.items():
             os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
             with open(os.path.join(root, path), 'w', encoding='utf-8') as f:
