@@ -79,9 +79,17 @@ struct gpu_facts {
   std::string driver;
   std::size_t index = 0;  // among NVIDIA GPUs in PCI bus order
   /// BAR1 is the window through which the GPU exposes its memory to peers: every byte of GPU
-  /// memory pinned for the controller is mapped there.
+  /// memory pinned for the controller is mapped there. NVIDIA counts its memory BARs in order
+  /// (BAR0 registers, BAR1 memory, BAR3 …), while a 64-bit BAR takes two resource lines, the
+  /// second empty: BAR1 is the second BAR with a size — resource 1 on bare metal (BAR0 32-bit),
+  /// resource 2 where BAR0 is 64-bit (a VM's H100: read on the GPU machine).
   [[nodiscard]] std::optional<std::uint64_t> bar1_bytes() const {
-    return pci.bar_bytes ? std::optional<std::uint64_t>((*pci.bar_bytes)[1]) : std::nullopt;
+    if (!pci.bar_bytes) return std::nullopt;
+    int seen = 0;
+    for (const std::uint64_t bytes : *pci.bar_bytes) {
+      if (bytes != 0 && ++seen == 2) return bytes;
+    }
+    return std::uint64_t{0};  // no second BAR: nothing a peer can reach
   }
 };
 

@@ -291,6 +291,19 @@ TEST_CASE("without an NVMe controller the answer is empty but lists the GPUs") {
   CHECK(answer.gpus[0].driver == "nvidia");
 }
 
+TEST_CASE("a GPU whose BAR0 is 64-bit has its BAR1 at resource 2, as a VM presents an H100") {
+  // Read on the H100 machine (a Firecracker VM): resource lines 0 (16 MiB, 64-bit), 2 (128 GiB)
+  // and 4 (32 MiB); line 1 is BAR0's upper half, empty. nvidia-smi says BAR1 131072 MiB.
+  fake::machine m;
+  m.add("pci0000:00/0000:00:02.0", fake::port(PCI_EXP_TYPE_ROOT_PORT));
+  fake::function g = fake::gpu(0);
+  g.bars = {16u << 20, 0, 128 * gib, 0, 32u << 20, 0};
+  m.add("pci0000:00/0000:00:02.0/0000:04:00.0", g);
+  const auto answer = examine(m);
+  REQUIRE(answer.gpus.size() == 1);
+  CHECK(answer.gpus[0].bar1_bytes() == 128 * gib);
+}
+
 TEST_CASE("a root without a PCI bus is answered as no controller") {
   fake::machine m;
   std::filesystem::remove_all(m.root / "sys");
