@@ -300,6 +300,50 @@ TEST_CASE("writes through the cache reach the namespace by eviction and flush: a
   CHECK(after == word_at(pages * 4096));
 }
 
+TEST_CASE("random reads and writes of four threads through eight slots see their own last writes, and flush keeps them") {
+  cache_rig c(4096, 8);
+  const cache_t cache = c.cache();
+  constexpr unsigned threads = 4;
+  constexpr std::uint64_t pages = 64, words = 4096 / 8;
+  constexpr std::uint32_t ops = 1500;
+  // Word w of the first `pages` pages belongs to thread w % threads: its shadow says what it last wrote.
+  std::vector<std::vector<std::uint64_t>> shadows(threads);
+  std::vector<std::uint64_t> bad(threads), failed(threads);
+  on_threads(threads, [&](unsigned t) {
+    auto& shadow = shadows[t];
+    shadow.resize(pages * words);
+    for (std::uint64_t i = 0; i < shadow.size(); ++i) shadow[i] = word_at(i * 8);
+    std::mt19937_64 rng(31 + t);
+    for (std::uint32_t op = 0; op < ops; ++op) {
+      const std::uint64_t word = (rng() % (pages * words / threads)) * threads + t;
+      if (rng() % 3 == 0) {
+        const std::uint64_t v = word_at(word * 8, 2 + op);
+        if (cache.write(word * 8, 8, &v).ok()) shadow[word] = v;
+        else ++failed[t];
+      } else {
+        std::uint64_t v = 0;
+        if (!cache.read(word * 8, 8, &v).ok()) ++failed[t];
+        else bad[t] += v != shadow[word];
+      }
+    }
+  });
+  for (unsigned t = 0; t < threads; ++t) {
+    CHECK(bad[t] == 0);
+    CHECK(failed[t] == 0);
+  }
+  REQUIRE(cache.flush().ok());
+  const auto counters = c.memory.counters();
+  CHECK(counters.evictions > 0);
+  CHECK(counters.write_backs > 0);
+  auto buffer = c.r.ctrl->memory().allocate(pages * 4096);
+  reader_of<slots::multi_producer, completion::cooperative, doorbell::mmio> raw(c.q.view(), c.q.namespace_view(1));
+  REQUIRE(raw.read(0, pages * 8, contiguous_of(buffer), 0).ok());
+  const auto* namespace_words = reinterpret_cast<const std::uint64_t*>(buffer.data());
+  std::uint64_t lost = 0;
+  for (std::uint64_t w = 0; w < pages * words; ++w) lost += namespace_words[w] != shadows[w % threads][w];
+  CHECK(lost == 0);
+}
+
 TEST_CASE("an injected read error reaches exactly the threads that access the page, and the page is not left valid") {
   cache_rig c(4096, 8, with_rule(read_error_at(5 * 8, 5 * 8 + 7)));  // page 5's blocks
   const cache_t cache = c.cache();
@@ -460,4 +504,15 @@ TEST_CASE("a cache of impossible shape is refused with a host::error that says w
   separate.metadata = cunvme::metadata_layout::separate;
   refused(separate, 4096, 4, "separate metadata");
   CHECK_NOTHROW(host::page_cache_memory(*r.ctrl, ns, 65536, 128));
+}
+
+TEST_CASE("the view for GPU threads is refused where the cache's memory is not mapped for the GPU") {
+  cache_rig c(4096, 4);  // an emulator opened without gpu_reach(): host memory only
+  try {
+    (void)c.memory.device_view();
+    FAIL("a device view of host-only memory was handed out");
+  } catch (const host::error& e) {
+    CHECK(std::string(e.what()).find("gpu_reach()") != std::string::npos);
+  }
+  CHECK(c.memory.view().data != nullptr);
 }
