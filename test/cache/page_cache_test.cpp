@@ -32,19 +32,28 @@ using queue_t = cunvme::queue<slots::multi_producer, completion::cooperative>;
 using cache_t = cunvme::page_cache<queue_t, doorbell::mmio>;
 
 /// An emulator with the pattern filled in, a queue pair and a cache's memory over namespace 1
-/// (8 MiB of 512-byte blocks unless `config` says otherwise).
+/// (8 MiB of 512-byte blocks unless `config` says otherwise; `max_blocks`, where not 0, splits
+/// each fill into commands of that many blocks).
 struct cache_rig {
   explicit cache_rig(std::uint64_t page_bytes, std::uint64_t slots, emu::controller_config config = small_config(),
-                     std::chrono::nanoseconds timeout = 10s)
-      : r(std::move(config)), q(*r.ctrl, 64, host::queue_placement::host, timeout), memory(*r.ctrl, q.namespace_view(1), page_bytes, slots) {
+                     std::chrono::nanoseconds timeout = 10s, std::uint32_t max_blocks = 0)
+      : r(std::move(config)), q(*r.ctrl, 64, host::queue_placement::host, timeout), ns(limited(q.namespace_view(1), max_blocks)),
+        memory(*r.ctrl, ns, page_bytes, slots) {
     r.fill();
   }
-  [[nodiscard]] cache_t cache() const { return cache_t(memory.view(), q.view(), q.namespace_view(1)); }
+  [[nodiscard]] cache_t cache() const { return cache_t(memory.view(), q.view(), ns); }
   [[nodiscard]] std::uint64_t io_commands() const { return r.emulator->stats().io_commands; }
 
   rig r;
   host::io_queue q;
+  cunvme::namespace_view ns;
   host::page_cache_memory memory;
+
+ private:
+  static cunvme::namespace_view limited(cunvme::namespace_view n, std::uint32_t max_blocks) {
+    if (max_blocks != 0) n.max_blocks = max_blocks;
+    return n;
+  }
 };
 
 /// Words of `data` (a page's bytes) that differ from page `page`'s pattern of write round `round`.
@@ -110,22 +119,33 @@ TEST_CASE("a miss reads the page from the namespace and a hit returns the same b
   CHECK(c.io_commands() == 1);
 }
 
-TEST_CASE("with far fewer slots than pages, random pages read by four threads are verified byte for byte") {
-  cache_rig c(4096, 16);
+/// A cache shape: page bytes, the namespace's block bytes, and blocks per command (0: MDTS).
+template <std::uint64_t Page, std::uint32_t Block, std::uint32_t MaxBlocks = 0>
+struct shape {
+  static constexpr std::uint64_t page_bytes = Page;
+  static constexpr std::uint32_t block_bytes = Block;
+  static constexpr std::uint32_t max_blocks = MaxBlocks;
+};
+
+TEST_CASE_TEMPLATE("with far fewer slots than pages, random pages read by four threads are verified byte for byte, for page and block sizes and split fills",
+                   S, shape<4096, 512>, shape<16384, 512, 8>, shape<65536, 4096>, shape<65536, 512, 24>) {
+  cache_rig c(S::page_bytes, 16, small_config(S::block_bytes), 10s, S::max_blocks);
   const cache_t cache = c.cache();
+  const std::uint64_t pages = std::min<std::uint64_t>(cache.pages(), 512);
+  REQUIRE(pages >= 8 * 16);
   constexpr unsigned threads = 4;
   constexpr std::uint32_t ops = 300;
   std::vector<std::uint64_t> bad(threads), failed(threads);
   on_threads(threads, [&](unsigned t) {
     std::mt19937_64 rng(t + 1);
     for (std::uint32_t i = 0; i < ops; ++i) {
-      const std::uint64_t page = rng() % 512;
+      const std::uint64_t page = rng() % pages;
       const cunvme::cached_page p = cache.acquire(page, page_access::read);
       if (!p.ok()) {
         ++failed[t];
         continue;
       }
-      bad[t] += mismatches_in(p.data, page, 4096);
+      bad[t] += mismatches_in(p.data, page, S::page_bytes);
       cache.release(page);
     }
   });
@@ -139,6 +159,10 @@ TEST_CASE("with far fewer slots than pages, random pages read by four threads ar
   CHECK(counters.evictions >= counters.fills - 16);
   CHECK(counters.evictions > 0);
   CHECK(counters.fill_failures == 0);
+  // One command per fill, or as many as the split asks.
+  const std::uint64_t blocks = S::page_bytes / S::block_bytes;
+  const std::uint64_t per_fill = S::max_blocks == 0 ? 1 : (blocks + S::max_blocks - 1) / S::max_blocks;
+  CHECK(c.io_commands() == counters.fills * per_fill);
 }
 
 TEST_CASE("hot pages hammered by eight threads are read once each and hit ever after") {
