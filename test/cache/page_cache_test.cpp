@@ -504,6 +504,19 @@ TEST_CASE("requests outside the namespace, across a page or releases of pages no
   CHECK(c.io_commands() == 0);
 }
 
+TEST_CASE("a cache given another namespace than its memory was made for refuses every access") {
+  cache_rig c(4096, 4);
+  cunvme::namespace_view other = c.ns;
+  other.nsid = 2;
+  CHECK(cache_t(c.memory.view(), c.q.view(), other).acquire(0, page_access::read).result.error == io_error::invalid_request);
+  cunvme::namespace_view larger_blocks = c.ns;
+  larger_blocks.lba_shift = 10;
+  std::uint64_t x = 0;
+  CHECK(cache_t(c.memory.view(), c.q.view(), larger_blocks).read(0, 8, &x).error == io_error::invalid_request);
+  CHECK(c.io_commands() == 0);
+  CHECK(c.cache().read(0, 8, &x).ok());
+}
+
 TEST_CASE("a cache of impossible shape is refused with a host::error that says why") {
   rig r;
   host::io_queue q(*r.ctrl, 8);

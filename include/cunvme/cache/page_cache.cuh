@@ -77,10 +77,10 @@ class page_cache {
 
   CUNVME_HOST_DEVICE page_cache(const page_cache_view& cache, const queue_view& q, const namespace_view& ns) noexcept
       : c_(cache), q_(q), ns_(ns) {
-    // A page that is not whole blocks cannot be read by block commands: every access is refused
-    // (the host's page_cache_memory refuses such a cache before it exists).
-    const cuda::std::uint64_t block = ns.block_bytes();
-    blocks_per_page_ = block != 0 && c_.page_bytes() % block == 0 ? static_cast<cuda::std::uint32_t>(c_.page_bytes() / block) : 0;
+    // The table describes one namespace's pages: with another namespace (or another block size)
+    // every access would read or write the wrong blocks, so every access is refused instead.
+    const bool same = ns.nsid == cache.nsid && cuda::std::uint64_t{cache.blocks_per_page} * ns.block_bytes() == cache.page_bytes();
+    blocks_per_page_ = same ? cache.blocks_per_page : 0;
   }
 
   [[nodiscard]] CUNVME_HOST_DEVICE cuda::std::uint64_t page_bytes() const noexcept { return c_.page_bytes(); }
@@ -91,7 +91,12 @@ class page_cache {
 
   /// Takes a reference to `page` (reading it in on a miss) and returns its bytes, valid until
   /// `release(page)`; while referenced it is never evicted. `page_access::write` marks it
-  /// dirty. A failure (io_result) holds no reference.
+  /// dirty. A failure (io_result) holds no reference: `invalid_request` for a page past the
+  /// namespace (or a cache given another namespace than its memory's), `timeout` after waiting
+  /// out another thread's fill, or the filler's own failure. References are shared, not locks:
+  /// threads that write a page while others read it order their accesses themselves.
+  /// A thread that already holds pages and misses may find every slot held: it gets
+  /// `cache_full` after the timeout rather than waiting on itself.
   [[nodiscard]] CUNVME_HOST_DEVICE cached_page acquire(cuda::std::uint64_t page, page_access access) const {
     if (page >= c_.pages || blocks_per_page_ == 0) return {io_result::failure(io_error::invalid_request, first_lba(page), 0), nullptr};
     bookkeeping_word<cuda::std::uint64_t> word(c_.table[page]);

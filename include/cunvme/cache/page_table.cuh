@@ -111,6 +111,8 @@ struct page_cache_view {
   cuda::std::uint64_t pages = 0;                     ///< pages of the namespace the cache covers
   cuda::std::uint32_t slots = 0;                     ///< capacity, in pages
   cuda::std::uint32_t page_shift = 12;               ///< log2 of the page size (12..16)
+  cuda::std::uint32_t nsid = 0;                      ///< the namespace the table describes
+  cuda::std::uint32_t blocks_per_page = 0;           ///< of that namespace's blocks
 
   [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint64_t page_bytes() const noexcept { return cuda::std::uint64_t{1} << page_shift; }
 };

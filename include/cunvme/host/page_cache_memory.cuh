@@ -86,6 +86,8 @@ class page_cache_memory {
     view_.pages = pages;
     view_.slots = static_cast<std::uint32_t>(slots);
     view_.page_shift = shift;
+    view_.nsid = ns.nsid;
+    view_.blocks_per_page = static_cast<std::uint32_t>(page_bytes / ns.block_bytes());
     host_view_ = bind(reinterpret_cast<unsigned char*>(bookkeeping_.data()), reinterpret_cast<unsigned char*>(data_.data()));
   }
 
