@@ -156,8 +156,9 @@ TEST_CASE_TEMPLATE("with far fewer slots than pages, random pages read by four t
   const auto counters = c.memory.counters();
   CHECK(counters.hits + counters.misses == threads * ops);
   CHECK(counters.fills == counters.misses);
-  CHECK(counters.evictions >= counters.fills - 16);
-  CHECK(counters.evictions > 0);
+  // The first 16 fills took the free slots; every later one evicted a page.
+  REQUIRE(counters.fills > 16);
+  CHECK(counters.evictions == counters.fills - 16);
   CHECK(counters.fill_failures == 0);
   // One command per fill, or as many as the split asks.
   const std::uint64_t blocks = S::page_bytes / S::block_bytes;
@@ -473,7 +474,8 @@ TEST_CASE("a write-back that fails on eviction reaches the missing thread and th
 }
 
 TEST_CASE("a miss finds no slot while every slot is held: cache_full after the queue's timeout") {
-  cache_rig c(4096, 2, small_config(), 300ms);
+  // 1 s: the fills of pages 0 and 1 must not time out on a loaded 2-core machine.
+  cache_rig c(4096, 2, small_config(), 1s);
   const cache_t cache = c.cache();
   cunvme::page_ref a(cache, 0, page_access::read), b(cache, 1, page_access::read);
   REQUIRE(a.ok());
@@ -483,7 +485,7 @@ TEST_CASE("a miss finds no slot while every slot is held: cache_full after the q
   const auto waited = std::chrono::steady_clock::now() - start;
   CHECK(p.result.error == io_error::cache_full);
   CHECK(p.data == nullptr);
-  CHECK(waited >= 300ms);
+  CHECK(waited >= 1s);
   CHECK(waited < 10s);
   CHECK(std::string(cunvme::to_string(io_error::cache_full)).find("slot") != std::string::npos);
   CHECK(page_word::state(c.memory.page_entry(2)) == page_state::invalid);
