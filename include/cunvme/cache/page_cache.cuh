@@ -232,7 +232,7 @@ class page_cache {
         owner.store(slot_owner::retired, cuda::std::memory_order_relaxed);
         count(c_.counters->retired_slots);
       } else {
-        owner.store(slot_owner::free, cuda::std::memory_order_release);
+        owner.store(slot_owner::empty, cuda::std::memory_order_release);
       }
       word.store(page_word::make(page_state::invalid), cuda::std::memory_order_release);
       return {r, nullptr};
@@ -267,7 +267,7 @@ class page_cache {
         }
         bookkeeping_word<cuda::std::uint64_t> owner(c_.owners[s]);
         cuda::std::uint64_t held = owner.load(cuda::std::memory_order_acquire);
-        if (held == slot_owner::free) {
+        if (held == slot_owner::empty) {
           if (owner.compare_exchange_strong(held, slot_owner::claimed, cuda::std::memory_order_acquire, cuda::std::memory_order_relaxed)) {
             slot = s;
             return io_result{};

@@ -71,13 +71,13 @@ static_assert(make(page_state::invalid) == 0, "a zeroed table is a table of inva
 
 /// What a slot's owner word holds: the page it holds plus one, or one of these.
 namespace slot_owner {
-inline constexpr cuda::std::uint64_t free = 0;                  ///< never held a page, or its fill failed
+inline constexpr cuda::std::uint64_t empty = 0;                 ///< never held a page, or its fill failed
 inline constexpr cuda::std::uint64_t claimed = ~0ull;           ///< a thread is evicting from or filling it
 inline constexpr cuda::std::uint64_t retired = ~0ull - 1;       ///< a fill into it timed out: the controller may still
                                                                 ///< write it, so it is never handed out again
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint64_t of_page(cuda::std::uint64_t page) noexcept { return page + 1; }
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr bool holds_page(cuda::std::uint64_t owner) noexcept {
-  return owner != free && owner != claimed && owner != retired;
+  return owner != empty && owner != claimed && owner != retired;
 }
 }  // namespace slot_owner
 

@@ -23,6 +23,9 @@ CUNVME_NAMESPACE_BEGIN
 namespace host {
 
 /// A page cache's memory: `slots` pages of `page_bytes` each over the namespace `ns` addresses.
+/// Page p is blocks [p × blocks per page, (p + 1) × blocks per page); blocks at the namespace's
+/// end that do not fill a whole page are not covered. The page table takes 8 bytes per page of
+/// the namespace (2 MiB for 1 GiB of 4 KiB pages).
 ///
 /// ```
 /// cunvme::host::io_queue q(*ctrl, 256);
