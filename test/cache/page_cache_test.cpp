@@ -473,6 +473,52 @@ TEST_CASE("a write-back that fails on eviction reaches the missing thread and th
   CHECK(back == v);
 }
 
+TEST_CASE("flush leaves a dirty page a thread holds for later, and writes it once released") {
+  cache_rig c(4096, 4);
+  const cache_t cache = c.cache();
+  const std::uint64_t v = 0x0bad'cafe'f00d'0001ull;
+  {
+    cunvme::page_ref held(cache, 3, page_access::write);
+    REQUIRE(held.ok());
+    std::memcpy(held.data(), &v, 8);
+    REQUIRE(cache.flush().ok());
+    CHECK(page_word::dirty(c.memory.page_entry(3)));
+    CHECK(c.memory.counters().write_backs == 0);
+  }
+  REQUIRE(cache.flush().ok());
+  CHECK_FALSE(page_word::dirty(c.memory.page_entry(3)));
+  CHECK(c.memory.counters().write_backs == 1);
+  auto buffer = c.r.ctrl->memory().allocate(4096);
+  reader_of<slots::multi_producer, completion::cooperative, doorbell::mmio> raw(c.q.view(), c.ns);
+  REQUIRE(raw.read(3 * 8, 8, contiguous_of(buffer), 0).ok());
+  std::uint64_t on_disk = 0;
+  std::memcpy(&on_disk, buffer.data(), 8);
+  CHECK(on_disk == v);
+}
+
+TEST_CASE("a write-back that fails in flush is returned, the page stays dirty, and the next flush writes it") {
+  emu::fault_rule fault;
+  fault.status = spec::status::write_fault;
+  fault.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::write);
+  fault.nth = 1;
+  cache_rig c(4096, 4, with_rule(fault));
+  const cache_t cache = c.cache();
+  const std::uint64_t v = 42;
+  REQUIRE(cache.write(5 * 4096, 8, &v).ok());
+  const io_result first = cache.flush();
+  CHECK(first.error == io_error::nvme_status);
+  CHECK(first.status == spec::status::write_fault);
+  CHECK(first.lba == 40);
+  CHECK(first.blocks == 8);
+  CHECK(page_word::dirty(c.memory.page_entry(5)));
+  CHECK(page_word::references(c.memory.page_entry(5)) == 0);
+  CHECK(cache.flush().ok());
+  CHECK_FALSE(page_word::dirty(c.memory.page_entry(5)));
+  const auto counters = c.memory.counters();
+  CHECK(counters.write_back_failures == 1);
+  CHECK(counters.write_backs == 1);
+}
+
 TEST_CASE("a miss finds no slot while every slot is held: cache_full after the queue's timeout") {
   // 1 s: the fills of pages 0 and 1 must not time out on a loaded 2-core machine.
   cache_rig c(4096, 2, small_config(), 1s);
