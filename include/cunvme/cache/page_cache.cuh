@@ -218,7 +218,8 @@ class page_cache {
     count(c_.counters->misses);
     cuda::std::uint32_t slot = 0;
     if (const io_result r = take_slot(page, slot); !r.ok()) {
-      // Release: waiters that now fill it themselves start from a word no one else holds.
+      // No slot was held and no command sent: the word goes back as it was, and a waiter
+      // (whose acquire on INVALID pairs with this release, as with every INVALID) fills it itself.
       word.store(page_word::make(page_state::invalid), cuda::std::memory_order_release);
       return {r, nullptr};
     }
@@ -227,7 +228,8 @@ class page_cache {
     if (!r.ok()) {
       count(c_.counters->fill_failures);
       // A read that timed out was abandoned, not cancelled: the controller may still write the
-      // slot, so it must never hold another page. Any other failure completed, so the slot is free.
+      // slot, so it must never hold another page. Any other failure completed (or sent nothing),
+      // so the slot is free; release, so the next claimer's acquire orders its read after this one's.
       if (r.error == io_error::timeout) {
         owner.store(slot_owner::retired, cuda::std::memory_order_relaxed);
         count(c_.counters->retired_slots);
