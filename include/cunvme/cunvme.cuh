@@ -6,6 +6,7 @@
 //   policy/  small composable types: SQ slots, completion, doorbells, PRP build/walk, CIDs,
 //            thread groups, the queue pair's shared state (queue_view)
 //   io/      readers and writers over a queue pair and a namespace, io_result
+//   cache/   a page cache over one namespace, on the readers and writers
 // Host bring-up (`host/`), the emulator (`emu/`) and the stream-ordered façade
 // (`facade/`) are included on their own: they need the host toolchain's headers.
 #pragma once
@@ -29,3 +30,6 @@
 #include <cunvme/io/io_result.cuh>
 #include <cunvme/io/namespace_view.cuh>
 #include <cunvme/io/reader.cuh>
+
+#include <cunvme/cache/page_cache.cuh>
+#include <cunvme/cache/page_table.cuh>

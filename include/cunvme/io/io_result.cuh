@@ -25,6 +25,8 @@ enum class io_error : cuda::std::uint8_t {
   doorbell_unusable,        ///< the doorbell policy needs what the queue lacks (shadow doorbell slots)
   metadata_unsupported,     ///< the namespace keeps metadata in a separate buffer (MPTR), which readers and writers do not
                             ///< supply, or has end-to-end protection information enabled: use host::queue_pair's metadata overloads
+  cache_full,               ///< a page cache found no slot it could take within the timeout: every slot stayed held
+                            ///< (referenced, or being filled) — hold fewer pages at once or give the cache more slots
 };
 
 /// Names for `io_error`, for messages.
@@ -41,6 +43,7 @@ enum class io_error : cuda::std::uint8_t {
     case io_error::prp_list_too_small: return "PRP list memory too small";
     case io_error::doorbell_unusable: return "doorbell policy unusable on this queue";
     case io_error::metadata_unsupported: return "namespace needs a separate metadata buffer or protection information handling";
+    case io_error::cache_full: return "no page cache slot could be taken within the timeout (every slot held)";
   }
   return "unknown io_error";
 }

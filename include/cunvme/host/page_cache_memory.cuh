@@ -1,0 +1,149 @@
+// The memory of a page cache over one namespace, owned on the host: the page table, the slots'
+// owner words and clock bits, the counters and the slots' bytes, all from the controller's DMA
+// memory (the slots because the controller reads into and writes from them; the bookkeeping
+// beside them so one allocation serves CPU threads and, where the controller was opened with
+// `gpu_reach()`, GPU threads). `view()` and `device_view()` are what `page_cache` takes.
+#pragma once
+
+#include <cunvme/cache/page_table.cuh>
+#include <cunvme/config.cuh>
+#include <cunvme/detail/checked.cuh>
+#include <cunvme/host/controller.cuh>
+#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/io/namespace_view.cuh>
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+CUNVME_NAMESPACE_BEGIN
+namespace host {
+
+/// A page cache's memory: `slots` pages of `page_bytes` each over the namespace `ns` addresses.
+/// Page p is blocks [p × blocks per page, (p + 1) × blocks per page); blocks at the namespace's
+/// end that do not fill a whole page are not covered. The page table takes 8 bytes per page of
+/// the namespace (2 MiB for 1 GiB of 4 KiB pages).
+///
+/// ```
+/// cunvme::host::io_queue q(*ctrl, 256);
+/// cunvme::host::page_cache_memory memory(*ctrl, q.namespace_view(1), 4096, 1024);   // 4 MiB of slots
+/// using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+/// cunvme::page_cache<queue, cunvme::doorbell::mmio> cache(memory.view(), q.view(), q.namespace_view(1));
+/// std::uint64_t x;
+/// cunvme::io_result r = cache.read(8 * 1000, 8, &x);   // CPU threads; kernels take device_view()
+/// ```
+class page_cache_memory {
+ public:
+  /// Throws `host::error` where the cache cannot exist: a page size that is not a power of two
+  /// from 4 KiB to 64 KiB or not a whole number of the namespace's blocks, a namespace readers
+  /// cannot address (separate metadata, protection information), no slots, more slots than the
+  /// namespace has pages (a larger cache holds nothing more) or than the slot field indexes,
+  /// sizes that do not fit memory, or DMA memory that cannot be had.
+  page_cache_memory(controller& ctrl, const cunvme::namespace_view& ns, std::uint64_t page_bytes, std::uint64_t slots)
+      : device_(ctrl.name()) {
+    const std::string what = "Create page cache";
+    if (page_bytes == 0 || (page_bytes & (page_bytes - 1)) != 0) {
+      throw error(what, device_, "the page size " + std::to_string(page_bytes) + " is not a power of two");
+    }
+    const unsigned shift = static_cast<unsigned>(std::countr_zero(page_bytes));
+    if (shift < min_cache_page_shift || shift > max_cache_page_shift) {
+      throw error(what, device_, "the page size " + std::to_string(page_bytes) + " is outside 4 KiB..64 KiB");
+    }
+    if (!ns.transferable()) {
+      throw error(what, device_, "namespace " + std::to_string(ns.nsid) + " keeps separate metadata or protection information, which readers do not handle");
+    }
+    if (ns.block_bytes() > page_bytes || page_bytes % ns.block_bytes() != 0) {
+      throw error(what, device_, "the page size " + std::to_string(page_bytes) + " is not a whole number of namespace " + std::to_string(ns.nsid) +
+                                     "'s " + std::to_string(ns.block_bytes()) + "-byte blocks");
+    }
+    if (slots == 0) throw error(what, device_, "a cache needs at least one slot");
+    const std::uint64_t pages = ns.lba_count / (page_bytes / ns.block_bytes());
+    if (slots > pages) {
+      throw error(what, device_, std::to_string(slots) + " slots are more than namespace " + std::to_string(ns.nsid) + "'s " + std::to_string(pages) +
+                                     " pages of " + std::to_string(page_bytes) + " bytes");
+    }
+    if (slots > page_word::max_slots) {
+      throw error(what, device_, std::to_string(slots) + " slots are more than a page word indexes (" + std::to_string(page_word::max_slots) + ")");
+    }
+    std::uint64_t data_bytes = 0;
+    if (cunvme::detail::mul_overflows(slots, page_bytes, data_bytes) || data_bytes > ~std::size_t{0}) {
+      throw error(what, device_, std::to_string(slots) + " slots of " + std::to_string(page_bytes) + " bytes do not fit the address space");
+    }
+    // Aligned to the controller page at least, so every page of the slots is one PRP entry.
+    data_ = ctrl.memory().allocate(static_cast<std::size_t>(data_bytes), ctrl.page_bytes());
+    const std::size_t data_page = data_.page_size();
+    if (data_page < ctrl.page_bytes() || (data_page & (data_page - 1)) != 0) {
+      throw error(what, device_, "the slots' memory comes in " + std::to_string(data_page) + "-byte pages, smaller than the controller's " +
+                                     std::to_string(ctrl.page_bytes()));
+    }
+    page_cache_layout layout;
+    if (!page_cache_layout::of(pages, slots, data_.pages().size(), layout)) {
+      throw error(what, device_, "a page table of " + std::to_string(pages) + " pages does not fit the address space");
+    }
+    bookkeeping_ = ctrl.memory().allocate(layout.bytes);  // zeroed: every page INVALID, every slot free
+    std::memcpy(bookkeeping_.data() + layout.bus_pages_at, data_.pages().data(), data_.pages().size() * 8);
+    layout_ = layout;
+    view_.pages = pages;
+    view_.slots = static_cast<std::uint32_t>(slots);
+    view_.page_shift = shift;
+    view_.nsid = ns.nsid;
+    view_.blocks_per_page = static_cast<std::uint32_t>(page_bytes / ns.block_bytes());
+    host_view_ = bind(reinterpret_cast<unsigned char*>(bookkeeping_.data()), reinterpret_cast<unsigned char*>(data_.data()));
+  }
+
+  /// The cache as CPU threads address it.
+  [[nodiscard]] const page_cache_view& view() const noexcept { return host_view_; }
+
+  /// The cache as GPU threads address it; throws `host::error` where its memory is not mapped
+  /// for the GPU (open the controller with `gpu_reach()`).
+  [[nodiscard]] page_cache_view device_view() const {
+    if (bookkeeping_.device_data() == nullptr || data_.device_data() == nullptr) {
+      throw error("Page cache for GPU threads", device_, "its memory is not mapped for the GPU: open the controller with gpu_reach()");
+    }
+    return bind(static_cast<unsigned char*>(bookkeeping_.device_data()), static_cast<unsigned char*>(data_.device_data()));
+  }
+
+  /// A snapshot of the counters; exact while no thread uses the cache.
+  [[nodiscard]] page_cache_counters counters() const {
+    page_cache_counters c;
+    std::memcpy(&c, host_view_.counters, sizeof c);
+    return c;
+  }
+
+  /// A snapshot of `page`'s table word (decode it with `page_word::`); throws `host::error`
+  /// for a page past the namespace's.
+  [[nodiscard]] std::uint64_t page_entry(std::uint64_t page) const {
+    if (page >= host_view_.pages) throw error("Read page cache entry", device_, "page " + std::to_string(page) + " is past the last (" + std::to_string(host_view_.pages) + ")");
+    return bookkeeping_word<std::uint64_t>(host_view_.table[page]).load(cuda::std::memory_order_acquire);
+  }
+
+  /// A snapshot of `slot`'s owner word (`slot_owner::`); throws `host::error` past the last slot.
+  [[nodiscard]] std::uint64_t slot_entry(std::uint32_t slot) const {
+    if (slot >= host_view_.slots) throw error("Read page cache slot", device_, "slot " + std::to_string(slot) + " is past the last (" + std::to_string(host_view_.slots) + ")");
+    return bookkeeping_word<std::uint64_t>(host_view_.owners[slot]).load(cuda::std::memory_order_acquire);
+  }
+
+ private:
+  /// The view with its pointers into `bookkeeping` and `data` as one side addresses them.
+  [[nodiscard]] page_cache_view bind(unsigned char* bookkeeping, unsigned char* data) const noexcept {
+    page_cache_view v = view_;
+    layout_.bind(v, bookkeeping);
+    v.data = data;
+    v.data_bus = prp::page_list{reinterpret_cast<const std::uint64_t*>(bookkeeping + layout_.bus_pages_at),
+                                static_cast<unsigned>(std::countr_zero(data_.page_size()))};
+    return v;
+  }
+
+  std::string device_;
+  dma_buffer data_;
+  dma_buffer bookkeeping_;
+  page_cache_layout layout_{};
+  page_cache_view view_{};       // sizes only
+  page_cache_view host_view_{};
+};
+
+}  // namespace host
+CUNVME_NAMESPACE_END

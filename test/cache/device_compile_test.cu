@@ -1,0 +1,67 @@
+// The page cache's device side — acquire, release, page_ref, read, write and flush — compiled
+// for the device (sm_80 and sm_90 by the build's -gencode flags) with two queue compositions.
+// Building this file is the test; running it checks on the host that each kernel got code for
+// this GPU architecture list. No GPU runs it here: the cache's behaviour is tested on CPU threads
+// (page_cache_test.cpp) through the same code.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <cunvme/cache/page_cache.cuh>
+#include <cunvme/io/reader.cuh>
+
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+namespace {
+
+using namespace cunvme;
+
+/// Each thread takes a page for writing and marks it, reads and writes a word through the
+/// cache, holds another page by page_ref, and thread 0 flushes.
+template <class Cache>
+__global__ void use_cache(Cache cache, cuda::std::uint64_t* sums, io_result* out) {
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  const cuda::std::uint64_t page = t % cache.pages();
+  io_result first{};
+  const cached_page p = cache.acquire(page, page_access::write);
+  if (p.ok()) {
+    p.data[t % cache.page_bytes()] = static_cast<unsigned char>(t);
+    cache.release(page);
+  } else {
+    first = p.result;
+  }
+  cuda::std::uint64_t value = 0;
+  const io_result r = cache.read(page * cache.page_bytes() + 8, sizeof value, &value);
+  const io_result w = cache.write(page * cache.page_bytes() + 16, sizeof value, &value);
+  {
+    page_ref held(cache, (page + 1) % cache.pages(), page_access::read);
+    if (held.ok()) sums[t] = value + held.data()[0];
+    else if (first.ok()) first = held.result();
+  }
+  if (first.ok()) first = !r ? r : w;
+  if (t == 0 && first.ok()) first = cache.flush();
+  out[t] = first;
+}
+
+template <class Slots, class Completion, class Doorbell>
+const void* instantiate() {
+  return reinterpret_cast<const void*>(&use_cache<page_cache<queue<Slots, Completion>, Doorbell>>);
+}
+
+}  // namespace
+
+TEST_CASE("the page cache compiles for the device with a shared queue, cooperative or polled, MMIO or coalesced shadow doorbells") {
+  const void* kernels[] = {
+      instantiate<slots::multi_producer, completion::cooperative, doorbell::mmio>(),
+      instantiate<slots::warp_aggregated, completion::dedicated_poller, doorbell::coalescing<doorbell::shadow>>(),
+  };
+  for (const void* k : kernels) CHECK(k != nullptr);
+}
+
+TEST_CASE("a page cache is trivially copyable, so kernels take it by value") {
+  using cache = page_cache<queue<slots::multi_producer, completion::cooperative>, doorbell::mmio>;
+  CHECK(std::is_trivially_copyable_v<cache>);
+  CHECK(std::is_trivially_copyable_v<page_cache_view>);
+  CHECK(std::is_trivially_copyable_v<cached_page>);
+}
