@@ -2,6 +2,7 @@
 // check data, against the emulator on host threads, with queues and data in each memory tier.
 // Skipped (exit 77) without a GPU.
 #define DOCTEST_CONFIG_IMPLEMENT
+#include <cunvme/cache/page_cache.cuh>
 #include <cunvme/facade/copy.cuh>
 #include <cunvme/policy/device_group.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
@@ -10,6 +11,7 @@
 #include <cunvme/host/gpu_dma_buf.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/host/gpu_reach.cuh>
+#include <cunvme/host/page_cache_memory.cuh>
 #include <cunvme/io/reader.cuh>
 
 #include "../pattern.hpp"
@@ -137,6 +139,41 @@ struct grid_poller {
 };
 
 // ---- kernels ---------------------------------------------------------------------------------
+
+// ---- the page cache at grid scale ----------------------------------------------------------------
+
+using cache_queue = queue<slots::multi_producer, completion::cooperative>;
+using gpu_cache = page_cache<cache_queue, doorbell::mmio>;
+
+/// Each thread reads `reads` random words through the cache — of `hot` pages when non-zero,
+/// else of the cache's whole namespace — and checks each against the namespace's bytes.
+__global__ void cache_reads(gpu_cache c, unsigned reads, std::uint64_t hot, std::uint64_t seed, tally* t) {
+  const std::uint64_t thread = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  std::uint64_t x = mix(seed ^ (thread + 1));
+  for (unsigned i = 0; i < reads; ++i) {
+    x = mix(x + i);
+    const std::uint64_t page = x % (hot != 0 ? hot : c.pages());
+    const std::uint64_t offset = page * c.page_bytes() + ((x >> 32) % (c.page_bytes() / 8)) * 8;
+    std::uint64_t v = 0;
+    const io_result r = c.read(offset, sizeof v, &v);
+    account(r, t);
+    if (r.ok() && v != word_at(offset)) count(t->mismatched);
+  }
+}
+
+/// Thread i writes a word of its own (`mix` of its offset) through the cache, spread over
+/// every page; then reads it back through the cache.
+__global__ void cache_writes(gpu_cache c, std::uint64_t stride, tally* t) {
+  const std::uint64_t thread = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const std::uint64_t offset = thread * stride;
+  const std::uint64_t mine = mix(offset) | 1;
+  account(c.write(offset, sizeof mine, &mine), t);
+  std::uint64_t back = 0;
+  if (c.read(offset, sizeof back, &back).ok() && back != mine) count(t->mismatched);
+}
+
+__global__ void cache_flush(gpu_cache c, io_result* out) { *out = c.flush(); }
+
 
 /// Each thread's slice of the data buffer: 8 blocks and room for a 60-byte offset.
 constexpr std::uint64_t slice_bytes = 4096 + 64;
@@ -936,6 +973,78 @@ TEST_CASE("a registered buffer freed before deregister_buffer is refused, never 
     MESSAGE("the allocator did not reuse the freed range: the stale registration is not exercised here");
   }
   cudaFree(b);
+}
+
+
+TEST_CASE("GPU threads read random words through a cache 1/16 of the namespace: every word verified, pages evicted and refilled") {
+  gpu_rig rig(tier::host_queues_host_data);
+  auto q = rig.queue(1024);
+  const namespace_view ns = q->namespace_view(1);
+  host::page_cache_memory memory(*rig.ctrl, ns, 4096, 1024);  // 4 MiB of slots over 64 MiB
+  const gpu_cache c(memory.device_view(), q->view(), ns);
+  constexpr unsigned blocks = 64, threads = 128, reads = 16;
+  run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
+    cache_reads<<<blocks, threads, 0, s>>>(c, reads, 0, 7, rig.counts);
+  });
+  CHECK(rig.counts->ok == std::uint64_t{blocks} * threads * reads);
+  CHECK(rig.counts->failed == 0);
+  CHECK(rig.counts->mismatched == 0);
+  const page_cache_counters n = memory.counters();
+  CHECK(n.fills == n.misses);
+  CHECK(n.evictions > 0);
+  CHECK(n.fill_failures == 0);
+  CHECK(q->cids_in_use() == 0);
+  MESSAGE(n.hits << " hits, " << n.misses << " misses, " << n.evictions << " evictions, " << n.coalesced_waits << " coalesced waits");
+}
+
+TEST_CASE("the whole grid hammering eight pages reads each once; every other access is a hit") {
+  gpu_rig rig(tier::host_queues_host_data);
+  auto q = rig.queue(1024);
+  const namespace_view ns = q->namespace_view(1);
+  host::page_cache_memory memory(*rig.ctrl, ns, 16384, 64);
+  const gpu_cache c(memory.device_view(), q->view(), ns);
+  constexpr unsigned blocks = 132, threads = 256, reads = 8;
+  run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
+    cache_reads<<<blocks, threads, 0, s>>>(c, reads, 8, 11, rig.counts);
+  });
+  CHECK(rig.counts->ok == std::uint64_t{blocks} * threads * reads);
+  CHECK(rig.counts->mismatched == 0);
+  const page_cache_counters n = memory.counters();
+  CHECK(n.misses == 8);
+  CHECK(n.fills == 8);
+  CHECK(n.evictions == 0);
+  CHECK(n.hits == std::uint64_t{blocks} * threads * reads - 8);
+}
+
+TEST_CASE("words written through the cache by every GPU thread reach the namespace after a flush from the GPU") {
+  gpu_rig rig(tier::host_queues_host_data);
+  auto q = rig.queue(1024);
+  const namespace_view ns = q->namespace_view(1);
+  host::page_cache_memory memory(*rig.ctrl, ns, 4096, 256);
+  const gpu_cache c(memory.device_view(), q->view(), ns);
+  constexpr unsigned blocks = 32, threads = 128;
+  constexpr std::uint64_t stride = 4096 + 8;  // one word in each page, at a different place in each
+  io_result* flushed = nullptr;
+  REQUIRE_CUDA(cudaHostAlloc(&flushed, sizeof *flushed, cudaHostAllocMapped));
+  *flushed = io_result::failure(io_error::invalid_request, 0, 0);
+  run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
+    cache_writes<<<blocks, threads, 0, s>>>(c, stride, rig.counts);
+    cache_flush<<<1, 1, 0, s>>>(c, flushed);
+  });
+  CHECK(rig.counts->ok == std::uint64_t{blocks} * threads);
+  CHECK(rig.counts->mismatched == 0);
+  CHECK(flushed->ok());
+  const page_cache_counters n = memory.counters();
+  CHECK(n.evictions > 0);  // 4096 pages written through 256 slots: most went back by eviction
+  auto& store = rig.emulator->store(1);
+  std::uint64_t wrong = 0;
+  for (std::uint64_t t = 0; t < std::uint64_t{blocks} * threads; ++t) {
+    std::uint64_t v = 0;
+    store.read(t * stride, &v, sizeof v);
+    wrong += v != (mix(t * stride) | 1);
+  }
+  CHECK(wrong == 0);
+  cudaFreeHost(flushed);
 }
 
 TEST_CASE("a copy that timed out keeps its buffer mapped while copies run, then Abort or a reset frees it and copies work again") {
