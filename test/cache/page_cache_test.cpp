@@ -601,3 +601,33 @@ TEST_CASE("the view for GPU threads is refused where the cache's memory is not m
   }
   CHECK(c.memory.view().data != nullptr);
 }
+
+TEST_CASE("a cache whose bookkeeping lies where the host cannot address it refuses CPU threads and reads its state through copy_out") {
+  rig r(small_config());
+  r.fill();
+  host::io_queue q(*r.ctrl, 64);
+  // Stands in for GPU memory: no host address, a "device" address the copy hooks reach.
+  std::vector<std::unique_ptr<unsigned char[]>> blocks;
+  std::uint64_t copied_in = 0, copied_out = 0;
+  host::io_queue_memory elsewhere;
+  elsewhere.bookkeeping = [&](std::size_t bytes) {
+    blocks.push_back(std::make_unique<unsigned char[]>(bytes));  // value-initialized: zeroed
+    return host::dma_buffer(nullptr, blocks.back().get(), bytes, 4096, {}, host::memory_location::gpu, [] {});
+  };
+  elsewhere.copy_in = [&](void* to, const void* from, std::size_t bytes) {
+    std::memcpy(to, from, bytes);
+    copied_in += bytes;
+  };
+  elsewhere.copy_out = [&](void* to, const void* from, std::size_t bytes) {
+    std::memcpy(to, from, bytes);
+    copied_out += bytes;
+  };
+  host::page_cache_memory memory(*r.ctrl, q.namespace_view(1), 4096, 8, elsewhere);
+  CHECK(copied_in > 0);  // the slots' bus addresses went in through copy_in
+  CHECK_THROWS_WITH_AS((void)memory.view(), doctest::Contains("GPU memory"), host::error);
+  CHECK(memory.counters().misses == 0);
+  CHECK(page_word::state(memory.page_entry(3)) == page_state::invalid);
+  CHECK(memory.slot_entry(7) == slot_owner::empty);
+  CHECK(copied_out > 0);
+  CHECK_THROWS_AS((void)memory.page_entry(std::uint64_t{1} << 40), host::error);
+}

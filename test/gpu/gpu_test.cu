@@ -980,7 +980,7 @@ TEST_CASE("GPU threads read random words through a cache 1/16 of the namespace: 
   gpu_rig rig(tier::host_queues_host_data);
   auto q = rig.queue(1024);
   const namespace_view ns = q->namespace_view(1);
-  host::page_cache_memory memory(*rig.ctrl, ns, 4096, 1024);  // 4 MiB of slots over 64 MiB
+  host::page_cache_memory memory(*rig.ctrl, ns, 4096, 1024, host::gpu_bookkeeping(*rig.ctrl, rig.t));  // 4 MiB of slots over 64 MiB
   const gpu_cache c(memory.device_view(), q->view(), ns);
   constexpr unsigned blocks = 64, threads = 128, reads = 16;
   run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
@@ -1001,7 +1001,7 @@ TEST_CASE("the whole grid hammering eight pages reads each once; every other acc
   gpu_rig rig(tier::host_queues_host_data);
   auto q = rig.queue(1024);
   const namespace_view ns = q->namespace_view(1);
-  host::page_cache_memory memory(*rig.ctrl, ns, 16384, 64);
+  host::page_cache_memory memory(*rig.ctrl, ns, 16384, 64, host::gpu_bookkeeping(*rig.ctrl, rig.t));
   const gpu_cache c(memory.device_view(), q->view(), ns);
   constexpr unsigned blocks = 132, threads = 256, reads = 8;
   run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
@@ -1020,7 +1020,7 @@ TEST_CASE("words written through the cache by every GPU thread reach the namespa
   gpu_rig rig(tier::host_queues_host_data);
   auto q = rig.queue(1024);
   const namespace_view ns = q->namespace_view(1);
-  host::page_cache_memory memory(*rig.ctrl, ns, 4096, 256);
+  host::page_cache_memory memory(*rig.ctrl, ns, 4096, 256, host::gpu_bookkeeping(*rig.ctrl, rig.t));
   const gpu_cache c(memory.device_view(), q->view(), ns);
   constexpr unsigned blocks = 32, threads = 128;
   constexpr std::uint64_t stride = 4096 + 8;  // one word in each page, at a different place in each

@@ -1,8 +1,11 @@
 // The memory of a page cache over one namespace, owned on the host: the page table, the slots'
-// owner words and clock bits, the counters and the slots' bytes, all from the controller's DMA
-// memory (the slots because the controller reads into and writes from them; the bookkeeping
-// beside them so one allocation serves CPU threads and, where the controller was opened with
-// `gpu_reach()`, GPU threads). `view()` and `device_view()` are what `page_cache` takes.
+// owner words and clock bits, the counters and the slots' bytes. The slots come from the
+// controller's DMA memory (it reads into and writes from them); the bookkeeping by default
+// beside them, so one allocation serves CPU threads and, where the controller was opened with
+// `gpu_reach()`, GPU threads — or, for kernels, from GPU memory (`gpu_bookkeeping`): a grid's
+// lookups, clock sweeps and reference counts are then atomics in the GPU's L2, not round trips
+// over PCIe that starve the cache's own I/O. `view()` and `device_view()` are what
+// `page_cache` takes.
 #pragma once
 
 #include <cunvme/cache/page_table.cuh>
@@ -11,12 +14,14 @@
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
+#include <cunvme/host/queue_memory.cuh>
 #include <cunvme/io/namespace_view.cuh>
 
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 
 CUNVME_NAMESPACE_BEGIN
@@ -41,9 +46,12 @@ class page_cache_memory {
   /// from 4 KiB to 64 KiB or not a whole number of the namespace's blocks, a namespace readers
   /// cannot address (separate metadata, protection information), no slots, more slots than the
   /// namespace has pages (a larger cache holds nothing more) or than the slot field indexes,
-  /// sizes that do not fit memory, or DMA memory that cannot be had.
-  page_cache_memory(controller& ctrl, const cunvme::namespace_view& ns, std::uint64_t page_bytes, std::uint64_t slots)
-      : device_(ctrl.name()) {
+  /// sizes that do not fit memory, or DMA memory that cannot be had. `bookkeeping`: where the
+  /// page table, owners, clock bits and counters go (`io_queue_memory::bookkeeping`, with its
+  /// `copy_in`/`copy_out` where the host cannot address it); empty: the controller's DMA memory.
+  page_cache_memory(controller& ctrl, const cunvme::namespace_view& ns, std::uint64_t page_bytes, std::uint64_t slots,
+                    io_queue_memory bookkeeping = {})
+      : device_(ctrl.name()), copy_in_(std::move(bookkeeping.copy_in)), copy_out_(std::move(bookkeeping.copy_out)) {
     const std::string what = "Create page cache";
     if (page_bytes == 0 || (page_bytes & (page_bytes - 1)) != 0) {
       throw error(what, device_, "the page size " + std::to_string(page_bytes) + " is not a power of two");
@@ -83,19 +91,31 @@ class page_cache_memory {
     if (!page_cache_layout::of(pages, slots, data_.pages().size(), layout)) {
       throw error(what, device_, "a page table of " + std::to_string(pages) + " pages does not fit the address space");
     }
-    bookkeeping_ = ctrl.memory().allocate(layout.bytes);  // zeroed: every page INVALID, every slot free
-    std::memcpy(bookkeeping_.data() + layout.bus_pages_at, data_.pages().data(), data_.pages().size() * 8);
+    // Zeroed: every page INVALID, every slot free.
+    bookkeeping_ = bookkeeping.bookkeeping ? bookkeeping.bookkeeping(layout.bytes) : ctrl.memory().allocate(layout.bytes);
+    if (bookkeeping_.size() < layout.bytes) {
+      throw error(what, device_, "the bookkeeping allocator gave " + std::to_string(bookkeeping_.size()) + " bytes for " + std::to_string(layout.bytes));
+    }
+    write_bookkeeping(layout.bus_pages_at, data_.pages().data(), data_.pages().size() * 8);
     layout_ = layout;
     view_.pages = pages;
     view_.slots = static_cast<std::uint32_t>(slots);
     view_.page_shift = shift;
     view_.nsid = ns.nsid;
     view_.blocks_per_page = static_cast<std::uint32_t>(page_bytes / ns.block_bytes());
-    host_view_ = bind(reinterpret_cast<unsigned char*>(bookkeeping_.data()), reinterpret_cast<unsigned char*>(data_.data()));
+    if (bookkeeping_.data() != nullptr) {
+      host_view_ = bind(reinterpret_cast<unsigned char*>(bookkeeping_.data()), reinterpret_cast<unsigned char*>(data_.data()));
+    }
   }
 
-  /// The cache as CPU threads address it.
-  [[nodiscard]] const page_cache_view& view() const noexcept { return host_view_; }
+  /// The cache as CPU threads address it; throws `host::error` where its bookkeeping lies in
+  /// memory only GPU threads address.
+  [[nodiscard]] const page_cache_view& view() const {
+    if (host_view_.table == nullptr) {
+      throw error("Page cache for CPU threads", device_, "its bookkeeping is in GPU memory: CPU threads cannot use this cache");
+    }
+    return host_view_;
+  }
 
   /// The cache as GPU threads address it; throws `host::error` where its memory is not mapped
   /// for the GPU (open the controller with `gpu_reach()`).
@@ -109,24 +129,50 @@ class page_cache_memory {
   /// A snapshot of the counters; exact while no thread uses the cache.
   [[nodiscard]] page_cache_counters counters() const {
     page_cache_counters c;
-    std::memcpy(&c, host_view_.counters, sizeof c);
+    read_bookkeeping(&c, 0, sizeof c);
     return c;
   }
 
   /// A snapshot of `page`'s table word (decode it with `page_word::`); throws `host::error`
   /// for a page past the namespace's.
   [[nodiscard]] std::uint64_t page_entry(std::uint64_t page) const {
-    if (page >= host_view_.pages) throw error("Read page cache entry", device_, "page " + std::to_string(page) + " is past the last (" + std::to_string(host_view_.pages) + ")");
-    return bookkeeping_word<std::uint64_t>(host_view_.table[page]).load(cuda::std::memory_order_acquire);
+    if (page >= view_.pages) throw error("Read page cache entry", device_, "page " + std::to_string(page) + " is past the last (" + std::to_string(view_.pages) + ")");
+    if (host_view_.table != nullptr) return bookkeeping_word<std::uint64_t>(host_view_.table[page]).load(cuda::std::memory_order_acquire);
+    std::uint64_t w = 0;
+    read_bookkeeping(&w, layout_.table_at + page * 8, sizeof w);
+    return w;
   }
 
   /// A snapshot of `slot`'s owner word (`slot_owner::`); throws `host::error` past the last slot.
   [[nodiscard]] std::uint64_t slot_entry(std::uint32_t slot) const {
-    if (slot >= host_view_.slots) throw error("Read page cache slot", device_, "slot " + std::to_string(slot) + " is past the last (" + std::to_string(host_view_.slots) + ")");
-    return bookkeeping_word<std::uint64_t>(host_view_.owners[slot]).load(cuda::std::memory_order_acquire);
+    if (slot >= view_.slots) throw error("Read page cache slot", device_, "slot " + std::to_string(slot) + " is past the last (" + std::to_string(view_.slots) + ")");
+    if (host_view_.owners != nullptr) return bookkeeping_word<std::uint64_t>(host_view_.owners[slot]).load(cuda::std::memory_order_acquire);
+    std::uint64_t w = 0;
+    read_bookkeeping(&w, layout_.owners_at + std::uint64_t{slot} * 8, sizeof w);
+    return w;
   }
 
  private:
+  /// Bytes at `offset` of the bookkeeping, through `copy_out` where the host cannot address it.
+  void read_bookkeeping(void* to, std::size_t offset, std::size_t bytes) const {
+    if (bookkeeping_.data() != nullptr) {
+      std::memcpy(to, bookkeeping_.data() + offset, bytes);
+    } else if (copy_out_) {
+      copy_out_(to, static_cast<const unsigned char*>(bookkeeping_.device_data()) + offset, bytes);
+    } else {
+      throw error("Read page cache bookkeeping", device_, "it lies in memory the host cannot address and no copy_out was given");
+    }
+  }
+  void write_bookkeeping(std::size_t offset, const void* from, std::size_t bytes) const {
+    if (bookkeeping_.data() != nullptr) {
+      std::memcpy(bookkeeping_.data() + offset, from, bytes);
+    } else if (copy_in_) {
+      copy_in_(static_cast<unsigned char*>(bookkeeping_.device_data()) + offset, from, bytes);
+    } else {
+      throw error("Create page cache", device_, "its bookkeeping lies in memory the host cannot address and no copy_in was given");
+    }
+  }
+
   /// The view with its pointers into `bookkeeping` and `data` as one side addresses them.
   [[nodiscard]] page_cache_view bind(unsigned char* bookkeeping, unsigned char* data) const noexcept {
     page_cache_view v = view_;
@@ -142,7 +188,9 @@ class page_cache_memory {
   dma_buffer bookkeeping_;
   page_cache_layout layout_{};
   page_cache_view view_{};       // sizes only
-  page_cache_view host_view_{};
+  page_cache_view host_view_{};  // null pointers where the bookkeeping is GPU memory
+  std::function<void(void* to, const void* from, std::size_t bytes)> copy_in_;
+  std::function<void(void* to, const void* from, std::size_t bytes)> copy_out_;
 };
 
 }  // namespace host
