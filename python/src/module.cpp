@@ -122,7 +122,12 @@ struct array_bytes {
 /// "numpy.ndarray of dtype object", "list": what a caller passed, for messages.
 std::string python_type_name(nb::handle o) {
   std::string name = nb::type_name(o.type()).c_str();
-  if (nb::hasattr(o, "dtype")) name += " of dtype " + std::string(nb::str(o.attr("dtype")).c_str());
+  if (nb::hasattr(o, "dtype")) {
+    if (const nb::object dtype = nb::steal(PyObject_Str(o.attr("dtype").ptr())); dtype.is_valid() && nb::isinstance<nb::str>(dtype)) {
+      name += " of dtype " + nb::cast<std::string>(dtype);
+    }
+    PyErr_Clear();
+  }
   return name;
 }
 
@@ -188,8 +193,12 @@ array_bytes from_cuda_array_interface(nb::handle obj, const char* role, bool wri
 array_bytes from_ndarray(nb::handle obj, const char* role, bool writable) {
   nb::ndarray<> a;
   if (!nb::try_cast(obj, a)) {
+    // A refused import may leave the exporter's exception (numpy's BufferError) set.
+    PyErr_Clear();
     nb::ndarray<nb::ro> ro;
-    if (nb::try_cast(obj, ro)) {
+    const bool read_only = nb::try_cast(obj, ro);
+    PyErr_Clear();
+    if (read_only) {
       if (writable) throw nb::value_error((std::string(role) + " is read-only").c_str());
       a = nb::ndarray<>(ro.handle());
     } else {
