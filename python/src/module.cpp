@@ -324,6 +324,10 @@ class device {
   [[nodiscard]] std::uint32_t nsid() const { return nsid_; }
   [[nodiscard]] bool gpu() const { return gpu_ != nullptr; }
   [[nodiscard]] const std::string& gpu_unavailable() const { return gpu_reason_; }
+  [[nodiscard]] bool closed() const {
+    const std::shared_lock life(life_);
+    return ctrl_ == nullptr;
+  }
 
   [[nodiscard]] std::string name() {
     const std::shared_lock life(life_);
@@ -489,7 +493,10 @@ NB_MODULE(_cunvme, m) {
            "Blocks until the stream has run the copy; raises NvmeError (an NVMe status), IoError (a timeout or a refused "
            "request) or DeviceError (the kernel failed to run). May be called again: the same outcome.");
 
-  nb::class_<device>(m, "Device")
+  nb::class_<device>(m, "Device",
+                     "An NVMe controller and one of its namespaces (see the package's docstring). Device(uri='emu', nsid=1, "
+                     "timeout=10.0, gpu=None): gpu=None opens it for GPU threads where CUDA finds a GPU, False never, True or "
+                     "DeviceError.")
       .def(nb::init<const std::string&, std::uint32_t, double, std::optional<bool>>(), nb::arg("uri") = "emu", nb::arg("nsid") = 1,
            nb::arg("timeout") = 10.0, nb::arg("gpu").none() = nb::none())
       .def_prop_ro("block_size", &device::block_size, "Bytes per block in a caller's array (data, and metadata with extended LBAs).")
@@ -500,9 +507,20 @@ NB_MODULE(_cunvme, m) {
       .def_prop_ro("gpu_unavailable_reason", &device::gpu_unavailable, "Why there is no GPU path, or ''.")
       .def("info", &device::info, "Identify data: model, serial, firmware, MDTS and every namespace.")
       .def("read", &device::read, nb::arg("lba"), nb::arg("blocks"), nb::arg("out"), nb::arg("stream").none() = nb::none(),
-           nb::arg("sync") = false, nb::keep_alive<0, 1>())
+           nb::arg("sync") = false, nb::keep_alive<0, 1>(),
+           "Reads `blocks` blocks at `lba` into the first blocks * block_size bytes of `out` (C-contiguous, writable).\n\n"
+           "A host array (numpy, bytearray, memoryview): the host path, done on return; returns None. A GPU array "
+           "(__cuda_array_interface__ or DLPack): copy_n enqueued on `stream` (None, an int handle, a torch or cupy "
+           "stream); returns a Transfer, or waits and returns None with sync=True. Raises ValueError/TypeError for a bad "
+           "array, NvmeError for an NVMe status, DeviceError for a setup failure.")
       .def("write", &device::write, nb::arg("lba"), nb::arg("blocks"), nb::arg("src"), nb::arg("stream").none() = nb::none(),
-           nb::arg("sync") = false, nb::keep_alive<0, 1>())
+           nb::arg("sync") = false, nb::keep_alive<0, 1>(),
+           "Writes the first blocks * block_size bytes of `src` (C-contiguous) to `blocks` blocks at `lba`; "
+           "host and GPU arrays as for read().")
+      .def("__repr__", [](device& d) {
+        return "<cunvme.Device " + (d.closed() ? std::string("(closed)") : d.name()) + " nsid " + std::to_string(d.nsid()) + ": " +
+               std::to_string(d.blocks()) + " blocks of " + std::to_string(d.block_size()) + " bytes" + (d.gpu() ? ", GPU path" : ", host path") + ">";
+      })
       .def("flush", &device::flush, "Flush (the volatile write cache to media).")
       .def("close", &device::close, "Waits for GPU copies in flight, deletes the queues and shuts the controller down.")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })

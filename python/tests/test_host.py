@@ -273,3 +273,10 @@ def test_exceptions_share_one_base_class():
     assert issubclass(cunvme.NvmeError, cunvme.Error)
     assert issubclass(cunvme.DeviceError, cunvme.Error)
     assert issubclass(cunvme.IoError, cunvme.Error)
+
+
+def test_repr_names_the_device_the_namespace_and_the_path():
+    d = cunvme.Device("emu:blocks=64", gpu=False)
+    assert repr(d) == "<cunvme.Device emu nsid 1: 64 blocks of 512 bytes, host path>"
+    d.close()
+    assert repr(d).startswith("<cunvme.Device (closed)")
