@@ -8,18 +8,28 @@
 
 #include <cuda_runtime.h>
 
+#include <mutex>
 #include <utility>
 
 namespace cunvme_python {
 namespace {
 
+/// A `pending_copy` that Python threads may share: it has one owner that waits, so waits take
+/// turns, and `ready()` (which must not block) answers "not yet" while another thread waits.
 class pending final : public gpu_copy {
  public:
   explicit pending(cunvme::pending_copy copy) : copy_(std::move(copy)) {}
-  [[nodiscard]] bool ready() const override { return copy_.ready(); }
-  cunvme::io_result wait() override { return copy_.wait(); }
+  [[nodiscard]] bool ready() const override {
+    const std::unique_lock lock(mutex_, std::try_to_lock);
+    return lock.owns_lock() && copy_.ready();
+  }
+  cunvme::io_result wait() override {
+    const std::lock_guard lock(mutex_);
+    return copy_.wait();
+  }
 
  private:
+  mutable std::mutex mutex_;
   cunvme::pending_copy copy_;
 };
 

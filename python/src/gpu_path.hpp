@@ -21,7 +21,7 @@ namespace cunvme_python {
 class gpu_copy {
  public:
   virtual ~gpu_copy() = default;
-  /// Whether `wait()` would return at once. Never blocks.
+  /// Whether `wait()` would return at once. Never blocks (false while another thread waits).
   [[nodiscard]] virtual bool ready() const = 0;
   /// Blocks until the stream has run the copy; its outcome. Throws `host::error` when the
   /// kernel failed to run.

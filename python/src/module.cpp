@@ -112,11 +112,14 @@ void check(const cunvme::io_result& r, const std::string& operation) {
 
 // ---- arrays ---------------------------------------------------------------------------------
 
-/// The bytes of a caller's array, once checked: where they are, how many, on which side.
+/// The bytes of a caller's array, once checked: where they are, how many, on which side, and
+/// the imported DLPack tensor or buffer, held until the transfer is done (an exporter may
+/// hand out memory that lives only as long as its export).
 struct array_bytes {
   std::byte* data = nullptr;
   std::size_t bytes = 0;
   bool gpu = false;
+  nb::ndarray<nb::ro> exported{};
 };
 
 /// "numpy.ndarray of dtype object", "list": what a caller passed, for messages.
@@ -186,7 +189,7 @@ array_bytes from_cuda_array_interface(nb::handle obj, const char* role, bool wri
   if (writable && readonly) throw nb::value_error((std::string(role) + " is read-only").c_str());
   const auto bytes = times(elements, static_cast<std::size_t>(itemsize));
   if (!bytes) throw nb::value_error((std::string(role) + "'s size overflows 64 bits").c_str());
-  return array_bytes{reinterpret_cast<std::byte*>(pointer), *bytes, true};
+  return array_bytes{reinterpret_cast<std::byte*>(pointer), *bytes, true, {}};
 }
 
 /// A DLPack array (torch, cupy, JAX, numpy) or a buffer (numpy, bytearray, memoryview).
@@ -219,7 +222,7 @@ array_bytes from_ndarray(nb::handle obj, const char* role, bool writable) {
   }
   const auto bytes = times(a.size(), static_cast<std::size_t>(itemsize));
   if (!bytes) throw nb::value_error((std::string(role) + "'s size overflows 64 bits").c_str());
-  array_bytes out{static_cast<std::byte*>(const_cast<void*>(a.data())), *bytes, false};
+  array_bytes out{static_cast<std::byte*>(const_cast<void*>(a.data())), *bytes, false, nb::ndarray<nb::ro>(a.handle())};
   switch (a.device_type()) {
     case nb::device::cpu::value:
     case nb::device::cuda_host::value:     // pinned host memory: the CPU copies it
@@ -270,8 +273,8 @@ std::uintptr_t stream_handle(nb::handle s) {
 /// keep_alive, the device) alive until it is gone.
 class transfer {
  public:
-  transfer(std::unique_ptr<gpu_copy> copy, nb::object array, std::string operation)
-      : copy_(std::move(copy)), array_(std::move(array)), operation_(std::move(operation)) {}
+  transfer(std::unique_ptr<gpu_copy> copy, nb::object array, nb::ndarray<nb::ro> exported, std::string operation)
+      : copy_(std::move(copy)), array_(std::move(array)), exported_(std::move(exported)), operation_(std::move(operation)) {}
 
   [[nodiscard]] bool ready() const { return copy_->ready(); }
 
@@ -287,6 +290,7 @@ class transfer {
  private:
   std::unique_ptr<gpu_copy> copy_;
   nb::object array_;
+  nb::ndarray<nb::ro> exported_;
   std::string operation_;
 };
 
@@ -432,7 +436,7 @@ class device {
       nb::gil_scoped_release release;
       copy = write ? gpu_->write(lba, blocks, a.data, a.bytes, handle) : gpu_->read(lba, blocks, a.data, a.bytes, handle);
     }
-    transfer t(std::move(copy), nb::borrow(array), operation);
+    transfer t(std::move(copy), nb::borrow(array), a.exported, operation);
     if (sync) {
       t.wait();
       return nb::none();
