@@ -8,6 +8,14 @@
 # environment instead (pyproject.toml's build-system requires); the build itself is the same.
 set -euo pipefail
 src=$1 python=$2
+# Skipped (77) where this interpreter cannot do it: no meson-python to build with, or no
+# ensurepip for the venv (a machine with nanobind only still runs the pytest suite on build/).
+for module in mesonpy ensurepip; do
+  if ! "$python" -c "import $module" >/dev/null 2>&1; then
+    echo "skipped: $python cannot import $module (bash .ci/setup installs it)"
+    exit 77
+  fi
+done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
