@@ -150,11 +150,11 @@ class device {
   }
 
   void flush() {
-    const std::shared_lock life(life_);
-    (void)open();
     spec::status s;
     {
-      nb::gil_scoped_release release;
+      nb::gil_scoped_release release;  // as in transfer_op: life_ only without the GIL
+      const std::shared_lock life(life_);
+      (void)open();
       const std::lock_guard io(host_io_);
       s = qp_->flush(nsid_);
     }
@@ -191,25 +191,28 @@ class device {
                                 .c_str());
     }
     const std::uintptr_t handle = stream_handle(stream);
-    const std::shared_lock life(life_);
-    (void)open();
-    if (!a.gpu) {
-      nb::gil_scoped_release release;
-      host_transfer(write, lba, blocks, a.data);
-      return nb::none();
-    }
-    if (gpu_ == nullptr) throw device_failure{role + std::string(" is GPU memory, but this device has no GPU path: ") + gpu_reason_};
     // PRP entries are dword aligned (NVMe 2.0, 4.1.1): the copy's first byte must be too.
-    if (reinterpret_cast<std::uintptr_t>(a.data) % 4 != 0) {
+    if (a.gpu && reinterpret_cast<std::uintptr_t>(a.data) % 4 != 0) {
       throw nb::value_error((std::string(role) + " starts at a GPU address that is not a multiple of 4 bytes: NVMe data pointers are "
                                                  "dword aligned")
                                 .c_str());
     }
     std::unique_ptr<gpu_copy> copy;
     {
+      // life_ is taken without the GIL and given back before the GIL is taken again: close()
+      // may be waiting for it, and a thread that holds the GIL may be queued behind close().
       nb::gil_scoped_release release;
-      copy = write ? gpu_->write(lba, blocks, a.data, a.bytes, handle) : gpu_->read(lba, blocks, a.data, a.bytes, handle);
+      const std::shared_lock life(life_);
+      (void)open();
+      if (!a.gpu) {
+        host_transfer(write, lba, blocks, a.data);
+      } else if (gpu_ == nullptr) {
+        throw device_failure{role + std::string(" is GPU memory, but this device has no GPU path: ") + gpu_reason_};
+      } else {
+        copy = write ? gpu_->write(lba, blocks, a.data, a.bytes, handle) : gpu_->read(lba, blocks, a.data, a.bytes, handle);
+      }
     }
+    if (!a.gpu) return nb::none();
     transfer t(std::move(copy), nb::borrow(array), a.exported, operation);
     if (sync) {
       t.wait();

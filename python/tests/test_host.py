@@ -280,3 +280,30 @@ def test_repr_names_the_device_the_namespace_and_the_path():
     assert repr(d) == "<cunvme.Device emu nsid 1: 64 blocks of 512 bytes, host path>"
     d.close()
     assert repr(d).startswith("<cunvme.Device (closed)")
+
+
+def test_closing_while_threads_do_io_ends_their_io_with_success_or_device_error():
+    d = cunvme.Device("emu:blocks=4096", gpu=False)
+    outcomes = []
+    started = threading.Barrier(5)
+
+    def worker(t):
+        started.wait()
+        out = np.empty(64 * 512, dtype=np.uint8)
+        for _ in range(200):
+            try:
+                d.read(t * 64, 64, out)
+            except cunvme.DeviceError as e:
+                outcomes.append("closed" if "closed" in str(e) else repr(e))
+                return
+        outcomes.append("done")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    started.wait()
+    d.close()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert len(outcomes) == 4 and set(outcomes) <= {"closed", "done"}
