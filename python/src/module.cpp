@@ -100,7 +100,10 @@ class device {
   [[nodiscard]] std::uint64_t block_size() const { return ns_.block_bytes(); }
   [[nodiscard]] std::uint64_t blocks() const { return ns_.lba_count; }
   [[nodiscard]] std::uint32_t nsid() const { return nsid_; }
-  [[nodiscard]] bool gpu() const { return gpu_ != nullptr; }
+  [[nodiscard]] bool gpu() const {
+    const std::shared_lock life(life_);
+    return gpu_ != nullptr;
+  }
   [[nodiscard]] const std::string& gpu_unavailable() const { return gpu_reason_; }
   [[nodiscard]] bool closed() const {
     const std::shared_lock life(life_);
@@ -291,7 +294,8 @@ NB_MODULE(_cunvme, m) {
            "A host array (numpy, bytearray, memoryview): the host path, done on return; returns None. A GPU array "
            "(__cuda_array_interface__ or DLPack): copy_n enqueued on `stream` (None, an int handle, a torch or cupy "
            "stream); returns a Transfer, or waits and returns None with sync=True. Raises ValueError/TypeError for a bad "
-           "array, NvmeError for an NVMe status, DeviceError for a setup failure.")
+           "array, NvmeError for an NVMe status, DeviceError for a setup failure. On the host path the commands before a "
+           "failing one (commands of at most MDTS, in LBA order) have moved their blocks.")
       .def("write", &device::write, nb::arg("lba"), nb::arg("blocks"), nb::arg("src"), nb::arg("stream").none() = nb::none(),
            nb::arg("sync") = false, nb::keep_alive<0, 1>(),
            "Writes the first blocks * block_size bytes of `src` (C-contiguous) to `blocks` blocks at `lba`; "
