@@ -1,0 +1,81 @@
+// The GPU path: `cunvme::device` and `copy_n`, behind gpu_path.hpp's CUDA-free interface.
+#include "gpu_path.hpp"
+
+#include <cunvme/facade/copy.cuh>
+#include <cunvme/facade/device.cuh>
+#include <cunvme/host/gpu_reach.cuh>
+#include <cunvme/host/open.cuh>
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <utility>
+
+namespace cunvme_python {
+namespace {
+
+/// A `pending_copy` that Python threads may share: it has one owner that waits, so waits take
+/// turns, and `ready()` (which must not block) answers "not yet" while another thread waits.
+class pending final : public gpu_copy {
+ public:
+  explicit pending(cunvme::pending_copy copy) : copy_(std::move(copy)) {}
+  [[nodiscard]] bool ready() const override {
+    const std::unique_lock lock(mutex_, std::try_to_lock);
+    return lock.owns_lock() && copy_.ready();
+  }
+  cunvme::io_result wait() override {
+    const std::lock_guard lock(mutex_);
+    return copy_.wait();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  cunvme::pending_copy copy_;
+};
+
+class device_path final : public gpu_path {
+ public:
+  device_path(std::unique_ptr<cunvme::host::controller> ctrl, cunvme::device_options options) : dev_(std::move(ctrl), std::move(options)) {}
+
+  [[nodiscard]] cunvme::host::controller& controller() override { return dev_.controller(); }
+
+  [[nodiscard]] std::unique_ptr<gpu_copy> read(std::uint64_t lba, std::uint64_t blocks, void* gpu, std::size_t capacity,
+                                               std::uintptr_t stream) override {
+    // A span carries the capacity: copy_n refuses (invalid_request) a request larger than it.
+    const cuda::std::span<std::byte> dst(static_cast<std::byte*>(gpu), capacity);
+    return std::make_unique<pending>(cunvme::copy_n(dev_, lba, blocks, dst, reinterpret_cast<cudaStream_t>(stream)));
+  }
+
+  [[nodiscard]] std::unique_ptr<gpu_copy> write(std::uint64_t lba, std::uint64_t blocks, const void* gpu, std::size_t capacity,
+                                                std::uintptr_t stream) override {
+    const cuda::std::span<const std::byte> src(static_cast<const std::byte*>(gpu), capacity);
+    return std::make_unique<pending>(cunvme::copy_n(src, blocks, dev_, lba, reinterpret_cast<cudaStream_t>(stream)));
+  }
+
+ private:
+  cunvme::device dev_;
+};
+
+}  // namespace
+
+std::string gpu_unavailable_reason() {
+  int count = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::string("CUDA reports no usable GPU: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+  }
+  return count == 0 ? "CUDA reports no GPU" : "";
+}
+
+std::unique_ptr<gpu_path> open_gpu_path(std::string_view uri, std::uint32_t nsid, std::chrono::nanoseconds timeout,
+                                        const cunvme::host::controller_options& controller) {
+  // As many queue pairs as copy_n may use, and one for the host path.
+  cunvme::host::controller_options with_queues = controller;
+  with_queues.io_queue_pairs = cunvme::copy_tuning::max_queues + 1;
+  cunvme::device_options options;
+  options.nsid = nsid;
+  options.timeout = timeout;
+  return std::make_unique<device_path>(cunvme::host::open(uri, with_queues, cunvme::host::gpu_reach()), std::move(options));
+}
+
+}  // namespace cunvme_python

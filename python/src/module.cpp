@@ -1,0 +1,311 @@
+// cunvme._cunvme: the Python bindings (nanobind). A thin layer over the headers: a controller
+// from `host::open`, the host path through one `host::queue_pair`, the GPU path through
+// `cunvme::device` and `copy_n` (gpu_path.hpp); arrays.hpp checks a caller's array (kind, size,
+// contiguity) before a pointer is handed on, errors.hpp turns failures into Python exceptions.
+#include "arrays.hpp"
+#include "errors.hpp"
+#include "gpu_path.hpp"
+
+#include <cunvme/config.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/host/open.cuh>
+#include <cunvme/host/queue_pair.cuh>
+#include <cunvme/io/io_result.cuh>
+#include <cunvme/spec/command_fields.cuh>
+#include <cunvme/spec/identify.cuh>
+#include <cunvme/spec/status.cuh>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+
+namespace nb = nanobind;
+namespace host = cunvme::host;
+namespace spec = cunvme::spec;
+
+namespace cunvme_python {
+namespace {
+
+// ---- the device -----------------------------------------------------------------------------
+
+/// A GPU copy in flight: `cunvme.Transfer`. Keeps the array (and, through nanobind's
+/// keep_alive, the device) alive until it is gone.
+class transfer {
+ public:
+  transfer(std::unique_ptr<gpu_copy> copy, nb::object array, nb::ndarray<nb::ro> exported, std::string operation)
+      : copy_(std::move(copy)), array_(std::move(array)), exported_(std::move(exported)), operation_(std::move(operation)) {}
+
+  [[nodiscard]] bool ready() const { return copy_->ready(); }
+
+  void wait() {
+    cunvme::io_result r;
+    {
+      nb::gil_scoped_release release;
+      r = copy_->wait();
+    }
+    check(r, operation_);
+  }
+
+ private:
+  std::unique_ptr<gpu_copy> copy_;
+  nb::object array_;
+  nb::ndarray<nb::ro> exported_;
+  std::string operation_;
+};
+
+class device {
+ public:
+  device(const std::string& uri, std::uint32_t nsid, double timeout_seconds, std::optional<bool> use_gpu) : nsid_(nsid) {
+    if (!std::isfinite(timeout_seconds) || timeout_seconds <= 0 || timeout_seconds > 86400) {
+      throw nb::value_error("timeout must be a number of seconds in (0, 86400]");
+    }
+    const auto timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_seconds));
+    host::controller_options options;
+    options.command_timeout = std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+    nb::gil_scoped_release release;
+    gpu_reason_ = use_gpu == false ? "the device was opened with gpu=False" : gpu_unavailable_reason();
+    if (use_gpu == true && !gpu_reason_.empty()) throw device_failure{"Open " + uri + " with gpu=True: " + gpu_reason_};
+    if (gpu_reason_.empty()) {
+      gpu_ = open_gpu_path(uri, nsid, timeout, options);
+      ctrl_ = &gpu_->controller();
+    } else {
+      own_ = host::open(uri, options);
+      ctrl_ = own_.get();
+    }
+    ns_ = ctrl_->namespace_by_id(nsid);
+    const std::uint64_t block = ns_.block_bytes();
+    // One command per chunk (at most MDTS, and NLB's 65536 blocks): a failing status names
+    // exactly the blocks of the command that failed. At most 4 MiB of bounce memory.
+    const std::uint64_t per_command = std::min<std::uint64_t>(ctrl_->max_transfer_bytes() / block, spec::rw_fields::max_blocks);
+    chunk_blocks_ = std::max<std::uint64_t>(1, std::min<std::uint64_t>(per_command, (std::uint64_t{4} << 20) / block));
+    qp_ = ctrl_->create_queue_pair(64);
+    bounce_ = ctrl_->memory().allocate(static_cast<std::size_t>(chunk_blocks_ * block));
+  }
+
+  [[nodiscard]] std::uint64_t block_size() const { return ns_.block_bytes(); }
+  [[nodiscard]] std::uint64_t blocks() const { return ns_.lba_count; }
+  [[nodiscard]] std::uint32_t nsid() const { return nsid_; }
+  [[nodiscard]] bool gpu() const {
+    const std::shared_lock life(life_);
+    return gpu_ != nullptr;
+  }
+  [[nodiscard]] const std::string& gpu_unavailable() const { return gpu_reason_; }
+  [[nodiscard]] bool closed() const {
+    const std::shared_lock life(life_);
+    return ctrl_ == nullptr;
+  }
+
+  [[nodiscard]] std::string name() {
+    const std::shared_lock life(life_);
+    return open().name();
+  }
+
+  nb::dict info() {
+    const std::shared_lock life(life_);
+    host::controller& c = open();
+    const spec::identify_controller& id = c.identify();
+    nb::dict d;
+    d["device"] = c.name();
+    d["model"] = spec::trimmed(id.mn);
+    d["serial"] = spec::trimmed(id.sn);
+    d["firmware"] = spec::trimmed(id.fr);
+    d["nvme_version"] = std::to_string(c.version().mjr()) + "." + std::to_string(c.version().mnr()) + "." + std::to_string(c.version().ter());
+    d["vendor_id"] = id.vid;
+    d["mdts"] = id.mdts;
+    d["max_transfer_bytes"] = c.max_transfer_bytes();
+    d["io_queue_pairs"] = c.io_queue_pairs_granted();
+    nb::list namespaces;
+    for (const host::namespace_info& ns : c.namespaces()) {
+      nb::dict n;
+      n["nsid"] = ns.nsid;
+      n["block_size"] = ns.lba_size;
+      n["blocks"] = ns.lba_count;
+      n["metadata_size"] = ns.metadata_size;
+      n["extended_lba"] = ns.extended_lba;
+      n["protection_type"] = ns.protection_type;
+      namespaces.append(n);
+    }
+    d["namespaces"] = namespaces;
+    d["gpu"] = gpu_ != nullptr;
+    return d;
+  }
+
+  nb::object read(std::uint64_t lba, std::uint64_t blocks, nb::handle out, nb::handle stream, bool sync) {
+    return transfer_op(false, lba, blocks, out, stream, sync);
+  }
+  nb::object write(std::uint64_t lba, std::uint64_t blocks, nb::handle src, nb::handle stream, bool sync) {
+    return transfer_op(true, lba, blocks, src, stream, sync);
+  }
+
+  void flush() {
+    spec::status s;
+    {
+      nb::gil_scoped_release release;  // as in transfer_op: life_ only without the GIL
+      const std::shared_lock life(life_);
+      (void)open();
+      const std::lock_guard io(host_io_);
+      s = qp_->flush(nsid_);
+    }
+    if (!spec::is_success(s)) throw nvme_failure{"Flush", s, 0, 0};
+  }
+
+  /// Waits for GPU copies still in flight, deletes the queues and shuts the controller down.
+  void close() {
+    nb::gil_scoped_release release;
+    const std::unique_lock life(life_);
+    bounce_ = host::dma_buffer{};
+    qp_.reset();
+    ctrl_ = nullptr;
+    own_.reset();
+    gpu_.reset();
+  }
+
+ private:
+  host::controller& open() const {
+    if (ctrl_ == nullptr) throw device_failure{"the device is closed"};
+    return *ctrl_;
+  }
+
+  nb::object transfer_op(bool write, std::uint64_t lba, std::uint64_t blocks, nb::handle array, nb::handle stream, bool sync) {
+    const char* role = write ? "src" : "out";
+    const std::string operation = write ? "Write" : "Read";
+    if (blocks == 0) throw nb::value_error("blocks must be at least 1");
+    if (lba > std::numeric_limits<std::uint64_t>::max() - (blocks - 1)) throw nb::value_error("lba + blocks runs past LBA 2^64 - 1");
+    const array_bytes a = describe(array, role, !write);
+    const auto need = times(blocks, block_size());
+    if (!need || *need > a.bytes) {
+      throw nb::value_error((std::string(role) + " holds " + std::to_string(a.bytes) + " bytes; " + std::to_string(blocks) + " blocks of " +
+                             std::to_string(block_size()) + " bytes need " + (need ? std::to_string(*need) : std::string("more than 2^64")))
+                                .c_str());
+    }
+    const std::uintptr_t handle = stream_handle(stream);
+    // PRP entries are dword aligned (NVMe 2.0, 4.1.1): the copy's first byte must be too.
+    if (a.gpu && reinterpret_cast<std::uintptr_t>(a.data) % 4 != 0) {
+      throw nb::value_error((std::string(role) + " starts at a GPU address that is not a multiple of 4 bytes: NVMe data pointers are "
+                                                 "dword aligned")
+                                .c_str());
+    }
+    std::unique_ptr<gpu_copy> copy;
+    {
+      // life_ is taken without the GIL and given back before the GIL is taken again: close()
+      // may be waiting for it, and a thread that holds the GIL may be queued behind close().
+      nb::gil_scoped_release release;
+      const std::shared_lock life(life_);
+      (void)open();
+      if (!a.gpu) {
+        host_transfer(write, lba, blocks, a.data);
+      } else if (gpu_ == nullptr) {
+        throw device_failure{role + std::string(" is GPU memory, but this device has no GPU path: ") + gpu_reason_};
+      } else {
+        copy = write ? gpu_->write(lba, blocks, a.data, a.bytes, handle) : gpu_->read(lba, blocks, a.data, a.bytes, handle);
+      }
+    }
+    if (!a.gpu) return nb::none();
+    transfer t(std::move(copy), nb::borrow(array), a.exported, operation);
+    if (sync) {
+      t.wait();
+      return nb::none();
+    }
+    return nb::cast(std::move(t));
+  }
+
+  /// The host path: one command per chunk through the bounce buffer, on the calling thread.
+  void host_transfer(bool write, std::uint64_t lba, std::uint64_t blocks, std::byte* data) {
+    const std::lock_guard io(host_io_);
+    const std::uint64_t block = block_size();
+    for (std::uint64_t done = 0; done < blocks;) {
+      const std::uint64_t n = std::min(blocks - done, chunk_blocks_);
+      const auto bytes = static_cast<std::size_t>(n * block);
+      std::byte* at = data + done * block;
+      if (write) std::memcpy(bounce_.data(), at, bytes);
+      const spec::status s = write ? qp_->write(nsid_, lba + done, n, bounce_) : qp_->read(nsid_, lba + done, n, bounce_);
+      if (!spec::is_success(s)) throw nvme_failure{write ? "Write" : "Read", s, lba + done, n};
+      if (!write) std::memcpy(at, bounce_.data(), bytes);
+      done += n;
+    }
+  }
+
+  std::uint32_t nsid_;
+  std::string gpu_reason_;
+  // Declared before what uses them, so destroyed after: the GPU path owns the controller
+  // there is one, `own_` where there is not.
+  std::unique_ptr<gpu_path> gpu_;
+  std::unique_ptr<host::controller> own_;
+  host::controller* ctrl_ = nullptr;
+  host::namespace_info ns_{};
+  std::uint64_t chunk_blocks_ = 1;
+  std::unique_ptr<host::queue_pair> qp_;
+  host::dma_buffer bounce_;
+  std::mutex host_io_;             // the queue pair takes one host thread at a time
+  mutable std::shared_mutex life_;  // I/O shares it; close() takes it alone
+};
+
+}  // namespace
+}  // namespace cunvme_python
+
+NB_MODULE(_cunvme, m) {
+  using namespace cunvme_python;
+  m.doc() = "cunvme's bindings; use the package `cunvme`, which re-exports them.";
+  m.attr("__version__") = std::to_string(CUNVME_VERSION_MAJOR) + "." + std::to_string(CUNVME_VERSION_MINOR) + "." + std::to_string(CUNVME_VERSION_PATCH);
+
+  register_errors();
+
+  m.def("status_name", [](unsigned code) { return std::string(spec::name(static_cast<spec::status>(code & 0x7ffu))); }, nb::arg("code"),
+        "The NVMe specification's name for a status code, (SCT << 8) | SC.");
+  m.def("gpu_unavailable_reason", &gpu_unavailable_reason, "Why this process cannot use the GPU path, or '' when it can.");
+
+  nb::class_<transfer>(m, "Transfer", "A GPU read or write enqueued on a stream (cunvme::pending_copy).")
+      .def("ready", &transfer::ready, "Whether wait() would return without blocking.")
+      .def("wait", &transfer::wait,
+           "Blocks until the stream has run the copy; raises NvmeError (an NVMe status), IoError (a timeout or a refused "
+           "request) or DeviceError (the kernel failed to run). May be called again: the same outcome.");
+
+  nb::class_<device>(m, "Device",
+                     "An NVMe controller and one of its namespaces (see the package's docstring). Device(uri='emu', nsid=1, "
+                     "timeout=10.0, gpu=None): gpu=None opens it for GPU threads where CUDA finds a GPU, False never, True or "
+                     "DeviceError.")
+      .def(nb::init<const std::string&, std::uint32_t, double, std::optional<bool>>(), nb::arg("uri") = "emu", nb::arg("nsid") = 1,
+           nb::arg("timeout") = 10.0, nb::arg("gpu").none() = nb::none())
+      .def_prop_ro("block_size", &device::block_size, "Bytes per block in a caller's array (data, and metadata with extended LBAs).")
+      .def_prop_ro("blocks", &device::blocks, "Blocks in the namespace (NSZE).")
+      .def_prop_ro("nsid", &device::nsid)
+      .def_prop_ro("name", &device::name, "The controller's name (the URI's device).")
+      .def_prop_ro("gpu", &device::gpu, "Whether GPU arrays are taken (a CUDA GPU was found and gpu was not False).")
+      .def_prop_ro("gpu_unavailable_reason", &device::gpu_unavailable, "Why there is no GPU path, or ''.")
+      .def("info", &device::info, "Identify data: model, serial, firmware, MDTS and every namespace.")
+      .def("read", &device::read, nb::arg("lba"), nb::arg("blocks"), nb::arg("out"), nb::arg("stream").none() = nb::none(),
+           nb::arg("sync") = false, nb::keep_alive<0, 1>(),
+           "Reads `blocks` blocks at `lba` into the first blocks * block_size bytes of `out` (C-contiguous, writable).\n\n"
+           "A host array (numpy, bytearray, memoryview): the host path, done on return; returns None. A GPU array "
+           "(__cuda_array_interface__ or DLPack): copy_n enqueued on `stream` (None, an int handle, a torch or cupy "
+           "stream); returns a Transfer, or waits and returns None with sync=True. Raises ValueError/TypeError for a bad "
+           "array, NvmeError for an NVMe status, DeviceError for a setup failure. On the host path the commands before a "
+           "failing one (commands of at most MDTS, in LBA order) have moved their blocks.")
+      .def("write", &device::write, nb::arg("lba"), nb::arg("blocks"), nb::arg("src"), nb::arg("stream").none() = nb::none(),
+           nb::arg("sync") = false, nb::keep_alive<0, 1>(),
+           "Writes the first blocks * block_size bytes of `src` (C-contiguous) to `blocks` blocks at `lba`; "
+           "host and GPU arrays as for read().")
+      .def("__repr__", [](device& d) {
+        return "<cunvme.Device " + (d.closed() ? std::string("(closed)") : d.name()) + " nsid " + std::to_string(d.nsid()) + ": " +
+               std::to_string(d.blocks()) + " blocks of " + std::to_string(d.block_size()) + " bytes" + (d.gpu() ? ", GPU path" : ", host path") + ">";
+      })
+      .def("flush", &device::flush, "Flush (the volatile write cache to media).")
+      .def("close", &device::close, "Waits for GPU copies in flight, deletes the queues and shuts the controller down.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](device& d, nb::args) { d.close(); });
+}
