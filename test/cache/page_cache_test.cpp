@@ -79,22 +79,6 @@ void on_threads(unsigned threads, Body body) {
   for (auto& th : pool) th.join();
 }
 
-emu::fault_rule read_error_at(std::uint64_t first, std::uint64_t last) {
-  emu::fault_rule rule;
-  rule.status = spec::status::unrecovered_read_error;
-  rule.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
-  rule.lba_first = first;
-  rule.lba_last = last;
-  rule.fraction = 1;
-  return rule;
-}
-
-emu::controller_config with_rule(emu::fault_rule rule) {
-  auto config = small_config();
-  config.faults = {rule};
-  return config;
-}
-
 }  // namespace
 
 TEST_CASE("a miss reads the page from the namespace and a hit returns the same bytes from its slot") {

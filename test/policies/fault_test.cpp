@@ -13,22 +13,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-emu::controller_config with_rule(emu::fault_rule rule) {
-  auto config = small_config();
-  config.faults = {rule};
-  return config;
-}
-
-emu::fault_rule read_error_at(std::uint64_t first, std::uint64_t last) {
-  emu::fault_rule rule;
-  rule.status = spec::status::unrecovered_read_error;
-  rule.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
-  rule.lba_first = first;
-  rule.lba_last = last;
-  rule.fraction = 1;
-  return rule;
-}
-
 using mp_reader = reader_of<slots::multi_producer, completion::cooperative, doorbell::mmio>;
 
 }  // namespace

@@ -2,6 +2,7 @@
 // path, a verified data pattern, and the composition of every policy combination.
 #pragma once
 
+#include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/emu/controller_config.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/io_queue.cuh>
@@ -35,6 +36,24 @@ using cunvme::io_result;
   emu::controller_config c;
   c.namespaces = {emu::namespace_config::in_memory(lba_size, bytes / lba_size)};
   return c;
+}
+
+/// A fault rule: every read meeting LBAs [first, last] completes with Unrecovered Read Error.
+[[nodiscard]] inline emu::fault_rule read_error_at(std::uint64_t first, std::uint64_t last) {
+  emu::fault_rule rule;
+  rule.status = spec::status::unrecovered_read_error;
+  rule.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
+  rule.lba_first = first;
+  rule.lba_last = last;
+  rule.fraction = 1;
+  return rule;
+}
+
+/// `small_config()` with one fault rule.
+[[nodiscard]] inline emu::controller_config with_rule(emu::fault_rule rule) {
+  auto config = small_config();
+  config.faults = {rule};
+  return config;
 }
 
 /// An emulated controller up through host::controller, with its emulator reachable.
