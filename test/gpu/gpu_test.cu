@@ -1068,11 +1068,17 @@ TEST_CASE("a copy that timed out keeps its buffer mapped while copies run, then 
   std::uint64_t* other = nullptr;
   REQUIRE_CUDA(cudaMalloc(&lost_buf, 64 * 512));
   REQUIRE_CUDA(cudaMalloc(&other, 64 * 512));
-  // Both buffers mapped and result slots pooled up front: nothing below allocates pinned
-  // memory (which may wait for the gated stream) while the gate is shut.
+  // Both buffers mapped and two result slots pooled up front (two copies in flight at once):
+  // nothing below allocates pinned memory (which may wait for the gated stream) while the gate
+  // is shut.
   dev.register_buffer(lost_buf, 64 * 512);
   dev.register_buffer(other, 64 * 512);
-  REQUIRE(copy_n_sync(dev, 64, 64, other).ok());
+  {
+    pending_copy a = copy_n(dev, 64, 64, other);
+    pending_copy b = copy_n(dev, 192, 64, lost_buf);  // LBAs 192-255: not the lost read's
+    REQUIRE(a.wait().ok());
+    REQUIRE(b.wait().ok());
+  }
   // A copy held back on another stream, in flight while the first one times out: nothing is
   // aborted while a copy runs (a CID of the timed-out copy could be reused by it).
   cudaStream_t held = nullptr;

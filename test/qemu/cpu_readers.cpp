@@ -74,7 +74,7 @@ std::string describe(const cunvme::queue_view& q) {
   std::string s = "queue " + std::to_string(q.qid) + " (" + std::to_string(q.entries) + " entries): SQ reserved " + word(c.sq_reserved) +
                   ", published " + word(c.sq_published) + ", rung " + word(c.sq_rung) + ", head (SQHD) " + word(c.sq_head) + "; CQ head " +
                   word(c.cq_head);
-  const std::uint64_t head = std::atomic_ref(c.cq_head).load();
+  const std::uint64_t head = std::atomic_ref(const_cast<std::uint64_t&>(c.cq_head)).load();
   const cunvme::spec::completion_entry& e = q.cq[head % q.entries];
   const std::uint32_t dw3 = std::atomic_ref(const_cast<std::uint32_t&>(reinterpret_cast<const std::uint32_t*>(&e)[3])).load();
   const bool expected_phase = (head / q.entries) % 2 == 0;

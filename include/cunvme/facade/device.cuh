@@ -87,9 +87,11 @@ struct gpu_mapping {
 /// written by the controller: its buffer stays mapped — quarantined — until recovery, as a
 /// driver does it, once no copy is in flight (at the next `copy_n`, `copies_in_flight()` or
 /// `recover()`): Abort for each timed-out command, and where the controller does not abort one,
-/// `controller::reset()` (its DMA stops, queues re-created); then the mapping is released. Keep
-/// such a buffer allocated until `quarantined_buffers()` is 0, and run no kernel of your own on
-/// the device's queues meanwhile (Abort names commands by CID).
+/// `controller::reset()` (its DMA stops, queues re-created); the mapping is released once the
+/// aborted commands' completions are in, or after the reset. While copies keep running the
+/// recovery waits. Keep such a buffer allocated until `quarantined_buffers()` is 0, and run no
+/// kernel of your own on the device's queues meanwhile (Abort names commands by CID); a reset
+/// also ends the commands of any other queue pair of `controller()`.
 ///
 /// The destructor waits for the copies still in flight (their streams must be able to reach
 /// them), deletes the queues (which ends their commands), then unmaps every buffer.
@@ -137,6 +139,9 @@ class device {
   ~device() {
     const std::lock_guard lock(mutex_);
     for (const in_flight& f : in_flight_) (void)cudaEventSynchronize(f.state->done);
+    // The queues first: deleting them ends their commands (or stops the controller, see
+    // ~queue_pair), so no buffer is unmapped while a timed-out command may still write it.
+    queues_.clear();
     in_flight_.clear();
     cache_.clear();
   }
@@ -186,7 +191,9 @@ class device {
     const std::lock_guard lock(mutex_);
     return mappings_made_;
   }
-  /// Copies enqueued whose streams had not reached their end when last looked at.
+  /// Copies enqueued whose streams had not reached their end when last looked at. Runs the
+  /// recovery of timed-out copies where it is due (see above): may take an Abort's or a reset's
+  /// time, and throws `host::error` where a reset fails.
   [[nodiscard]] std::size_t copies_in_flight() {
     const std::lock_guard lock(mutex_);
     reap();
@@ -278,7 +285,10 @@ class device {
   /// Drops the copies the streams have passed: their mappings may be unmapped now, except
   /// those of copies with a timed-out command, which wait in the quarantine for `recover_timed_out`.
   void reap() {
+    // Room first: the moves below cannot throw, so no entry is left half moved.
     std::vector<in_flight> running;
+    running.reserve(in_flight_.size());
+    quarantine_.reserve(quarantine_.size() + in_flight_.size());
     for (in_flight& f : in_flight_) {
       if (!f.state->reached()) {
         running.push_back(std::move(f));
@@ -292,17 +302,27 @@ class device {
 
   /// A driver's timeout handling (NVMe 2.0 section 5.1, Abort; else a controller reset), run
   /// while no copy is in flight: Abort names a command by SQ and CID, and a CID of a finished
-  /// copy may be reused by a running one. A command the controller reports aborted moves no
-  /// more data; one it does not (its completion lost, or it will not stop) is ended by the
-  /// reset, which stops the controller's DMA. Either way the quarantined buffers are free then.
-  /// (A timed-out command whose aborted completion was not drained yet is abandoned still: a
-  /// second timeout before any copy drains its queue asks again, is told "not aborted", and
-  /// resets — more than needed, never less.)
+  /// copy may be reused by a running one. An aborted command moves no more data once its own
+  /// completion is in (the Abort's completion may come first), which the next copy's waits drain
+  /// from its queue; a command not aborted (its completion lost, or it will not stop) is ended by
+  /// the reset, which stops the controller's DMA. A timed-out command still abandoned at the
+  /// next recovery is asked again, is told "not aborted" (it is gone), and the controller is
+  /// reset — more than needed, never less. A reset that failed is tried again first.
   void recover_timed_out() {
-    std::uint32_t not_aborted = 0;
-    for (const auto& q : queues_) not_aborted += q->abort_timed_out().not_aborted;
-    if (not_aborted != 0) ctrl_->reset();
-    quarantine_.clear();
+    if (!reset_due_) {
+      std::uint32_t not_aborted = 0;
+      for (const auto& q : queues_) not_aborted += q->abort_timed_out().not_aborted;
+      reset_due_ = not_aborted != 0;
+    }
+    if (reset_due_) {
+      ctrl_->reset();  // throws, leaving reset_due_ set, where the controller cannot be brought back
+      reset_due_ = false;
+      quarantine_.clear();
+      return;
+    }
+    std::uint32_t left = 0;
+    for (const auto& q : queues_) left += q->abandoned_commands();
+    if (left == 0) quarantine_.clear();
   }
 
   /// Maps `w` for the controller: only pages of the allocation (a GPU page below it, or past its
@@ -335,6 +355,7 @@ class device {
   // Before the queues, so destroyed after them: deleting a queue ends its commands (or stops
   // the controller) before a quarantined buffer is unmapped.
   std::vector<std::shared_ptr<const detail::gpu_mapping>> quarantine_;
+  bool reset_due_ = false;  ///< a recovery needs a reset (one not aborted, or a reset that failed)
   copy_tuning tuning_;
   std::vector<std::unique_ptr<host::io_queue>> queues_;
   namespace_view ns_{};

@@ -28,6 +28,14 @@ namespace host {
 /// supports dma-buf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: the open kernel modules, Linux
 /// 5.12+). Throws `host::error` naming `device` where it cannot.
 [[nodiscard]] inline int export_gpu_dma_buf(void* gpu, std::size_t bytes, const std::string& device) {
+  // The driver refuses such a range too, but only with CUDA_ERROR_INVALID_VALUE; checked here so
+  // the error says which rule was broken and no failing driver call is made.
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  if (bytes == 0 || reinterpret_cast<std::uintptr_t>(gpu) % page != 0 || bytes % page != 0) {
+    throw error("Export GPU memory as a dma-buf", device,
+                "the range (" + std::to_string(bytes) + " bytes at " + std::to_string(reinterpret_cast<std::uintptr_t>(gpu)) +
+                    ") must be non-empty and start and end on host page boundaries (" + std::to_string(page) + " bytes)");
+  }
   // cuMemGetHandleForAddressRange (CUDA 11.7+), by the 12.0 ABI as the other entry points.
   using get_handle = CUresult (*)(void*, CUdeviceptr, std::size_t, CUmemRangeHandleType, unsigned long long);
   static const auto get = [] {
@@ -41,14 +49,6 @@ namespace host {
     return reinterpret_cast<get_handle>(fn);
   }();
   if (get == nullptr) throw error("Export GPU memory as a dma-buf", device, "the CUDA driver offers no cuMemGetHandleForAddressRange (CUDA 11.7+)");
-  // The driver refuses such a range too, but only with CUDA_ERROR_INVALID_VALUE; checked here so
-  // the error says which rule was broken and no failing driver call is made.
-  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  if (bytes == 0 || reinterpret_cast<std::uintptr_t>(gpu) % page != 0 || bytes % page != 0) {
-    throw error("Export GPU memory as a dma-buf", device,
-                "the range (" + std::to_string(bytes) + " bytes at " + std::to_string(reinterpret_cast<std::uintptr_t>(gpu)) +
-                    ") must be non-empty and start and end on host page boundaries (" + std::to_string(page) + " bytes)");
-  }
   int fd = -1;
   const CUresult r = get(&fd, reinterpret_cast<CUdeviceptr>(gpu), bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
   if (r != CUDA_SUCCESS || fd < 0) {

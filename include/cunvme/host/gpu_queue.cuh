@@ -31,6 +31,20 @@ namespace detail {
 inline void check_cuda(cudaError_t e, const std::string& operation, const std::string& device) {
   if (e != cudaSuccess) throw error(operation, device, std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e));
 }
+
+/// Runs `op(stream)` on a stream of its own and waits for it: the legacy default stream would
+/// wait for (and be waited for by) every blocking stream of the process, so a copy of
+/// bookkeeping could hang behind a user's kernel, and a memset issued there could still be
+/// running when a kernel on a non-blocking stream reads the memory.
+template <class Op>
+void on_private_stream(Op&& op, const char* what, const std::string& name) {
+  cudaStream_t s = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), what, name);
+  const cudaError_t issued = op(s);
+  const cudaError_t done = cudaStreamSynchronize(s);
+  (void)cudaStreamDestroy(s);
+  check_cuda(issued != cudaSuccess ? issued : done, what, name);
+}
 }  // namespace detail
 
 /// `bytes` of zeroed GPU memory made reachable by the controller (`dma_allocator::map_gpu`:
@@ -48,7 +62,7 @@ inline void check_cuda(cudaError_t e, const std::string& operation, const std::s
   detail::check_cuda(cudaMalloc(&raw, reserved), "Allocate " + std::to_string(bytes) + " bytes of GPU memory", ctrl.name());
   auto* aligned = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(raw) + gpu_page - 1) / gpu_page * gpu_page);
   try {
-    detail::check_cuda(cudaMemset(aligned, 0, bytes), "Zero GPU memory", ctrl.name());
+    detail::on_private_stream([&](cudaStream_t s) { return cudaMemsetAsync(aligned, 0, bytes, s); }, "Zero GPU memory", ctrl.name());
     auto mapped = std::make_shared<dma_buffer>(ctrl.memory().map_gpu(aligned, bytes));
     std::vector<std::uint64_t> pages = mapped->pages();
     const std::size_t page_size = mapped->page_size();
@@ -69,7 +83,12 @@ inline void check_cuda(cudaError_t e, const std::string& operation, const std::s
   m.bookkeeping = [name](std::size_t bytes) {
     void* p = nullptr;
     detail::check_cuda(cudaMalloc(&p, bytes), "Allocate queue bookkeeping in GPU memory", name);
-    detail::check_cuda(cudaMemset(p, 0, bytes), "Zero queue bookkeeping", name);
+    try {
+      detail::on_private_stream([&](cudaStream_t s) { return cudaMemsetAsync(p, 0, bytes, s); }, "Zero queue bookkeeping", name);
+    } catch (...) {
+      (void)cudaFree(p);
+      throw;
+    }
     return dma_buffer(nullptr, p, bytes, 4096, {}, memory_location::gpu, [p] { (void)cudaFree(p); });
   };
   if (t == tier::gpu_queues_gpu_data) {
@@ -78,10 +97,12 @@ inline void check_cuda(cudaError_t e, const std::string& operation, const std::s
     m.prp_lists = [c](std::size_t bytes, std::size_t) { return allocate_gpu(*c, bytes); };
   }
   m.copy_in = [name](void* to, const void* from, std::size_t bytes) {
-    detail::check_cuda(cudaMemcpy(to, from, bytes, cudaMemcpyHostToDevice), "Write the PRP list page table", name);
+    detail::on_private_stream([&](cudaStream_t s) { return cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, s); },
+                              "Write the PRP list page table", name);
   };
   m.copy_out = [name](void* to, const void* from, std::size_t bytes) {
-    detail::check_cuda(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToHost), "Read queue bookkeeping", name);
+    detail::on_private_stream([&](cudaStream_t s) { return cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToHost, s); },
+                              "Read queue bookkeeping", name);
   };
   return m;
 }

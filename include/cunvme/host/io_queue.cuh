@@ -13,6 +13,7 @@
 #include <cunvme/io/reader.cuh>
 #include <cunvme/policy/queue_view.cuh>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdint>
@@ -93,6 +94,16 @@ class io_queue {
       (aborted ? out.aborted : out.not_aborted) += 1;
     }
     return out;
+  }
+
+  /// Commands whose waiter timed out and whose completion has not been drained yet (read it
+  /// while no submitter runs): the controller may still write their buffers.
+  [[nodiscard]] std::uint32_t abandoned_commands() const {
+    std::vector<completion_record> records(view().cids());
+    read_bookkeeping(records.data(), view().records, records.size() * sizeof(completion_record));
+    return static_cast<std::uint32_t>(std::count_if(records.begin(), records.end(), [](const completion_record& r) {
+      return r.state == static_cast<std::uint32_t>(record_state::abandoned);
+    }));
   }
 
   /// CIDs in use now (read it while no submitter runs): 0 once every command was waited for;
