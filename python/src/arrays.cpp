@@ -3,10 +3,12 @@
 
 #include <nanobind/stl/string.h>
 
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <system_error>
 
 namespace nb = nanobind;
 
@@ -53,7 +55,14 @@ array_bytes from_cuda_array_interface(nb::handle obj, const char* role, bool wri
   if (typestr.size() < 3 || typestr[1] == 'O') {
     throw nb::type_error((std::string(role) + " has element type '" + typestr + "': cunvme needs plain numbers or bytes").c_str());
   }
-  const std::int64_t itemsize = std::stoll(typestr.substr(2));
+  // The size: digits only, 1 to 64 bytes (a "<u-4" or "<fx" is no array cunvme can size).
+  std::int64_t itemsize = 0;
+  const char* first = typestr.data() + 2;
+  const char* last = typestr.data() + typestr.size();
+  const auto [end, ec] = std::from_chars(first, last, itemsize);
+  if (ec != std::errc{} || end != last || *first == '-' || *first == '+' || itemsize < 1 || itemsize > 64) {
+    throw nb::type_error((std::string(role) + " has element type '" + typestr + "': its size is not 1 to 64 bytes").c_str());
+  }
   const nb::tuple shape = nb::cast<nb::tuple>(d["shape"]);
   std::size_t elements = 1;
   for (nb::handle extent : shape) {
@@ -130,6 +139,15 @@ array_bytes describe(nb::handle obj, const char* role, bool writable) {
   return from_ndarray(obj, role, writable);
 }
 
+/// cupy's Stream and ExternalStream: their `.ptr` is a cudaStream_t (a cupy Event's or
+/// MemoryPointer's `.ptr` is something else, and must not be launched on).
+static bool is_cupy_stream(nb::handle s) {
+  const nb::handle type = s.type();
+  const std::string module = nb::hasattr(type, "__module__") ? nb::cast<std::string>(type.attr("__module__")) : std::string();
+  const std::string name = nb::cast<std::string>(type.attr("__name__"));
+  return module.rfind("cupy", 0) == 0 && (name == "Stream" || name == "ExternalStream");
+}
+
 std::uintptr_t stream_handle(nb::handle s) {
   if (s.is_none()) return 0;
   nb::object handle;
@@ -139,7 +157,7 @@ std::uintptr_t stream_handle(nb::handle s) {
     handle = nb::cast<nb::tuple>(s.attr("__cuda_stream__")())[1];
   } else if (nb::hasattr(s, "cuda_stream")) {
     handle = s.attr("cuda_stream");
-  } else if (nb::hasattr(s, "ptr")) {
+  } else if (nb::hasattr(s, "ptr") && is_cupy_stream(s)) {
     handle = s.attr("ptr");
   } else {
     throw nb::type_error(("stream must be None, an int handle, or a stream object with .cuda_stream (torch), .ptr (cupy) or "

@@ -48,7 +48,22 @@ namespace {
 class transfer {
  public:
   transfer(std::unique_ptr<gpu_copy> copy, nb::object array, nb::ndarray<nb::ro> exported, std::string operation)
-      : copy_(std::move(copy)), array_(std::move(array)), exported_(std::move(exported)), operation_(std::move(operation)) {}
+      : array_(std::move(array)), exported_(std::move(exported)), copy_(std::move(copy)), operation_(std::move(operation)) {}
+  transfer(transfer&&) noexcept = default;  // nb::cast moves it in; the moved-from one holds no copy
+  transfer& operator=(transfer&&) = delete;
+  /// A Transfer dropped before its stream ran the copy waits for it: the array goes back to
+  /// its allocator (torch's, cupy's caching one) only after the kernel stopped writing it.
+  ~transfer() {
+    if (copy_ == nullptr || copy_->ready()) return;
+    // With the GIL held (a destructor may run while the interpreter finalizes, where it must
+    // not be released): the copy needs no Python thread to finish, only the GPU and the
+    // controller's own threads.
+    try {
+      (void)copy_->wait();
+    } catch (...) {
+      // A kernel that failed to run writes nothing more: the array may go.
+    }
+  }
 
   [[nodiscard]] bool ready() const { return copy_->ready(); }
 
@@ -62,9 +77,11 @@ class transfer {
   }
 
  private:
-  std::unique_ptr<gpu_copy> copy_;
+  // The array before the copy: members go in reverse order, so the copy (and its wait) is
+  // done with before the references to the array are dropped.
   nb::object array_;
   nb::ndarray<nb::ro> exported_;
+  std::unique_ptr<gpu_copy> copy_;
   std::string operation_;
 };
 

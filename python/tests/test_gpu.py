@@ -123,3 +123,20 @@ def test_a_gpu_array_too_small_or_strided_is_refused(dev):
         dev.read(0, 1, torch.zeros(100, dtype=torch.uint8, device="cuda"))
     with pytest.raises(ValueError, match="not C-contiguous"):
         dev.read(0, 1, torch.zeros((512, 4), dtype=torch.uint8, device="cuda").t())
+
+
+def test_a_transfer_dropped_before_its_stream_ran_the_copy_waits_for_it(dev):
+    torch = pytest.importorskip("torch")
+    data = random_bytes(64 * dev.block_size, seed=9)
+    src = torch.from_numpy(data).cuda()
+    torch.cuda.synchronize()
+    dev.write(3000, 64, src, sync=True)
+    out = torch.zeros_like(src)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(200_000_000)  # holds the stream (about 0.1 s) before the copy runs
+    t = dev.read(3000, 64, out, stream=stream)
+    del t  # the array must not go back to its allocator while the kernel may still write it
+    assert stream.query()  # so dropping the Transfer waited for the copy behind the sleep
+    assert torch.equal(out, src)

@@ -166,6 +166,14 @@ def test_a_stream_that_is_no_stream_is_refused(dev):
         dev.read(0, 1, np.zeros(512, dtype=np.uint8), stream=-1)
 
 
+def test_an_object_with_a_ptr_that_is_no_cupy_stream_is_refused_as_a_stream(dev):
+    class EventLike:  # a cupy Event or MemoryPointer also has .ptr: it is no cudaStream_t
+        ptr = 0x1234
+
+    with pytest.raises(TypeError, match="stream must be"):
+        dev.read(0, 1, np.zeros(512, dtype=np.uint8), stream=EventLike())
+
+
 class FakeGpuArray:
     """__cuda_array_interface__ without a GPU behind it: the checks run before any pointer is used."""
 
@@ -191,6 +199,12 @@ def test_cuda_array_interface_arrays_are_checked_for_contiguity_read_only_and_si
         dev.read(0, 1, FakeGpuArray(256))
     with pytest.raises(TypeError, match="element type"):
         dev.read(0, 1, FakeGpuArray(512, typestr="|O8"))
+
+
+def test_a_cuda_array_interface_element_size_that_is_no_size_is_refused(dev):
+    for typestr in ("<u-4", "<fx", "<f", "<u+4", "<f99999999999999999999", "<u0", "<u65"):
+        with pytest.raises(TypeError, match="has element type"):
+            dev.read(0, 1, FakeGpuArray(512, typestr=typestr))
 
 
 def test_a_gpu_array_on_a_device_without_gpu_path_raises_device_error(dev):
