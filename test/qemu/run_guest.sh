@@ -5,6 +5,7 @@
 #   run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096] [--ns-args 'ARGS'] \
 #                [--kernel VMLINUZ] [--module cunvme.ko [--module-args 'ARGS']] [--iommu] [--vfio] \
 #                [--check-image CHECKER [--check-args 'ARGS']] [--smp N] -- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]...
+#   run_guest.sh --check-barriers [--kernel VMLINUZ]
 #
 # --qemu-device-args  appended to the '-device nvme,...' option, e.g. 'cmb_size_mb=16'
 #                     (--nvme-args is the same option under its old name)
@@ -34,8 +35,11 @@
 # --check-image CHECKER  after the guest powered off, runs 'CHECKER DISK_IMAGE ARGS...' on the
 #                     host (ARGS from --check-args, split at spaces) and fails unless it exits 0:
 #                     what the programs wrote, checked in the image itself (check_image.py).
-# --smp N             guest CPUs (default 1; 1..4): with 2, threads of a program run at once
-#                     (QEMU's multi-threaded TCG), not only interleaved.
+# --smp N             guest CPUs (default 1; 1..4): with 2, threads of a program run at once,
+#                     not only interleaved.
+# --check-barriers    no programs: boots the kernel alone with the CPU options every guest gets
+#                     and fails unless QEMU translated the guest's memory barriers into host ones
+#                     (TCG's op log holds 'mb' ops). See qemu_cpu_args for why that can fail.
 #
 # What the programs see in the guest (Linux, busybox, root, no NVMe driver bound):
 # - the controller is unbound; its BAR0 is /sys/bus/pci/devices/<BDF>/resource0. Bus mastering
@@ -66,6 +70,7 @@ usage() {
 }
 
 name=guest device_args="" ns_args="" disk_mb=64 lba=512 kernel="" module="" module_args="" iommu="" vfio="" check_image="" check_args="" smp=1
+check_barriers=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) [ $# -ge 2 ] || usage; name=$2; shift 2 ;;
@@ -81,11 +86,12 @@ while [ $# -gt 0 ]; do
     --check-image) [ $# -ge 2 ] || usage; check_image=$2; shift 2 ;;
     --check-args) [ $# -ge 2 ] || usage; check_args=$2; shift 2 ;;
     --smp) [ $# -ge 2 ] || usage; smp=$2; shift 2 ;;
+    --check-barriers) check_barriers=1; shift ;;
     --) shift; break ;;
     *) echo "run_guest.sh: unknown option '$1'" >&2; usage ;;
   esac
 done
-[ $# -gt 0 ] || { echo "run_guest.sh: no program given" >&2; usage; }
+[ $# -gt 0 ] || [ -n "$check_barriers" ] || { echo "run_guest.sh: no program given" >&2; usage; }
 [[ $disk_mb =~ ^[1-9][0-9]*$ ]] || { echo "run_guest.sh: --disk-mb needs a positive number" >&2; exit 2; }
 [ "$lba" = 512 ] || [ "$lba" = 4096 ] || { echo "run_guest.sh: --lba is 512 or 4096" >&2; exit 2; }
 [[ $ns_args =~ ^[A-Za-z0-9_=,]*$ ]] || { echo "run_guest.sh: --ns-args has odd characters" >&2; exit 2; }
@@ -155,6 +161,40 @@ if [ ${#missing[@]} -gt 0 ]; then
   what=$(printf '%s, ' "${missing[@]}")
   echo "skipped: missing ${what%, } (install qemu-system-x86 linux-image-amd64 busybox-static cpio)"
   exit 77
+fi
+
+# The guest's CPUs. Multi-threaded TCG with at least two possible CPUs, whatever --smp says:
+# QEMU before 8.1 translates a guest's fences and locked instructions into host barriers and
+# atomics only when the machine may have more than one CPU (CF_PARALLEL), although the NVMe
+# controller's emulation runs on another host thread beside the vCPU. With one possible CPU a
+# guest's store to a shadow doorbell and its load of EventIdx reorder on the host (x86 lets a
+# load pass an earlier store), the controller's mirror-image check misses the store too, and
+# the queue stalls with both sides waiting (CI saw it: 'qemu cpu readers vfio', 'qemu kmod cpu
+# readers', doorbell::shadow). A real CPU runs the same code with its fences honoured. The
+# hot-pluggable second CPU stays offline; --smp sets the CPUs the guest runs.
+qemu_cpu_args() {
+  local max=$(( smp > 2 ? smp : 2 ))
+  printf '%s\n' -accel tcg,thread=multi -cpu max -smp "$smp,maxcpus=$max"
+}
+mapfile -t cpu_args < <(qemu_cpu_args)
+
+if [ -n "$check_barriers" ]; then
+  log=$(mktemp "${TMPDIR:-/tmp}/cunvme-tcg-ops.XXXXXX")
+  trap 'rm -f "$log"' EXIT
+  # No initramfs: the kernel runs its boot (full of barriers) and panics without a root, and
+  # -no-reboot ends QEMU there. TCG logs each translated block's ops.
+  timeout -k 5 60 qemu-system-x86_64 -machine q35 "${cpu_args[@]}" -m 256M -nodefaults -display none \
+    -serial none -no-reboot -kernel "$kernel" -append "panic=-1" -d op -D "$log" </dev/null >/dev/null 2>&1 || true
+  ops=$(grep -c '^ *mb ' "$log" || true)
+  blocks=$(grep -c '^OP:' "$log" || true)
+  echo "== check-barriers: $(basename "$kernel") with ${cpu_args[*]}: $blocks blocks translated, $ops memory-barrier ops"
+  if [ "${blocks:-0}" -lt 1000 ]; then echo "FAIL: the guest kernel did not run far enough to tell"; exit 1; fi
+  if [ "${ops:-0}" -lt 1 ]; then
+    echo "FAIL: QEMU dropped the guest's memory barriers (TCG not in parallel mode): guest/controller races such as the shadow doorbell's would not be the library's"
+    exit 1
+  fi
+  echo "PASS: the guest's memory barriers reach the host"
+  exit 0
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cunvme-qemu.XXXXXX")
@@ -346,7 +386,7 @@ echo "== $name: $(basename "$kernel"), QEMU NVMe (${device_args:-default options
 start_ms=$(( $(date +%s%N) / 1000000 ))
 # QEMU runs in the background (timeout makes it its own process group, out of reach of a
 # signal to ours), so a TERM/INT to this script is passed on and the temp dir still goes.
-timeout -k 5 "$timeout_s" qemu-system-x86_64 -machine q35,accel=tcg -cpu max -smp "$smp" -m 512M \
+timeout -k 5 "$timeout_s" qemu-system-x86_64 -machine q35 "${cpu_args[@]}" -m 512M \
   -nodefaults -display none -serial stdio -no-reboot \
   -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
   -append "$append" \
