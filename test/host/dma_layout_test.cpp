@@ -109,6 +109,7 @@ class scattered_memory final : public host::dma_allocator {
  public:
   scattered_memory(emu::controller& c, host::dma_allocator& whole) : ctrl_(c), whole_(whole) {}
   [[nodiscard]] host::dma_buffer map_gpu(void* gpu, std::size_t bytes) override { return whole_.map_gpu(gpu, bytes); }
+  [[nodiscard]] host::dma_buffer map_host(void* p, std::size_t bytes) override { return whole_.map_host(p, bytes); }
   std::size_t scattered = 0;  // buffers handed out page by page
 
  protected:

@@ -153,6 +153,12 @@ class dma_allocator {
   /// before it, which belong to another allocation. Backends that map whole pages only
   /// (peer-to-peer pinning) refuse such a start, as `map_gpu` does.
   [[nodiscard]] virtual dma_buffer map_gpu_range(void* gpu, std::size_t bytes) { return map_gpu(gpu, bytes); }
+  /// Makes `bytes` of host memory at `host` reachable by this controller too: memory another
+  /// controller's allocator handed out, so that one buffer (a page cache's slots, say) serves
+  /// every controller of a volume. `host` starts on a 4 KiB boundary; the memory must stay
+  /// allocated (and, for backends without an IOMMU, where it is) until the returned buffer,
+  /// which owns only the mapping, is gone. Throws `host::error` where the backend cannot.
+  [[nodiscard]] virtual dma_buffer map_host(void* host, std::size_t bytes) = 0;
 
   /// Whether `b`'s pages still have the bus addresses it was handed out with, after another
   /// agent pinned it too: cudaHostRegister takes a long-term pin, for which the kernel first

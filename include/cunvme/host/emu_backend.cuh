@@ -46,6 +46,17 @@ class emu_allocator final : public dma_allocator {
     return dma_buffer(nullptr, gpu, bytes, 4096, pages_of(bus, bytes), memory_location::gpu, [ctrl, bus] { ctrl->dma().unmap(bus); });
   }
 
+  /// The emulator reaches any host memory the process has: the range is registered with its
+  /// IOMMU, as its own allocations are.
+  [[nodiscard]] dma_buffer map_host(void* host, std::size_t bytes) override {
+    if (host == nullptr || bytes == 0) throw error("Map host memory", "emu", "empty range");
+    if (reinterpret_cast<std::uintptr_t>(host) % 4096 != 0) throw error("Map host memory", "emu", "host memory must start on a 4 KiB boundary");
+    const std::uint64_t bus = ctrl_.dma().map(host, bytes, emu::memory_kind::host);
+    emu::controller* ctrl = &ctrl_;
+    return dma_buffer(static_cast<std::byte*>(host), nullptr, bytes, 4096, pages_of(bus, bytes), memory_location::pinned_host,
+                      [ctrl, bus] { ctrl->dma().unmap(bus); });
+  }
+
  protected:
   [[nodiscard]] std::string name() const override { return "emu"; }
 

@@ -67,6 +67,8 @@ class registering_allocator final : public dma_allocator {
 
   [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override { return inner_.map_gpu(gpu, bytes); }
   [[nodiscard]] dma_buffer map_gpu_range(void* gpu, std::size_t bytes) override { return inner_.map_gpu_range(gpu, bytes); }
+  /// The memory is registered for GPU threads by the allocator that handed it out (if at all).
+  [[nodiscard]] dma_buffer map_host(void* host, std::size_t bytes) override { return inner_.map_host(host, bytes); }
 
  protected:
   [[nodiscard]] std::string name() const override { return device_; }

@@ -123,6 +123,10 @@ class kmod_allocator final : public dma_allocator {
     });
   }
 
+  // PENDING (helper map_host): replaced by a real mapping before this lands.
+  [[nodiscard]] dma_buffer map_host(void*, std::size_t) override {
+    throw error("Map host memory", device_, "kmod: mapping another controller's memory is not implemented yet");
+  }
   [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override {
     if (dma_buf_ && exporter_) {
       if (reinterpret_cast<std::uintptr_t>(gpu) % 4096 != 0 || bytes == 0) {

@@ -60,6 +60,10 @@ class pagemap_allocator final : public dma_allocator {
   /// `device` names the controller in error messages.
   explicit pagemap_allocator(std::string device, huge_pages policy = huge_pages::prefer) : device_(std::move(device)), policy_(policy) {}
 
+  // PENDING (helper map_host): replaced by a real mapping before this lands.
+  [[nodiscard]] dma_buffer map_host(void*, std::size_t) override {
+    throw error("Map host memory", device_, "sysfs: mapping another controller's memory is not implemented yet");
+  }
   [[nodiscard]] dma_buffer map_gpu(void*, std::size_t) override {
     throw error("Map GPU memory", device_,
                 "sysfs: reaches pinned host memory only (tier 1); peer-to-peer DMA to GPU memory (tiers 2 and 3) needs the cunvme "

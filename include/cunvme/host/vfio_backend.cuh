@@ -100,6 +100,10 @@ class vfio_allocator final : public dma_allocator {
     (void)::ioctl(container_->get(), VFIO_IOMMU_UNMAP_DMA, &unmap);
   }
 
+  // PENDING (helper map_host): replaced by a real mapping before this lands.
+  [[nodiscard]] dma_buffer map_host(void*, std::size_t) override {
+    throw error("Map host memory", device_, "vfio: mapping another controller's memory is not implemented yet");
+  }
   [[nodiscard]] dma_buffer map_gpu(void*, std::size_t) override {
     throw error("Map GPU memory", device_,
                 "GPU memory through VFIO needs a dma-buf import into the IOMMU, which cunvme does not do yet; use kmod: for "
