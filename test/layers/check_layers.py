@@ -6,8 +6,9 @@
   check_layers.py self-test             both checks against small trees made on the spot
 
 Layers, bottom to top: spec (0) < detail (1: access.cuh, checked.cuh, write_combined.cuh) < policy (2) < io (3)
-< cache (4: the page cache over the readers) < host (5) < emu (6). A header may include its own layer and
-those below. The facade (7) sits beside them: it may include everything up to host, but not emu. config.cuh (macros
+< volume (4: several namespaces as one, over the readers) < cache (5: the page cache and arrays over a
+namespace or a volume) < host (6) < emu (7). A header may include its own layer and those below. The
+facade (8) sits beside them: it may include everything up to host, but not emu. config.cuh (macros
 and the ABI namespace) and cunvme.cuh (the umbrella) are exempt. A header in a folder not
 named here fails too, so a new folder has to be placed in the order before it is used.
 
@@ -19,11 +20,11 @@ import re
 import sys
 import tempfile
 
-LAYERS = {'spec': 0, 'detail': 1, 'policy': 2, 'io': 3, 'cache': 4, 'host': 5, 'emu': 6, 'facade': 7}
+LAYERS = {'spec': 0, 'detail': 1, 'policy': 2, 'io': 3, 'volume': 4, 'cache': 5, 'host': 6, 'emu': 7, 'facade': 8}
 # Which layers each layer may include (itself and those below, but the facade skips emu:
 # it drives devices through host::open, never the emulator's own types).
 ALLOWED = {name: {other for other, at in LAYERS.items() if at <= level} for name, level in LAYERS.items()}
-ALLOWED['facade'] = {'spec', 'detail', 'policy', 'io', 'cache', 'host', 'facade'}
+ALLOWED['facade'] = {'spec', 'detail', 'policy', 'io', 'volume', 'cache', 'host', 'facade'}
 EXEMPT = {'config.cuh', 'cunvme.cuh'}
 
 # Edges allowed although they run upward, each with its reason. Nothing broader than one edge.
@@ -112,7 +113,7 @@ def check_graph(root):
     for p in problems:
         print(f'upward include: {p}')
     if problems:
-        print(f'{len(problems)} include(s) against the layer order spec < detail < policy < io < cache < host < emu '
+        print(f'{len(problems)} include(s) against the layer order spec < detail < policy < io < volume < cache < host < emu '
               '(facade: up to host); see test/layers/check_layers.py')
         return 1
     print(f'include graph of {root}: every include runs downward')
@@ -157,7 +158,8 @@ def self_test_in(base):
         'host/emu_backend.cuh': '#include <cunvme/emu/controller.cuh>\n',
         'emu/controller.cuh': '#include <cunvme/policy/b.cuh>\n',
         'facade/copy.cuh': '#include <cunvme/host/emu_backend.cuh>\n#include <cunvme/io/reader.cuh>\n',
-        'cache/page_cache.cuh': '#include <cunvme/io/reader.cuh>\n',
+        'volume/volume.cuh': '#include <cunvme/io/reader.cuh>\n',
+        'cache/page_cache.cuh': '#include <cunvme/io/reader.cuh>\n#include <cunvme/volume/volume.cuh>\n',
         'host/page_cache_memory.cuh': '#include <cunvme/cache/page_cache.cuh>\n',
     }
     failures = []
@@ -169,7 +171,8 @@ def self_test_in(base):
         'host -> emu outside the bridge': ('host/open.cuh', '#include <cunvme/emu/controller.cuh>\n'),
         'facade -> emu': ('facade/copy.cuh', '#include <cunvme/emu/controller.cuh>\n'),
         'an include of a missing header': ('io/w.cuh', '#include <cunvme/io/missing.cuh>\n'),
-        'a header in no layer': ('volume/stripe.cuh', '#include <cunvme/io/reader.cuh>\n'),
+        'a header in no layer': ('array/stripe.cuh', '#include <cunvme/io/reader.cuh>\n'),
+        'volume -> cache': ('volume/volume.cuh', '#include <cunvme/cache/page_cache.cuh>\n'),
         'cache -> host': ('cache/page_cache.cuh', '#include <cunvme/host/emu_backend.cuh>\n'),
         'io -> cache': ('io/reader.cuh', '#include <cunvme/cache/page_cache.cuh>\n'),
     }

@@ -38,6 +38,7 @@
 #include <cunvme/policy/prp.cuh>
 #include <cunvme/policy/queue.cuh>
 #include <cunvme/policy/queue_view.cuh>
+#include <cunvme/volume/volume.cuh>
 
 #include <cuda/atomic>
 #include <cuda/std/cstdint>
@@ -75,11 +76,25 @@ class page_cache {
   /// waiter should see the filler's outcome rather than time out just before it comes.
   static constexpr cuda::std::uint64_t fill_wait_timeouts = 3;
 
+  /// The cache over one namespace, its reads and write-backs through `q`.
   CUNVME_HOST_DEVICE page_cache(const page_cache_view& cache, const queue_view& q, const namespace_view& ns) noexcept
-      : c_(cache), q_(q), ns_(ns) {
+      : c_(cache), q_(q), ns_(ns), timeout_ns_(q.timeout_ns) {
     // The table describes one namespace's pages: with another namespace (or another block size)
     // every access would read or write the wrong blocks, so every access is refused instead.
-    const bool same = ns.nsid == cache.nsid && cuda::std::uint64_t{cache.blocks_per_page} * ns.block_bytes() == cache.page_bytes();
+    const bool same = cache.members == 0 && ns.nsid == cache.nsid &&
+                      cuda::std::uint64_t{cache.blocks_per_page} * ns.block_bytes() == cache.page_bytes();
+    blocks_per_page_ = same ? cache.blocks_per_page : 0;
+  }
+
+  /// The cache over a volume (`host::page_cache_memory` made for it): a page is read from and
+  /// written back to the member holding it (mirrored: written to every member), through the
+  /// calling thread's queue pair there.
+  CUNVME_HOST_DEVICE page_cache(const page_cache_view& cache, const volume_view& v) noexcept : c_(cache), v_(v), timeout_ns_(v.timeout_ns) {
+    // The same refusal for a volume of another shape: and a page must lie within one stripe.
+    const cuda::std::uint64_t bpp = cache.blocks_per_page;
+    const bool same = cache.members != 0 && cache.members == v.member_count && v.members != nullptr && cache.nsid == 0 && bpp != 0 &&
+                      (bpp << v.lba_shift) == cache.page_bytes() && cache.pages == v.blocks / bpp &&
+                      (v.layout == volume_layout::mirrored || v.stripe_blocks() >= bpp);
     blocks_per_page_ = same ? cache.blocks_per_page : 0;
   }
 
@@ -135,7 +150,7 @@ class page_cache {
       const cuda::std::uint64_t now = access::now_ns();
       if (deadline == 0) {
         cuda::std::uint64_t bound = 0;
-        if (detail::mul_overflows<cuda::std::uint64_t>(q_.timeout_ns, fill_wait_timeouts, bound)) bound = ~cuda::std::uint64_t{0};
+        if (detail::mul_overflows<cuda::std::uint64_t>(timeout_ns_, fill_wait_timeouts, bound)) bound = ~cuda::std::uint64_t{0};
         deadline = detail::saturating_add<cuda::std::uint64_t>(now, bound);
       } else if (now > deadline) {
         return {io_result::failure(io_error::timeout, first_lba(page), blocks_per_page_), nullptr};
@@ -208,7 +223,7 @@ class page_cache {
       release(page);
     }
     if (!first.ok()) return first;
-    return writer(q_, ns_).flush();
+    return on_volume() ? volume_io<Queue, Doorbell>(v_).flush() : writer(q_, ns_).flush();
   }
 
  private:
@@ -224,7 +239,7 @@ class page_cache {
       return {r, nullptr};
     }
     bookkeeping_word<cuda::std::uint64_t> owner(c_.owners[slot]);
-    const io_result r = reader(q_, ns_).read(first_lba(page), blocks_per_page_, c_.data_bus, cuda::std::uint64_t{slot} << c_.page_shift);
+    const io_result r = fill(page, slot);
     if (!r.ok()) {
       count(c_.counters->fill_failures);
       // A read that timed out was abandoned, not cancelled: the controller may still write the
@@ -256,7 +271,7 @@ class page_cache {
   /// until the queue's timeout, then `cache_full`. A failed write-back of the victim leaves it
   /// dirty in its slot and returns that failure to this (missing) thread.
   [[nodiscard]] CUNVME_HOST_DEVICE io_result take_slot(cuda::std::uint64_t page, cuda::std::uint32_t& slot) const {
-    const cuda::std::uint64_t deadline = detail::saturating_add<cuda::std::uint64_t>(access::now_ns(), q_.timeout_ns);
+    const cuda::std::uint64_t deadline = detail::saturating_add<cuda::std::uint64_t>(access::now_ns(), timeout_ns_);
     for (cuda::std::uint32_t round = 0;; ++round) {
       // Two sweeps: the first may only clear clock bits.
       for (cuda::std::uint64_t probe = 0; probe < 2ull * c_.slots; ++probe) {
@@ -329,10 +344,26 @@ class page_cache {
   /// carried out later: the page stays dirty and is written again, and until the host aborts
   /// the abandoned command (`host::io_queue::abort_timed_out`) the two may land in either order.
   [[nodiscard]] CUNVME_HOST_DEVICE io_result write_back(cuda::std::uint64_t page, cuda::std::uint32_t slot) const {
-    const io_result r = writer(q_, ns_).write(first_lba(page), blocks_per_page_, c_.data_bus, cuda::std::uint64_t{slot} << c_.page_shift);
+    const cuda::std::uint64_t at = cuda::std::uint64_t{slot} << c_.page_shift;
+    const io_result r = on_volume() ? volume_io<Queue, Doorbell>(v_).write(first_lba(page), blocks_per_page_, slot_buffer{&c_}, at)
+                                    : writer(q_, ns_).write(first_lba(page), blocks_per_page_, c_.data_bus, at);
     count(r.ok() ? c_.counters->write_backs : c_.counters->write_back_failures);
     return r;
   }
+
+  /// Reads `page` into `slot` from the namespace (the volume).
+  [[nodiscard]] CUNVME_HOST_DEVICE io_result fill(cuda::std::uint64_t page, cuda::std::uint32_t slot) const {
+    const cuda::std::uint64_t at = cuda::std::uint64_t{slot} << c_.page_shift;
+    return on_volume() ? volume_io<Queue, Doorbell>(v_).read(first_lba(page), blocks_per_page_, slot_buffer{&c_}, at)
+                       : reader(q_, ns_).read(first_lba(page), blocks_per_page_, c_.data_bus, at);
+  }
+
+  /// The slots as each member of the volume reaches them.
+  struct slot_buffer {
+    const page_cache_view* c;
+    [[nodiscard]] CUNVME_HOST_DEVICE prp::page_list of(cuda::std::uint32_t member) const noexcept { return c->bus_of(member); }
+  };
+  [[nodiscard]] CUNVME_HOST_DEVICE bool on_volume() const noexcept { return v_.member_count != 0; }
 
   /// acquire, `use` the bytes at `offset`, release — for a range within one page.
   CUNVME_EXEC_CHECK_DISABLE
@@ -361,8 +392,10 @@ class page_cache {
   }
 
   page_cache_view c_;
-  queue_view q_;
-  namespace_view ns_;
+  queue_view q_{};          // one namespace's cache
+  namespace_view ns_{};
+  volume_view v_{};         // a volume's cache (member_count 0 otherwise)
+  cuda::std::uint64_t timeout_ns_ = 0;
   cuda::std::uint32_t blocks_per_page_ = 0;
 };
 

@@ -111,8 +111,15 @@ struct page_cache_view {
   cuda::std::uint64_t pages = 0;                     ///< pages of the namespace the cache covers
   cuda::std::uint32_t slots = 0;                     ///< capacity, in pages
   cuda::std::uint32_t page_shift = 12;               ///< log2 of the page size (12..16)
-  cuda::std::uint32_t nsid = 0;                      ///< the namespace the table describes
-  cuda::std::uint32_t blocks_per_page = 0;           ///< of that namespace's blocks
+  cuda::std::uint32_t nsid = 0;                      ///< the namespace the table describes (0 for a volume's)
+  cuda::std::uint32_t blocks_per_page = 0;           ///< of that namespace's (volume's) blocks
+  cuda::std::uint32_t members = 0;                   ///< a volume's cache: its members (0: one namespace's cache)
+  cuda::std::uint64_t data_pages = 0;                ///< entries of data_bus.pages per member (member m's follow m's predecessor's)
+
+  /// The slots' bytes as member `m` of a volume reaches them (m = 0 for one namespace's cache).
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr prp::page_list bus_of(cuda::std::uint32_t m) const noexcept {
+    return prp::page_list{data_bus.pages + m * data_pages, data_bus.page_shift};
+  }
 
   [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint64_t page_bytes() const noexcept { return cuda::std::uint64_t{1} << page_shift; }
 };

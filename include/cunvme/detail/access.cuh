@@ -23,6 +23,9 @@
 #else
 #  include <chrono>
 #  include <thread>
+#  if defined(__linux__)
+#    include <sched.h>
+#  endif
 #endif
 
 CUNVME_NAMESPACE_BEGIN
@@ -64,6 +67,20 @@ CUNVME_HOST_DEVICE inline void mmio_store_after_writes(cuda::std::uint32_t* reg,
 #else
   return static_cast<cuda::std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+#endif
+}
+
+/// Which processor runs the calling thread, for spreading threads over queue pairs: the SM
+/// (`%smid`) on the device, the CPU (`sched_getcpu`, 0 where unknown) on the host. A hint
+/// only: a CPU thread may migrate right after, and either may exceed the processor count.
+[[nodiscard]] CUNVME_HOST_DEVICE inline cuda::std::uint32_t processor_id() noexcept {
+#if defined(CUNVME_DEVICE_COMPILATION)
+  return cuda::ptx::get_sreg_smid();
+#elif defined(__linux__)
+  const int cpu = sched_getcpu();
+  return cpu < 0 ? 0u : static_cast<cuda::std::uint32_t>(cpu);
+#else
+  return 0;
 #endif
 }
 

@@ -61,6 +61,7 @@ class io_queue {
   /// The queue pair for the host's own I/O: only while no kernel or reader uses `view()`.
   [[nodiscard]] queue_pair& pair() noexcept { return *pair_; }
   [[nodiscard]] const controller& owner() const noexcept { return ctrl_; }
+  [[nodiscard]] controller& owner() noexcept { return ctrl_; }
   /// A snapshot of the shared counters (doorbell writes, unexpected completions, …); read it
   /// while no submitter runs.
   [[nodiscard]] queue_counters counters() const {

@@ -15,12 +15,15 @@
 #include <cunvme/host/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/queue_memory.cuh>
+#include <cunvme/host/volume.cuh>
 #include <cunvme/io/namespace_view.cuh>
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <string>
 
@@ -53,13 +56,7 @@ class page_cache_memory {
                     io_queue_memory bookkeeping = {})
       : device_(ctrl.name()), copy_in_(std::move(bookkeeping.copy_in)), copy_out_(std::move(bookkeeping.copy_out)) {
     const std::string what = "Create page cache";
-    if (page_bytes == 0 || (page_bytes & (page_bytes - 1)) != 0) {
-      throw error(what, device_, "the page size " + std::to_string(page_bytes) + " is not a power of two");
-    }
-    const unsigned shift = static_cast<unsigned>(std::countr_zero(page_bytes));
-    if (shift < min_cache_page_shift || shift > max_cache_page_shift) {
-      throw error(what, device_, "the page size " + std::to_string(page_bytes) + " is outside 4 KiB..64 KiB");
-    }
+    const unsigned shift = page_shift_of(what, page_bytes);
     if (!ns.transferable()) {
       throw error(what, device_, "namespace " + std::to_string(ns.nsid) + " keeps separate metadata or protection information, which readers do not handle");
     }
@@ -67,45 +64,59 @@ class page_cache_memory {
       throw error(what, device_, "the page size " + std::to_string(page_bytes) + " is not a whole number of namespace " + std::to_string(ns.nsid) +
                                      "'s " + std::to_string(ns.block_bytes()) + "-byte blocks");
     }
-    if (slots == 0) throw error(what, device_, "a cache needs at least one slot");
     const std::uint64_t pages = ns.lba_count / (page_bytes / ns.block_bytes());
-    if (slots > pages) {
-      throw error(what, device_, std::to_string(slots) + " slots are more than namespace " + std::to_string(ns.nsid) + "'s " + std::to_string(pages) +
-                                     " pages of " + std::to_string(page_bytes) + " bytes");
-    }
-    if (slots > page_word::max_slots) {
-      throw error(what, device_, std::to_string(slots) + " slots are more than a page word indexes (" + std::to_string(page_word::max_slots) + ")");
-    }
-    std::uint64_t data_bytes = 0;
-    if (cunvme::detail::mul_overflows(slots, page_bytes, data_bytes) || data_bytes > ~std::size_t{0}) {
-      throw error(what, device_, std::to_string(slots) + " slots of " + std::to_string(page_bytes) + " bytes do not fit the address space");
-    }
-    // Aligned to the controller page at least, so every page of the slots is one PRP entry.
-    data_ = ctrl.memory().allocate(static_cast<std::size_t>(data_bytes), ctrl.page_bytes());
-    const std::size_t data_page = data_.page_size();
-    if (data_page < ctrl.page_bytes() || (data_page & (data_page - 1)) != 0) {
-      throw error(what, device_, "the slots' memory comes in " + std::to_string(data_page) + "-byte pages, smaller than the controller's " +
-                                     std::to_string(ctrl.page_bytes()));
-    }
-    page_cache_layout layout;
-    if (!page_cache_layout::of(pages, slots, data_.pages().size(), layout)) {
-      throw error(what, device_, "a page table of " + std::to_string(pages) + " pages does not fit the address space");
-    }
-    // Zeroed: every page INVALID, every slot free.
-    bookkeeping_ = bookkeeping.bookkeeping ? bookkeeping.bookkeeping(layout.bytes) : ctrl.memory().allocate(layout.bytes);
-    if (bookkeeping_.size() < layout.bytes) {
-      throw error(what, device_, "the bookkeeping allocator gave " + std::to_string(bookkeeping_.size()) + " bytes for " + std::to_string(layout.bytes));
-    }
-    write_bookkeeping(layout.bus_pages_at, data_.pages().data(), data_.pages().size() * 8);
-    layout_ = layout;
-    view_.pages = pages;
-    view_.slots = static_cast<std::uint32_t>(slots);
-    view_.page_shift = shift;
+    check_slots(what, slots, pages, page_bytes, "namespace " + std::to_string(ns.nsid) + "'s");
+    data_ = ctrl.memory().allocate(data_bytes_of(what, slots, page_bytes), ctrl.page_bytes());
     view_.nsid = ns.nsid;
     view_.blocks_per_page = static_cast<std::uint32_t>(page_bytes / ns.block_bytes());
-    if (bookkeeping_.data() != nullptr) {
-      host_view_ = bind(reinterpret_cast<unsigned char*>(bookkeeping_.data()), reinterpret_cast<unsigned char*>(data_.data()));
+    lay_out(what, pages, slots, shift, {&data_}, ctrl.page_bytes(), std::move(bookkeeping.bookkeeping), ctrl.memory());
+  }
+
+  /// A cache over a volume (`host::volume`): the slots are allocated from member 0's
+  /// controller and mapped for each other controller (`dma_allocator::map_host`), so every
+  /// member reads into and writes from the same slots. Throws `host::error` as above, and
+  /// where a striped volume's stripe is smaller than a page (a page must lie on one member)
+  /// or a member's controller cannot map the slots.
+  page_cache_memory(const volume& vol, std::uint64_t page_bytes, std::uint64_t slots, io_queue_memory bookkeeping = {})
+      : device_(vol.name()), copy_in_(std::move(bookkeeping.copy_in)), copy_out_(std::move(bookkeeping.copy_out)) {
+    const std::string what = "Create page cache over a volume";
+    const unsigned shift = page_shift_of(what, page_bytes);
+    if (vol.block_bytes() > page_bytes) {
+      throw error(what, device_, "the page size " + std::to_string(page_bytes) + " is smaller than the volume's " + std::to_string(vol.block_bytes()) + "-byte blocks");
     }
+    if (vol.layout() == volume_layout::striped && vol.stripe_bytes() < page_bytes) {
+      throw error(what, device_, "the stripe of " + std::to_string(vol.stripe_bytes()) + " bytes is smaller than the page size " + std::to_string(page_bytes) +
+                                     ": a page must lie on one member");
+    }
+    const std::uint64_t pages = vol.blocks() / (page_bytes / vol.block_bytes());
+    check_slots(what, slots, pages, page_bytes, "the volume's");
+    std::size_t controller_page = 0;
+    for (std::uint32_t m = 0; m < vol.member_count(); ++m) controller_page = std::max(controller_page, vol.controller_of(m).page_bytes());
+    controller& first = vol.controller_of(0);
+    data_ = first.memory().allocate(data_bytes_of(what, slots, page_bytes), controller_page);
+    // Each member reaches the slots through its controller's own mapping (one per controller).
+    std::vector<const dma_buffer*> reach;
+    std::vector<const controller*> mapped_for;
+    for (std::uint32_t m = 0; m < vol.member_count(); ++m) {
+      const controller* c = &vol.controller_of(m);
+      if (c == &first) {
+        reach.push_back(&data_);
+        continue;
+      }
+      const auto known = std::find(mapped_for.begin(), mapped_for.end(), c);
+      if (known != mapped_for.end()) {
+        reach.push_back(&mapped_[static_cast<std::size_t>(known - mapped_for.begin())]);
+        continue;
+      }
+      if (data_.data() == nullptr) throw error(what, device_, "member 0's DMA memory is not host memory the other controllers can map");
+      mapped_.push_back(vol.controller_of(m).memory().map_host(data_.data(), data_.size()));
+      mapped_for.push_back(c);
+      reach.push_back(&mapped_.back());
+    }
+    view_.nsid = 0;
+    view_.members = vol.member_count();
+    view_.blocks_per_page = static_cast<std::uint32_t>(page_bytes / vol.block_bytes());
+    lay_out(what, pages, slots, shift, reach, controller_page, std::move(bookkeeping.bookkeeping), first.memory());
   }
 
   /// The cache as CPU threads address it; throws `host::error` where its bookkeeping lies in
@@ -153,6 +164,74 @@ class page_cache_memory {
   }
 
  private:
+  /// log2 of `page_bytes`, which must be a power of two from 4 KiB to 64 KiB.
+  [[nodiscard]] unsigned page_shift_of(const std::string& what, std::uint64_t page_bytes) const {
+    if (page_bytes == 0 || (page_bytes & (page_bytes - 1)) != 0) {
+      throw error(what, device_, "the page size " + std::to_string(page_bytes) + " is not a power of two");
+    }
+    const unsigned shift = static_cast<unsigned>(std::countr_zero(page_bytes));
+    if (shift < min_cache_page_shift || shift > max_cache_page_shift) {
+      throw error(what, device_, "the page size " + std::to_string(page_bytes) + " is outside 4 KiB..64 KiB");
+    }
+    return shift;
+  }
+  void check_slots(const std::string& what, std::uint64_t slots, std::uint64_t pages, std::uint64_t page_bytes, const std::string& whose) const {
+    if (slots == 0) throw error(what, device_, "a cache needs at least one slot");
+    if (slots > pages) {
+      throw error(what, device_, std::to_string(slots) + " slots are more than " + whose + " " + std::to_string(pages) + " pages of " +
+                                     std::to_string(page_bytes) + " bytes");
+    }
+    if (slots > page_word::max_slots) {
+      throw error(what, device_, std::to_string(slots) + " slots are more than a page word indexes (" + std::to_string(page_word::max_slots) + ")");
+    }
+  }
+  [[nodiscard]] std::size_t data_bytes_of(const std::string& what, std::uint64_t slots, std::uint64_t page_bytes) const {
+    std::uint64_t data_bytes = 0;
+    if (cunvme::detail::mul_overflows(slots, page_bytes, data_bytes) || data_bytes > ~std::size_t{0}) {
+      throw error(what, device_, std::to_string(slots) + " slots of " + std::to_string(page_bytes) + " bytes do not fit the address space");
+    }
+    return static_cast<std::size_t>(data_bytes);
+  }
+
+  /// Allocates and fills in the bookkeeping for `pages` pages and `slots` slots of 2^`shift`
+  /// bytes, whose bytes (`data_`) each member reaches through `reach[m]`: the bus address of
+  /// each piece of the largest page size every mapping has (at least `controller_page`).
+  void lay_out(const std::string& what, std::uint64_t pages, std::uint64_t slots, unsigned shift, const std::vector<const dma_buffer*>& reach,
+               std::size_t controller_page, const std::function<dma_buffer(std::size_t)>& allocate_bookkeeping, dma_allocator& fallback) {
+    std::size_t data_page = data_.page_size();
+    for (const dma_buffer* b : reach) data_page = std::min(data_page, b->page_size());
+    if (data_page < controller_page || (data_page & (data_page - 1)) != 0) {
+      throw error(what, device_, "the slots' memory comes in " + std::to_string(data_page) + "-byte pages, smaller than the controller's " +
+                                     std::to_string(controller_page));
+    }
+    std::vector<std::uint64_t> bus;
+    for (const dma_buffer* b : reach) {
+      const std::vector<std::uint64_t> pieces = b->bus_pages(data_page);
+      if (pieces.empty()) throw error(what, device_, "a controller reaches the slots' memory in pieces not aligned to " + std::to_string(data_page) + " bytes");
+      bus.insert(bus.end(), pieces.begin(), pieces.end());
+    }
+    const std::uint64_t data_pages = bus.size() / reach.size();
+    page_cache_layout layout;
+    if (!page_cache_layout::of(pages, slots, bus.size(), layout)) {
+      throw error(what, device_, "a page table of " + std::to_string(pages) + " pages does not fit the address space");
+    }
+    // Zeroed: every page INVALID, every slot free.
+    bookkeeping_ = allocate_bookkeeping ? allocate_bookkeeping(layout.bytes) : fallback.allocate(layout.bytes);
+    if (bookkeeping_.size() < layout.bytes) {
+      throw error(what, device_, "the bookkeeping allocator gave " + std::to_string(bookkeeping_.size()) + " bytes for " + std::to_string(layout.bytes));
+    }
+    write_bookkeeping(layout.bus_pages_at, bus.data(), bus.size() * 8);
+    layout_ = layout;
+    view_.pages = pages;
+    view_.slots = static_cast<std::uint32_t>(slots);
+    view_.page_shift = shift;
+    view_.data_pages = data_pages;
+    data_page_shift_ = static_cast<unsigned>(std::countr_zero(data_page));
+    if (bookkeeping_.data() != nullptr) {
+      host_view_ = bind(reinterpret_cast<unsigned char*>(bookkeeping_.data()), reinterpret_cast<unsigned char*>(data_.data()));
+    }
+  }
+
   /// Bytes at `offset` of the bookkeeping, through `copy_out` where the host cannot address it.
   void read_bookkeeping(void* to, std::size_t offset, std::size_t bytes) const {
     if (bookkeeping_.data() != nullptr) {
@@ -178,14 +257,15 @@ class page_cache_memory {
     page_cache_view v = view_;
     layout_.bind(v, bookkeeping);
     v.data = data;
-    v.data_bus = prp::page_list{reinterpret_cast<const std::uint64_t*>(bookkeeping + layout_.bus_pages_at),
-                                static_cast<unsigned>(std::countr_zero(data_.page_size()))};
+    v.data_bus = prp::page_list{reinterpret_cast<const std::uint64_t*>(bookkeeping + layout_.bus_pages_at), data_page_shift_};
     return v;
   }
 
   std::string device_;
   dma_buffer data_;
+  std::deque<dma_buffer> mapped_;  // data_ as the volume's other controllers reach it; released before data_
   dma_buffer bookkeeping_;
+  unsigned data_page_shift_ = 12;
   page_cache_layout layout_{};
   page_cache_view view_{};       // sizes only
   page_cache_view host_view_{};  // null pointers where the bookkeeping is GPU memory

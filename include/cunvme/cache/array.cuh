@@ -1,0 +1,167 @@
+// `array<T>`: a file of T's on a namespace or a volume, read and written element by element
+// through a page cache by GPU or CPU threads. The layout is plain — element i is the
+// sizeof(T) bytes at byte `first_byte + i × sizeof(T)` — so data written by `copy_n`, `dd` or
+// the host path reads back as written.
+//
+// ```
+// using cache = cunvme::page_cache<queue, cunvme::doorbell::mmio>;
+// __global__ void k(cunvme::array<float, cache> a, const std::uint64_t* idx, float* out, std::uint64_t n) {
+//   __shared__ cunvme::warp_group::temp_storage storage[8];         // policy/device_group.cuh
+//   cunvme::warp_group warp(storage[threadIdx.x / 32]);             // blocks of 256 threads
+//   const std::uint64_t first = (blockIdx.x * blockDim.x + threadIdx.x) / 32 * 32;
+//   if (first < n) (void)a.gather(warp, idx + first, n - first < 32 ? n - first : 32, out + first);
+//   if (auto x = a[7]; x) out[0] = x.value;                         // one element, with its io_result
+// }
+// ```
+#pragma once
+
+#include <cunvme/cache/page_cache.cuh>
+#include <cunvme/config.cuh>
+#include <cunvme/detail/checked.cuh>
+#include <cunvme/io/io_result.cuh>
+#include <cunvme/policy/group.cuh>
+
+#include <cuda/std/cstdint>
+#include <cuda/std/cstring>
+#include <cuda/std/type_traits>
+
+CUNVME_NAMESPACE_BEGIN
+
+/// One element read through the cache: its value where `result` is success.
+template <class T>
+struct element {
+  io_result result{};
+  T value{};
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr bool ok() const noexcept { return result.ok(); }
+  [[nodiscard]] CUNVME_HOST_DEVICE constexpr explicit operator bool() const noexcept { return ok(); }
+};
+
+/// An array of `size` T's at byte `first_byte` of what `Cache` covers. Trivially copyable:
+/// kernels take it by value. An element that straddles two pages (T's size not dividing the
+/// page, or an unaligned `first_byte`) is read and written piece by piece.
+/// @tparam T     trivially copyable
+/// @tparam Cache `page_cache<Queue, Doorbell>`
+template <class T, class Cache>
+class array {
+  static_assert(cuda::std::is_trivially_copyable_v<T>, "array<T>: T is copied as bytes, so it must be trivially copyable");
+
+ public:
+  CUNVME_HOST_DEVICE array(const Cache& cache, cuda::std::uint64_t first_byte, cuda::std::uint64_t size) noexcept
+      : cache_(cache), first_(first_byte), size_(size) {}
+
+  [[nodiscard]] CUNVME_HOST_DEVICE cuda::std::uint64_t size() const noexcept { return size_; }
+  [[nodiscard]] CUNVME_HOST_DEVICE const Cache& cache() const noexcept { return cache_; }
+
+  /// Element `i`, or why it could not be had (`invalid_request` past the end or past what the
+  /// cache covers; the cache's own failures as they came).
+  [[nodiscard]] CUNVME_HOST_DEVICE element<T> operator[](cuda::std::uint64_t i) const {
+    element<T> e;
+    e.result = get(i, e.value);
+    return e;
+  }
+
+  /// Copies element `i` into `out` (untouched on failure).
+  [[nodiscard]] CUNVME_HOST_DEVICE io_result get(cuda::std::uint64_t i, T& out) const {
+    unsigned char bytes[sizeof(T)];
+    const io_result r = move(i, bytes, page_access::read);
+    if (r.ok()) cuda::std::memcpy(&out, bytes, sizeof(T));
+    return r;
+  }
+
+  /// Writes `value` as element `i` through the cache: its page becomes dirty and reaches the
+  /// device on eviction or `cache().flush()`. An element across two pages is written in two
+  /// pieces; a failure between them leaves the first piece written.
+  [[nodiscard]] CUNVME_HOST_DEVICE io_result set(cuda::std::uint64_t i, const T& value) const {
+    unsigned char bytes[sizeof(T)];
+    cuda::std::memcpy(bytes, &value, sizeof(T));
+    return move(i, bytes, page_access::write);
+  }
+
+  /// The group's threads gather `count` elements, `out[k] = (*this)[indices[k]]`, each thread
+  /// taking k = rank, rank + size, …; every thread of the group calls it with the same
+  /// arguments. Threads whose elements share a page in a round take it once: the lowest-ranked
+  /// one acquires it and the others copy from its slot, so a warp reading one hot page makes
+  /// one lookup, not 32. Returns this thread's first failure (its `out[k]` is left as it was);
+  /// the others' elements are unaffected.
+  template <thread_group Group>
+  [[nodiscard]] CUNVME_HOST_DEVICE io_result gather(Group& g, const cuda::std::uint64_t* indices, cuda::std::uint64_t count, T* out) const {
+    io_result first{};
+    const cuda::std::uint32_t n = g.size(), me = g.rank();
+    for (cuda::std::uint64_t base = 0; base < count; base += n) {
+      const cuda::std::uint64_t k = base + me;
+      const bool mine = k < count;
+      const cuda::std::uint64_t index = mine ? indices[k] : 0;
+      cuda::std::uint64_t within = 0;
+      const cuda::std::uint64_t page = mine ? whole_page_of(index, within) : no_page;
+      // The lowest rank wanting the same page leads it.
+      cuda::std::uint32_t leader = me;
+      for (cuda::std::uint32_t s = 0; s < n; ++s) {
+        if (g.broadcast(page, s) == page && s < leader) leader = s;
+      }
+      const bool leads = page != no_page && leader == me;
+      cached_page held{};
+      if (leads) held = cache_.acquire(page, page_access::read);
+      const auto shared = leads && held.ok() ? reinterpret_cast<cuda::std::uintptr_t>(held.data) : cuda::std::uintptr_t{0};
+      cuda::std::uintptr_t from = 0;
+      for (cuda::std::uint32_t s = 0; s < n; ++s) {
+        const cuda::std::uint64_t v = g.broadcast(shared, s);
+        if (s == leader) from = static_cast<cuda::std::uintptr_t>(v);
+      }
+      if (mine) {
+        io_result r{};
+        if (page != no_page && from != 0) {
+          cuda::std::memcpy(out + k, reinterpret_cast<const unsigned char*>(from) + within, sizeof(T));
+        } else {
+          // A straddling element, or the leader's acquire failed: this thread's own access gets
+          // its own honest result.
+          r = get(index, out[k]);
+        }
+        if (!r.ok() && first.ok()) first = r;
+      }
+      g.sync();  // every copy out of the shared slot is done before its leader lets it go
+      if (leads && held.ok()) (void)cache_.release(page);
+    }
+    return first;
+  }
+
+ private:
+  static constexpr cuda::std::uint64_t no_page = ~cuda::std::uint64_t{0};
+
+  /// The byte of element `i`; false past the end or where the sum wraps.
+  [[nodiscard]] CUNVME_HOST_DEVICE bool byte_of(cuda::std::uint64_t i, cuda::std::uint64_t& at) const noexcept {
+    cuda::std::uint64_t offset = 0;
+    return i < size_ && !detail::mul_overflows<cuda::std::uint64_t>(i, sizeof(T), offset) && !detail::add_overflows(first_, offset, at) &&
+           at <= ~cuda::std::uint64_t{0} - sizeof(T);
+  }
+
+  /// The page holding all of element `i` (`within` its byte there), or `no_page` where the
+  /// element is out of range or straddles two pages.
+  [[nodiscard]] CUNVME_HOST_DEVICE cuda::std::uint64_t whole_page_of(cuda::std::uint64_t i, cuda::std::uint64_t& within) const noexcept {
+    cuda::std::uint64_t at = 0;
+    if (!byte_of(i, at)) return no_page;
+    const cuda::std::uint64_t page = at / cache_.page_bytes();
+    within = at % cache_.page_bytes();
+    return within + sizeof(T) <= cache_.page_bytes() ? page : no_page;
+  }
+
+  /// Reads or writes element `i` as `bytes`, page piece by page piece.
+  [[nodiscard]] CUNVME_HOST_DEVICE io_result move(cuda::std::uint64_t i, unsigned char* bytes, page_access access) const {
+    cuda::std::uint64_t at = 0;
+    if (!byte_of(i, at)) return io_result::failure(io_error::invalid_request, 0, 0);
+    for (cuda::std::uint64_t done = 0; done < sizeof(T);) {
+      const cuda::std::uint64_t offset = at + done;
+      const cuda::std::uint64_t room = cache_.page_bytes() - offset % cache_.page_bytes();
+      const cuda::std::uint64_t piece = sizeof(T) - done < room ? sizeof(T) - done : room;
+      const io_result r = access == page_access::read ? cache_.read(offset, piece, bytes + done) : cache_.write(offset, piece, bytes + done);
+      if (!r.ok()) return r;
+      done += piece;
+    }
+    return io_result{};
+  }
+
+  Cache cache_;
+  cuda::std::uint64_t first_;
+  cuda::std::uint64_t size_;
+};
+
+CUNVME_NAMESPACE_END

@@ -1,0 +1,199 @@
+// A volume's members on the host: checks that namespaces on several controllers can form one
+// striped or mirrored volume, and lays out the member table (`volume_member`s and their queue
+// views) where the threads using the volume address it — host memory for CPU threads, GPU
+// memory for kernels.
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/detail/checked.cuh>
+#include <cunvme/host/controller.cuh>
+#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/host/io_queue.cuh>
+#include <cunvme/host/queue_memory.cuh>
+#include <cunvme/volume/volume.cuh>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+CUNVME_NAMESPACE_BEGIN
+namespace host {
+
+/// Namespaces on one or more controllers as one volume, and the queue pairs its threads use.
+///
+/// ```
+/// auto a = cunvme::host::open("emu"), b = cunvme::host::open("emu");
+/// cunvme::host::io_queue qa(*a, 256), qb(*b, 256);
+/// auto vol = cunvme::host::volume::striped({{{&qa}, 1}, {{&qb}, 1}}, 64 * 1024);
+/// using io = cunvme::volume_io<cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>,
+///                              cunvme::doorbell::mmio>;
+/// io(vol.view()).read(lba, 8, buffers, 0);   // CPU threads; kernels take vol.device_view()
+/// ```
+class volume {
+ public:
+  /// One member: a namespace and queue pairs on its controller (all on the same controller).
+  struct member {
+    std::vector<io_queue*> queues;
+    std::uint32_t nsid = 1;
+  };
+
+  /// Stripes of `stripe_bytes` (a power of two, at least one block) taken by the members in
+  /// turn (RAID-0). The volume holds as many whole stripe rows as the smallest member does.
+  /// `gpu_table`: where `device_view` puts the member table (`host::gpu_bookkeeping`, say).
+  /// Throws `host::error` where the members cannot form a volume (see `mirrored`).
+  [[nodiscard]] static volume striped(std::vector<member> members, std::uint64_t stripe_bytes, io_queue_memory gpu_table = {}) {
+    return volume(std::move(members), volume_layout::striped, stripe_bytes, std::move(gpu_table));
+  }
+
+  /// Every member holding every block (RAID-1): as many blocks as the smallest member. Reads
+  /// go to the members in turn by 64 KiB stripe. Throws `host::error` for no members or more
+  /// than `max_volume_members`, a member without queue pairs or with queue pairs on two
+  /// controllers, one namespace given twice, namespaces with metadata or protection
+  /// information or of different block sizes, or a volume of no blocks.
+  [[nodiscard]] static volume mirrored(std::vector<member> members, io_queue_memory gpu_table = {}) {
+    return volume(std::move(members), volume_layout::mirrored, 64 * 1024, std::move(gpu_table));
+  }
+
+  volume(volume&&) noexcept = default;
+  volume& operator=(volume&&) noexcept = default;
+  volume(const volume&) = delete;
+  volume& operator=(const volume&) = delete;
+
+  /// The volume as CPU threads address it.
+  [[nodiscard]] volume_view view() const noexcept {
+    volume_view v = shape_;
+    v.members = reinterpret_cast<const volume_member*>(host_table_.data());
+    return v;
+  }
+
+  /// The volume as GPU threads address it; throws `host::error` where no `gpu_table` memory
+  /// was given.
+  [[nodiscard]] volume_view device_view() const {
+    if (!gpu_table_) throw error("Volume for GPU threads", name(), "no GPU memory for its member table was given (pass gpu_table, e.g. host::gpu_bookkeeping)");
+    volume_view v = shape_;
+    v.members = static_cast<const volume_member*>(gpu_table_.device_data());
+    return v;
+  }
+
+  [[nodiscard]] std::uint32_t member_count() const noexcept { return shape_.member_count; }
+  [[nodiscard]] controller& controller_of(std::uint32_t m) const { return members_.at(m).queues.front()->owner(); }
+  [[nodiscard]] const cunvme::namespace_view& namespace_of(std::uint32_t m) const { return namespaces_.at(m); }
+  [[nodiscard]] std::uint64_t blocks() const noexcept { return shape_.blocks; }
+  [[nodiscard]] std::uint64_t block_bytes() const noexcept { return shape_.block_bytes(); }
+  [[nodiscard]] volume_layout layout() const noexcept { return shape_.layout; }
+  [[nodiscard]] std::uint64_t stripe_bytes() const noexcept { return shape_.stripe_blocks() << shape_.lba_shift; }
+  /// The controllers' names, for messages.
+  [[nodiscard]] std::string name() const {
+    std::string s;
+    for (const member& m : members_) s += (s.empty() ? "" : "+") + m.queues.front()->owner().name();
+    return s;
+  }
+
+ private:
+  volume(std::vector<member> members, volume_layout layout, std::uint64_t stripe_bytes, io_queue_memory gpu_table)
+      : members_(std::move(members)) {
+    const std::string what = layout == volume_layout::striped ? "Create striped volume" : "Create mirrored volume";
+    if (members_.empty() || members_.size() > max_volume_members) {
+      throw error(what, "volume", std::to_string(members_.size()) + " members: a volume has 1 to " + std::to_string(max_volume_members));
+    }
+    std::uint64_t smallest = ~std::uint64_t{0};
+    std::uint64_t timeout = 0;
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      const member& m = members_[i];
+      const std::string which = "member " + std::to_string(i);
+      if (m.queues.empty() || std::find(m.queues.begin(), m.queues.end(), nullptr) != m.queues.end()) {
+        throw error(what, "volume", which + " has no queue pair (or a null one)");
+      }
+      const controller& ctrl = m.queues.front()->owner();
+      for (const io_queue* q : m.queues) {
+        if (&q->owner() != &ctrl) throw error(what, ctrl.name(), which + "'s queue pairs are on two controllers (" + ctrl.name() + ", " + q->owner().name() + ")");
+        timeout = std::max<std::uint64_t>(timeout, q->view().timeout_ns);
+      }
+      for (std::size_t j = 0; j < i; ++j) {
+        if (&members_[j].queues.front()->owner() == &ctrl && members_[j].nsid == m.nsid) {
+          throw error(what, ctrl.name(), which + " is namespace " + std::to_string(m.nsid) + " again (member " + std::to_string(j) + ")");
+        }
+      }
+      cunvme::namespace_view ns = m.queues.front()->namespace_view(m.nsid);
+      if (!ns.transferable() || ns.metadata != metadata_layout::none) {
+        throw error(what, ctrl.name(), which + ": namespace " + std::to_string(m.nsid) + " carries metadata or protection information; volumes take plain blocks");
+      }
+      if (i > 0 && ns.lba_shift != namespaces_.front().lba_shift) {
+        throw error(what, ctrl.name(), which + "'s blocks are " + std::to_string(ns.lba_size()) + " bytes, member 0's " +
+                                           std::to_string(namespaces_.front().lba_size()) + ": members need one block size");
+      }
+      smallest = std::min(smallest, ns.lba_count);
+      namespaces_.push_back(ns);
+    }
+    const unsigned lba_shift = namespaces_.front().lba_shift;
+    if (stripe_bytes == 0 || !std::has_single_bit(stripe_bytes) || stripe_bytes < (std::uint64_t{1} << lba_shift)) {
+      throw error(what, name(), "the stripe of " + std::to_string(stripe_bytes) + " bytes is not a power of two of at least one " +
+                                    std::to_string(std::uint64_t{1} << lba_shift) + "-byte block");
+    }
+    shape_.member_count = static_cast<std::uint32_t>(members_.size());
+    shape_.layout = layout;
+    shape_.lba_shift = lba_shift;
+    shape_.stripe_shift = static_cast<std::uint32_t>(std::countr_zero(stripe_bytes) - lba_shift);
+    shape_.timeout_ns = timeout;
+    if (layout == volume_layout::striped) {
+      const std::uint64_t rows = smallest >> shape_.stripe_shift;
+      if (rows > (~std::uint64_t{0} >> shape_.stripe_shift) / members_.size()) throw error(what, name(), "the volume's block count does not fit 64 bits");
+      shape_.blocks = (rows << shape_.stripe_shift) * members_.size();
+    } else {
+      shape_.blocks = smallest;
+    }
+    if (shape_.blocks == 0) {
+      throw error(what, name(), "the smallest member (" + std::to_string(smallest) + " blocks) holds no whole stripe of " + std::to_string(stripe_bytes) + " bytes");
+    }
+    host_table_ = table_image(nullptr);
+    if (gpu_table.bookkeeping) {
+      gpu_table_ = gpu_table.bookkeeping(host_table_.size());
+      if (gpu_table_.size() < host_table_.size() || gpu_table_.device_data() == nullptr) {
+        throw error(what, name(), "the gpu_table allocator gave no GPU memory of " + std::to_string(host_table_.size()) + " bytes");
+      }
+      const std::vector<std::byte> image = table_image(static_cast<std::byte*>(gpu_table_.device_data()));
+      if (gpu_table.copy_in) {
+        gpu_table.copy_in(gpu_table_.device_data(), image.data(), image.size());
+      } else if (gpu_table_.data() != nullptr) {
+        std::memcpy(gpu_table_.data(), image.data(), image.size());
+      } else {
+        throw error(what, name(), "the gpu_table memory is not host-addressable and no copy_in was given");
+      }
+    }
+  }
+
+  /// The member table as it must lie at `base` (its own storage where `base` is null): the
+  /// members, then each member's queue views, the members' pointers into it.
+  [[nodiscard]] std::vector<std::byte> table_image(std::byte* base) const {
+    std::size_t views = 0;
+    for (const member& m : members_) views += m.queues.size();
+    const std::size_t queues_at = (members_.size() * sizeof(volume_member) + alignof(queue_view) - 1) / alignof(queue_view) * alignof(queue_view);
+    std::vector<std::byte> image(queues_at + views * sizeof(queue_view));
+    std::byte* at = base != nullptr ? base : image.data();
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      volume_member vm;
+      vm.queues = reinterpret_cast<const queue_view*>(at + queues_at + next * sizeof(queue_view));
+      vm.queue_count = static_cast<std::uint32_t>(members_[i].queues.size());
+      vm.ns = namespaces_[i];
+      std::memcpy(image.data() + i * sizeof(volume_member), &vm, sizeof vm);
+      for (const io_queue* q : members_[i].queues) std::memcpy(image.data() + queues_at + next++ * sizeof(queue_view), &q->view(), sizeof(queue_view));
+    }
+    return image;
+  }
+
+  std::vector<member> members_;
+  std::vector<cunvme::namespace_view> namespaces_;
+  volume_view shape_{};
+  std::vector<std::byte> host_table_;  // operator new's alignment (16) covers queue_view's
+  dma_buffer gpu_table_;
+};
+
+}  // namespace host
+CUNVME_NAMESPACE_END

@@ -1,0 +1,423 @@
+// Volumes over several emulated controllers, driven by CPU threads through the code GPU threads
+// run: striping puts each stripe on its member at the right LBA, mirroring writes every member
+// and spreads reads, a failing member fails only what it served, the page cache and array<T>
+// work unchanged over a volume, and bad shapes are refused with the reason.
+#include <cunvme/cache/array.cuh>
+#include <cunvme/cache/page_cache.cuh>
+#include <cunvme/host/page_cache_memory.cuh>
+#include <cunvme/host/volume.cuh>
+#include <cunvme/volume/volume.cuh>
+
+#include "../policies/policy_fixture.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <latch>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace test;
+using namespace std::chrono_literals;
+using cunvme::page_access;
+using cunvme::volume_layout;
+
+namespace {
+
+using queue_t = cunvme::queue<slots::multi_producer, completion::cooperative>;
+using io_t = cunvme::volume_io<queue_t, doorbell::mmio>;
+using cache_t = cunvme::page_cache<queue_t, doorbell::mmio>;
+
+/// `n` emulated controllers (8 MiB of 512-byte blocks each unless `config` says otherwise),
+/// member m's namespace filled with `word_at(offset, m)`, so every word names its member and
+/// its place there; two queue pairs on each.
+struct members_rig {
+  explicit members_rig(unsigned n, const std::vector<emu::controller_config>& configs = {}, std::chrono::nanoseconds timeout = 10s) {
+    for (unsigned m = 0; m < n; ++m) {
+      rigs.push_back(std::make_unique<rig>(m < configs.size() ? configs[m] : small_config()));
+      rigs.back()->fill(m);
+      for (int k = 0; k < 2; ++k) queues.push_back(std::make_unique<host::io_queue>(*rigs.back()->ctrl, 64, host::queue_placement::host, timeout));
+    }
+  }
+  [[nodiscard]] std::vector<host::volume::member> members() const {
+    std::vector<host::volume::member> out;
+    for (std::size_t m = 0; m < rigs.size(); ++m) out.push_back({{queues[2 * m].get(), queues[2 * m + 1].get()}, 1});
+    return out;
+  }
+  [[nodiscard]] std::uint64_t io_commands(unsigned m) const { return rigs[m]->emulator->stats().io_commands; }
+  /// The word at byte `offset` of member `m`'s namespace, as its store holds it.
+  [[nodiscard]] std::uint64_t stored(unsigned m, std::uint64_t offset) const {
+    std::uint64_t w = 0;
+    rigs[m]->emulator->store(1).read(offset, &w, 8);
+    return w;
+  }
+
+  std::vector<std::unique_ptr<rig>> rigs;
+  std::vector<std::unique_ptr<host::io_queue>> queues;
+};
+
+/// A buffer from member 0's controller, mapped for every other member: what `volume_io` takes.
+struct shared_buffer {
+  shared_buffer(const host::volume& vol, std::size_t bytes) : own(vol.controller_of(0).memory().allocate(bytes)) {
+    for (std::uint32_t m = 1; m < vol.member_count(); ++m) mapped.push_back(vol.controller_of(m).memory().map_host(own.data(), own.size()));
+    bus.push_back(prp::contiguous{own.bus()});
+    for (const auto& b : mapped) bus.push_back(prp::contiguous{b.bus()});
+  }
+  [[nodiscard]] cunvme::member_buffers<prp::contiguous> buffers() const { return {bus.data()}; }
+  [[nodiscard]] std::uint64_t word(std::size_t at) const {
+    std::uint64_t w = 0;
+    std::memcpy(&w, own.data() + at, 8);
+    return w;
+  }
+
+  host::dma_buffer own;
+  std::vector<host::dma_buffer> mapped;
+  std::vector<prp::contiguous> bus;
+};
+
+template <class Body>
+void on_threads(unsigned threads, Body body) {
+  std::latch start(threads);
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) pool.emplace_back([&, t] {
+    start.arrive_and_wait();
+    body(t);
+  });
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
+// ---- Where blocks are --------------------------------------------------------------------------
+
+TEST_CASE("striped: stripe k lies on member k mod N at row k div N, and a run ends at its stripe's end") {
+  cunvme::volume_view v;
+  v.member_count = 3;
+  v.stripe_shift = 3;  // 8 blocks
+  v.blocks = 3 * 8 * 10;
+  const auto at = [&](std::uint64_t lba, std::uint64_t count) { return v.locate(lba, count); };
+  CHECK(at(0, 100).member == 0);
+  CHECK(at(0, 100).lba == 0);
+  CHECK(at(0, 100).blocks == 8);
+  CHECK(at(8, 1).member == 1);
+  CHECK(at(8, 1).lba == 0);
+  CHECK(at(21, 50).member == 2);
+  CHECK(at(21, 50).lba == 5);
+  CHECK(at(21, 50).blocks == 3);
+  CHECK(at(24, 2).member == 0);
+  CHECK(at(24, 2).lba == 8);
+  CHECK(at(24, 2).blocks == 2);
+  CHECK(at(3 * 8 * 7 + 8 + 1, 1).lba == 7 * 8 + 1);
+}
+
+TEST_CASE("mirrored: a run is the whole request on one replica, and replicas take the stripes in turn") {
+  cunvme::volume_view v;
+  v.layout = volume_layout::mirrored;
+  v.member_count = 2;
+  v.stripe_shift = 7;
+  v.blocks = 1 << 20;
+  CHECK(v.locate(5, 1000).member == 0);
+  CHECK(v.locate(5, 1000).lba == 5);
+  CHECK(v.locate(5, 1000).blocks == 1000);
+  CHECK(v.locate(128, 1).member == 1);
+  CHECK(v.locate(256, 1).member == 0);
+}
+
+// ---- Striped I/O -------------------------------------------------------------------------------
+
+TEST_CASE("a striped read across stripes and members brings each stripe from its member's blocks") {
+  members_rig r(4);
+  const auto vol = host::volume::striped(r.members(), 4096);  // 8 blocks a stripe
+  CHECK(vol.blocks() == 4 * 16384);
+  const io_t io(vol.view());
+  shared_buffer buf(vol, 64 * 4096);
+  const std::uint64_t first = 8 * 5 + 3;  // inside stripe 5 (member 1, row 1)
+  const std::uint64_t blocks = 8 * 50;
+  const io_result r0 = io.read(first, blocks, buf.buffers(), 0);
+  REQUIRE_MESSAGE(r0.ok(), cunvme::to_string(r0));
+  std::uint64_t bad = 0;
+  for (std::uint64_t b = 0; b < blocks; ++b) {
+    const cunvme::volume_run run = vol.view().locate(first + b, 1);
+    for (std::uint64_t w = 0; w < 512 / 8; ++w) bad += buf.word(b * 512 + w * 8) != word_at(run.lba * 512 + w * 8, run.member);
+  }
+  CHECK(bad == 0);
+  for (unsigned m = 0; m < 4; ++m) CHECK(r.io_commands(m) >= 12);
+}
+
+TEST_CASE("a striped write lands on each member at the place the layout gives") {
+  members_rig r(3);
+  const auto vol = host::volume::striped(r.members(), 8192);
+  const io_t io(vol.view());
+  shared_buffer buf(vol, 16 * 8192);
+  for (std::size_t w = 0; w < buf.own.size() / 8; ++w) {
+    const std::uint64_t v = 0xabc0'0000'0000'0000ull + w;
+    std::memcpy(buf.own.data() + w * 8, &v, 8);
+  }
+  const std::uint64_t first = 16 * 2 + 7, blocks = 16 * 7;
+  REQUIRE(io.write(first, blocks, buf.buffers(), 0).ok());
+  std::uint64_t bad = 0;
+  for (std::uint64_t b = 0; b < blocks; ++b) {
+    const cunvme::volume_run run = vol.view().locate(first + b, 1);
+    bad += r.stored(run.member, run.lba * 512) != 0xabc0'0000'0000'0000ull + b * 64;
+  }
+  CHECK(bad == 0);
+  CHECK(io.flush().ok());
+}
+
+TEST_CASE("a striped volume's failing member fails the requests it served, with the volume's LBA, and no others") {
+  // Member 1's rows 2.. fail: volume stripes 1 + 2k for k >= 2 (stripe 5 is member 1's row 2).
+  members_rig r(2, {small_config(), with_rule(read_error_at(16, 1u << 20))});
+  const auto vol = host::volume::striped(r.members(), 4096);
+  const io_t io(vol.view());
+  shared_buffer buf(vol, 4096 * 8);
+  const io_result bad = io.read(8 * 5 + 2, 4, buf.buffers(), 0);
+  CHECK(bad.error == io_error::nvme_status);
+  CHECK(bad.status == spec::status::unrecovered_read_error);
+  CHECK(bad.lba == 8 * 5 + 2);
+  CHECK(io.read(8 * 4, 8, buf.buffers(), 0).ok());   // member 0's row 2
+  CHECK(io.read(8 * 1, 8, buf.buffers(), 0).ok());   // member 1's row 0
+  const io_result spanning = io.read(8 * 4, 16, buf.buffers(), 0);  // member 0 then member 1's bad row
+  CHECK(spanning.error == io_error::nvme_status);
+  CHECK(spanning.lba == 8 * 5);
+}
+
+TEST_CASE("a volume request past its end, of no blocks, or on an empty view is refused before any command") {
+  members_rig r(2);
+  const auto vol = host::volume::striped(r.members(), 4096);
+  const io_t io(vol.view());
+  shared_buffer buf(vol, 4096);
+  CHECK(io.read(vol.blocks() - 1, 2, buf.buffers(), 0).error == io_error::invalid_request);
+  CHECK(io.read(vol.blocks(), 1, buf.buffers(), 0).error == io_error::invalid_request);
+  CHECK(io.read(0, 0, buf.buffers(), 0).error == io_error::invalid_request);
+  CHECK(io.write(~std::uint64_t{0}, 2, buf.buffers(), 0).error == io_error::invalid_request);
+  CHECK(io_t(cunvme::volume_view{}).read(0, 1, buf.buffers(), 0).error == io_error::invalid_request);
+  CHECK(r.io_commands(0) + r.io_commands(1) == 0);
+}
+
+// ---- Mirrored I/O ------------------------------------------------------------------------------
+
+TEST_CASE("a mirrored write reaches every member, and reads spread over the replicas") {
+  members_rig r(3);
+  const auto vol = host::volume::mirrored(r.members());
+  CHECK(vol.blocks() == 16384);
+  const io_t io(vol.view());
+  shared_buffer buf(vol, 4096);
+  const std::uint64_t v = 0x5eed'0000'0000'0001ull;
+  std::memcpy(buf.own.data(), &v, 8);
+  REQUIRE(io.write(1000, 8, buf.buffers(), 0).ok());
+  for (unsigned m = 0; m < 3; ++m) CHECK(r.stored(m, 1000 * 512) == v);
+  const std::uint64_t before[3] = {r.io_commands(0), r.io_commands(1), r.io_commands(2)};
+  for (std::uint64_t stripe = 0; stripe < 30; ++stripe) REQUIRE(io.read(stripe * 128, 8, buf.buffers(), 0).ok());
+  for (unsigned m = 0; m < 3; ++m) CHECK(r.io_commands(m) - before[m] == 10);
+}
+
+TEST_CASE("a mirrored read that one replica fails with an error status is served by the next replica") {
+  members_rig r(2, {with_rule(read_error_at(0, 1u << 20)), small_config()});
+  const auto vol = host::volume::mirrored(r.members());
+  const io_t io(vol.view());
+  shared_buffer buf(vol, 4096);
+  const io_result got = io.read(3, 8, buf.buffers(), 0);  // stripe 0: replica 0 first, which fails
+  REQUIRE_MESSAGE(got.ok(), cunvme::to_string(got));
+  CHECK(buf.word(0) == word_at(3 * 512, 1));
+  CHECK(r.rigs[0]->emulator->injected_faults().statuses == 1);
+}
+
+TEST_CASE("a mirrored read fails with the first replica's status only where every replica fails") {
+  members_rig r(2, {with_rule(read_error_at(0, 100)), with_rule(read_error_at(0, 100))});
+  const auto vol = host::volume::mirrored(r.members());
+  const io_t io(vol.view());
+  shared_buffer buf(vol, 4096);
+  const io_result got = io.read(10, 1, buf.buffers(), 0);
+  CHECK(got.error == io_error::nvme_status);
+  CHECK(got.lba == 10);
+  CHECK(io.read(200, 1, buf.buffers(), 0).ok());
+}
+
+TEST_CASE("a mirrored read that times out is not retried on another replica: the late command may still write the buffer") {
+  emu::fault_rule lose;
+  lose.action = emu::fault_action::lose_completion;
+  lose.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
+  lose.nth = 1;
+  auto config = small_config();
+  config.faults = {lose};
+  members_rig r(2, {config, small_config()}, 500ms);
+  const auto vol = host::volume::mirrored(r.members());
+  const io_t io(vol.view());
+  shared_buffer buf(vol, 4096);
+  const std::uint64_t replica1_before = r.io_commands(1);
+  const io_result got = io.read(0, 1, buf.buffers(), 0);
+  CHECK(got.error == io_error::timeout);
+  CHECK(r.io_commands(1) == replica1_before);
+}
+
+// ---- Shapes refused ----------------------------------------------------------------------------
+
+TEST_CASE("host::volume refuses shapes it cannot serve, saying why") {
+  members_rig r(2);
+  const auto refused = [](auto make, const std::string& why) {
+    try {
+      (void)make();
+      FAIL("accepted: " << why);
+    } catch (const host::error& e) {
+      CHECK_MESSAGE(std::string(e.what()).find(why) != std::string::npos, e.what());
+    }
+  };
+  refused([] { return host::volume::striped({}, 4096); }, "0 members");
+  refused([&] { return host::volume::striped({{{}, 1}}, 4096); }, "no queue pair");
+  refused([&] { return host::volume::striped({{{r.queues[0].get(), r.queues[2].get()}, 1}}, 4096); }, "on two controllers");
+  refused([&] { return host::volume::mirrored({{{r.queues[0].get()}, 1}, {{r.queues[1].get()}, 1}}); }, "is namespace 1 again");
+  refused([&] { return host::volume::striped(r.members(), 3000); }, "not a power of two");
+  refused([&] { return host::volume::striped(r.members(), 256); }, "not a power of two of at least one");
+  refused([&] { return host::volume::striped(r.members(), std::uint64_t{1} << 40); }, "holds no whole stripe");
+  refused([&] { return host::volume::mirrored({{{r.queues[0].get()}, 7}}); }, "namespace 7");
+  rig other(small_config(4096));
+  host::io_queue q4k(*other.ctrl, 16);
+  refused([&] { return host::volume::striped({{{r.queues[0].get()}, 1}, {{&q4k}, 1}}, 65536); }, "members need one block size");
+}
+
+TEST_CASE("a striped volume's page cache refuses pages larger than the stripe, and a cache refuses another volume's view") {
+  members_rig r(2), s(3);
+  const auto vol = host::volume::striped(r.members(), 4096);
+  CHECK_THROWS_WITH_AS((void)host::page_cache_memory(vol, 8192, 4), doctest::Contains("smaller than the page size"), host::error);
+  const auto other = host::volume::striped(s.members(), 4096);
+  host::page_cache_memory memory(vol, 4096, 4);
+  const cache_t wrong(memory.view(), other.view());
+  CHECK(wrong.acquire(0, page_access::read).result.error == io_error::invalid_request);
+  const cache_t right(memory.view(), vol.view());
+  CHECK(right.acquire(0, page_access::read).ok());
+}
+
+// ---- The page cache and array<T> over a volume ------------------------------------------------
+
+TEST_CASE("a page cache over a striped volume of four controllers returns each page from its member, verified by four threads") {
+  members_rig r(4);
+  const auto vol = host::volume::striped(r.members(), 8192);
+  host::page_cache_memory memory(vol, 4096, 16);
+  const cache_t cache(memory.view(), vol.view());
+  const std::uint64_t pages = cache.pages();
+  REQUIRE(pages == 4 * 2048);
+  std::vector<std::uint64_t> bad(4), failed(4);
+  on_threads(4, [&](unsigned t) {
+    std::mt19937_64 rng(t + 11);
+    for (int i = 0; i < 300; ++i) {
+      const std::uint64_t page = rng() % 512;
+      const cunvme::page_ref p(cache, page, page_access::read);
+      if (!p.ok()) {
+        ++failed[t];
+        continue;
+      }
+      const cunvme::volume_run run = vol.view().locate(page * 8, 8);
+      for (std::uint64_t w = 0; w < 4096 / 8; ++w) {
+        std::uint64_t got = 0;
+        std::memcpy(&got, p.data() + w * 8, 8);
+        bad[t] += got != word_at(run.lba * 512 + w * 8, run.member);
+      }
+    }
+  });
+  for (unsigned t = 0; t < 4; ++t) {
+    CHECK(bad[t] == 0);
+    CHECK(failed[t] == 0);
+  }
+  for (unsigned m = 0; m < 4; ++m) CHECK(r.io_commands(m) > 0);
+}
+
+TEST_CASE("writes through a cache over a mirrored volume reach every member on flush, and re-read after eviction") {
+  members_rig r(2);
+  const auto vol = host::volume::mirrored(r.members());
+  host::page_cache_memory memory(vol, 4096, 4);
+  const cache_t cache(memory.view(), vol.view());
+  for (std::uint64_t page = 0; page < 8; ++page) {
+    const std::uint64_t v = 0xd1d1'0000'0000'0000ull + page;
+    REQUIRE(cache.write(page * 4096 + 16, 8, &v).ok());
+  }
+  REQUIRE(cache.flush().ok());
+  for (std::uint64_t page = 0; page < 8; ++page) {
+    for (unsigned m = 0; m < 2; ++m) CHECK(r.stored(m, page * 4096 + 16) == 0xd1d1'0000'0000'0000ull + page);
+    std::uint64_t back = 0;
+    REQUIRE(cache.read(page * 4096 + 16, 8, &back).ok());
+    CHECK(back == 0xd1d1'0000'0000'0000ull + page);
+  }
+}
+
+TEST_CASE("array<T> over a striped volume: elements read as the layout stores them, writes read back, and out of range is refused") {
+  members_rig r(2);
+  const auto vol = host::volume::striped(r.members(), 4096);
+  host::page_cache_memory memory(vol, 4096, 8);
+  const cache_t cache(memory.view(), vol.view());
+  const cunvme::array<std::uint64_t, cache_t> a(cache, 0, vol.blocks() * 512 / 8);
+  for (const std::uint64_t i : std::vector<std::uint64_t>{0, 1, 511, 512, 4097, a.size() - 1}) {
+    const auto x = a[i];
+    REQUIRE(x.ok());
+    const cunvme::volume_run run = vol.view().locate(i * 8 / 512, 1);
+    CHECK(x.value == word_at(run.lba * 512 + i * 8 % 512, run.member));
+  }
+  CHECK(a[a.size()].result.error == io_error::invalid_request);
+  REQUIRE(a.set(777, 42).ok());
+  CHECK(a[777].value == 42);
+  REQUIRE(cache.flush().ok());
+  const cunvme::volume_run run = vol.view().locate(777 * 8 / 512, 1);
+  CHECK(r.stored(run.member, run.lba * 512 + 777 * 8 % 512) == 42);
+}
+
+TEST_CASE("array<T> elements that straddle two pages read and write whole") {
+  members_rig r(1);
+  const auto vol = host::volume::striped(r.members(), 4096);
+  host::page_cache_memory memory(vol, 4096, 4);
+  const cache_t cache(memory.view(), vol.view());
+  struct twelve {
+    std::uint32_t a, b, c;
+  };
+  const cunvme::array<twelve, cache_t> a(cache, 8, 10000);  // element i at byte 8 + 12 i
+  const std::uint64_t straddler = 340;                       // bytes 4088..4099: pages 0 and 1
+  twelve t{1, 2, 3};
+  REQUIRE(a.set(straddler, t).ok());
+  const auto back = a[straddler];
+  REQUIRE(back.ok());
+  CHECK(back.value.a == 1);
+  CHECK(back.value.b == 2);
+  CHECK(back.value.c == 3);
+  const auto next = a[straddler + 1];
+  REQUIRE(next.ok());
+  std::uint32_t want[3];
+  for (int k = 0; k < 3; ++k) {
+    const std::uint64_t at = 8 + (straddler + 1) * 12 + 4 * k;
+    const std::uint64_t word = word_at(at / 8 * 8, 0);
+    std::memcpy(&want[k], reinterpret_cast<const unsigned char*>(&word) + at % 8, 4);
+  }
+  CHECK(next.value.a == want[0]);
+  CHECK(next.value.c == want[2]);
+}
+
+TEST_CASE("a group's gather returns every element, takes a page shared by the group once, and fails only the lanes whose index is bad") {
+  members_rig r(2);
+  const auto vol = host::volume::striped(r.members(), 4096);
+  host::page_cache_memory memory(vol, 4096, 16);
+  const cache_t cache(memory.view(), vol.view());
+  const cunvme::array<std::uint64_t, cache_t> a(cache, 0, vol.blocks() * 512 / 8);
+  std::vector<std::uint64_t> indices;
+  for (std::uint64_t k = 0; k < 64; ++k) indices.push_back(k < 32 ? 5000 + k : (k * 7919) % a.size());
+  indices[40] = a.size() + 3;  // out of range: lane 0 of the second round fails alone
+  std::vector<std::uint64_t> out(indices.size(), 0);
+  constexpr unsigned lanes = 4;
+  cunvme::host_group group(lanes);
+  std::vector<io_result> results(lanes);
+  on_threads(lanes, [&](unsigned t) {
+    auto member = group.member_at(t);
+    results[t] = a.gather(member, indices.data(), indices.size(), out.data());
+  });
+  for (unsigned t = 0; t < lanes; ++t) CHECK((results[t].error == io_error::invalid_request) == (t == 40 % lanes));
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    if (k == 40) continue;
+    const std::uint64_t i = indices[k];
+    const cunvme::volume_run run = vol.view().locate(i * 8 / 512, 1);
+    CHECK(out[k] == word_at(run.lba * 512 + i * 8 % 512, run.member));
+  }
+  CHECK(out[40] == 0);
+  // Indices 5000..5031 lie in one page (5000 × 8 = 40000 = page 9): four lanes, one acquire a round.
+  const auto counters = memory.counters();
+  CHECK(counters.hits + counters.misses <= 8 + 32);
+}
