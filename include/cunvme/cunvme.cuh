@@ -6,7 +6,8 @@
 //   policy/  small composable types: SQ slots, completion, doorbells, PRP build/walk, CIDs,
 //            thread groups, the queue pair's shared state (queue_view)
 //   io/      readers and writers over a queue pair and a namespace, io_result
-//   cache/   a page cache over one namespace, on the readers and writers
+//   volume/  namespaces on several controllers as one, striped or mirrored
+//   cache/   a page cache over a namespace or a volume, and array<T> through it
 // Host bring-up (`host/`), the emulator (`emu/`) and the stream-ordered façade
 // (`facade/`) are included on their own: they need the host toolchain's headers.
 #pragma once
@@ -31,5 +32,8 @@
 #include <cunvme/io/namespace_view.cuh>
 #include <cunvme/io/reader.cuh>
 
+#include <cunvme/volume/volume.cuh>
+
+#include <cunvme/cache/array.cuh>
 #include <cunvme/cache/page_cache.cuh>
 #include <cunvme/cache/page_table.cuh>

@@ -60,23 +60,14 @@ struct members_rig {
   std::vector<std::unique_ptr<host::io_queue>> queues;
 };
 
-/// A buffer from member 0's controller, mapped for every other member: what `volume_io` takes.
-struct shared_buffer {
-  shared_buffer(const host::volume& vol, std::size_t bytes) : own(vol.controller_of(0).memory().allocate(bytes)) {
-    for (std::uint32_t m = 1; m < vol.member_count(); ++m) mapped.push_back(vol.controller_of(m).memory().map_host(own.data(), own.size()));
-    bus.push_back(prp::contiguous{own.bus()});
-    for (const auto& b : mapped) bus.push_back(prp::contiguous{b.bus()});
-  }
-  [[nodiscard]] cunvme::member_buffers<prp::contiguous> buffers() const { return {bus.data()}; }
+/// `host::volume_memory` with a word reader.
+struct shared_buffer : host::volume_memory {
+  using host::volume_memory::volume_memory;
   [[nodiscard]] std::uint64_t word(std::size_t at) const {
     std::uint64_t w = 0;
-    std::memcpy(&w, own.data() + at, 8);
+    std::memcpy(&w, data() + at, 8);
     return w;
   }
-
-  host::dma_buffer own;
-  std::vector<host::dma_buffer> mapped;
-  std::vector<prp::contiguous> bus;
 };
 
 template <class Body>
@@ -153,9 +144,9 @@ TEST_CASE("a striped write lands on each member at the place the layout gives") 
   const auto vol = host::volume::striped(r.members(), 8192);
   const io_t io(vol.view());
   shared_buffer buf(vol, 16 * 8192);
-  for (std::size_t w = 0; w < buf.own.size() / 8; ++w) {
+  for (std::size_t w = 0; w < buf.size() / 8; ++w) {
     const std::uint64_t v = 0xabc0'0000'0000'0000ull + w;
-    std::memcpy(buf.own.data() + w * 8, &v, 8);
+    std::memcpy(buf.data() + w * 8, &v, 8);
   }
   const std::uint64_t first = 16 * 2 + 7, blocks = 16 * 7;
   REQUIRE(io.write(first, blocks, buf.buffers(), 0).ok());
@@ -207,7 +198,7 @@ TEST_CASE("a mirrored write reaches every member, and reads spread over the repl
   const io_t io(vol.view());
   shared_buffer buf(vol, 4096);
   const std::uint64_t v = 0x5eed'0000'0000'0001ull;
-  std::memcpy(buf.own.data(), &v, 8);
+  std::memcpy(buf.data(), &v, 8);
   REQUIRE(io.write(1000, 8, buf.buffers(), 0).ok());
   for (unsigned m = 0; m < 3; ++m) CHECK(r.stored(m, 1000 * 512) == v);
   const std::uint64_t before[3] = {r.io_commands(0), r.io_commands(1), r.io_commands(2)};
@@ -420,4 +411,24 @@ TEST_CASE("a group's gather returns every element, takes a page shared by the gr
   // Indices 5000..5031 lie in one page (5000 × 8 = 40000 = page 9): four lanes, one acquire a round.
   const auto counters = memory.counters();
   CHECK(counters.hits + counters.misses <= 8 + 32);
+}
+
+TEST_CASE("array<T>::copy brings a run of elements across pages and stripes, and refuses a run past the end") {
+  members_rig r(3);
+  const auto vol = host::volume::striped(r.members(), 4096);
+  host::page_cache_memory memory(vol, 4096, 8);
+  const cache_t cache(memory.view(), vol.view());
+  const cunvme::array<std::uint64_t, cache_t> a(cache, 8 * 100, vol.blocks() * 512 / 8 - 100);  // starts 100 words in
+  std::vector<std::uint64_t> out(3000, 0);
+  REQUIRE(a.copy(1234, out.size(), out.data()).ok());
+  std::uint64_t bad = 0;
+  for (std::uint64_t k = 0; k < out.size(); ++k) {
+    const std::uint64_t word = 100 + 1234 + k;  // of the volume
+    const cunvme::volume_run run = vol.view().locate(word * 8 / 512, 1);
+    bad += out[k] != word_at(run.lba * 512 + word * 8 % 512, run.member);
+  }
+  CHECK(bad == 0);
+  CHECK(memory.counters().misses == (1234 + 100 + 2999) * 8 / 4096 - (1234 + 100) * 8 / 4096 + 1);
+  CHECK(a.copy(a.size() - 2, 3, out.data()).error == io_error::invalid_request);
+  CHECK(a.copy(0, 0, out.data()).ok());
 }

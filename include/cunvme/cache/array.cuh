@@ -77,12 +77,32 @@ class array {
     return move(i, bytes, page_access::write);
   }
 
+  /// Copies elements [i, i + count) into `out`, taking each page they lie on once (a run of
+  /// edges of a graph, a row of a table). On failure `out` holds the elements before the
+  /// failing page's; the rest are left as they were.
+  [[nodiscard]] CUNVME_HOST_DEVICE io_result copy(cuda::std::uint64_t i, cuda::std::uint64_t count, T* out) const {
+    if (count == 0) return io_result{};
+    cuda::std::uint64_t at = 0, last = 0;
+    if (count > size_ || !byte_of(i, at) || !byte_of(i + count - 1, last)) return io_result::failure(io_error::invalid_request, 0, 0);
+    const cuda::std::uint64_t bytes = count * sizeof(T);
+    auto* to = reinterpret_cast<unsigned char*>(out);
+    for (cuda::std::uint64_t done = 0; done < bytes;) {
+      const cuda::std::uint64_t offset = at + done;
+      const cuda::std::uint64_t room = cache_.page_bytes() - offset % cache_.page_bytes();
+      const cuda::std::uint64_t piece = bytes - done < room ? bytes - done : room;
+      if (const io_result r = cache_.read(offset, piece, to + done); !r.ok()) return r;
+      done += piece;
+    }
+    return io_result{};
+  }
+
   /// The group's threads gather `count` elements, `out[k] = (*this)[indices[k]]`, each thread
   /// taking k = rank, rank + size, …; every thread of the group calls it with the same
   /// arguments. Threads whose elements share a page in a round take it once: the lowest-ranked
   /// one acquires it and the others copy from its slot, so a warp reading one hot page makes
   /// one lookup, not 32. Returns this thread's first failure (its `out[k]` is left as it was);
   /// the others' elements are unaffected.
+  CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group>
   [[nodiscard]] CUNVME_HOST_DEVICE io_result gather(Group& g, const cuda::std::uint64_t* indices, cuda::std::uint64_t count, T* out) const {
     io_result first{};

@@ -1,6 +1,7 @@
-// A software page cache over one namespace, used alike by GPU threads and CPU threads: fixed-size
-// pages of the namespace kept in slots of DMA-reachable memory, read in by the block reader and
-// written back by the block writer over one queue pair.
+// A software page cache over one namespace or a volume (volume/volume.cuh), used alike by GPU
+// threads and CPU threads: fixed-size pages kept in slots of DMA-reachable memory, read in by
+// the block reader and written back by the block writer (over one queue pair, or through each
+// member's queue pairs of a volume).
 //
 // ```
 // using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;

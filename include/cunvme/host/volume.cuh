@@ -11,6 +11,7 @@
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/io_queue.cuh>
 #include <cunvme/host/queue_memory.cuh>
+#include <cunvme/policy/prp.cuh>
 #include <cunvme/volume/volume.cuh>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
@@ -193,6 +195,45 @@ class volume {
   volume_view shape_{};
   std::vector<std::byte> host_table_;  // operator new's alignment (16) covers queue_view's
   dma_buffer gpu_table_;
+};
+
+/// DMA memory that every member of a volume reaches, for `volume_io` from CPU threads: allocated
+/// from member 0's controller and mapped for each other controller (`dma_allocator::map_host`).
+/// `buffers()` describes it page by page as each member addresses it.
+class volume_memory {
+ public:
+  volume_memory(const volume& vol, std::size_t bytes) : own_(vol.controller_of(0).memory().allocate(bytes)) {
+    if (own_.data() == nullptr) throw error("Allocate volume memory", vol.name(), "member 0's DMA memory is not host memory the others can map");
+    std::vector<const controller*> mapped_for{&vol.controller_of(0)};
+    std::vector<const dma_buffer*> reach{&own_};
+    for (std::uint32_t m = 1; m < vol.member_count(); ++m) {
+      const controller* c = &vol.controller_of(m);
+      const auto known = std::find(mapped_for.begin(), mapped_for.end(), c);
+      if (known != mapped_for.end()) {
+        reach.push_back(reach[static_cast<std::size_t>(known - mapped_for.begin())]);
+        continue;
+      }
+      mapped_.push_back(vol.controller_of(m).memory().map_host(own_.data(), own_.size()));
+      mapped_for.push_back(c);
+      reach.push_back(&mapped_.back());
+    }
+    pages_.resize(reach.size());
+    for (std::size_t m = 0; m < reach.size(); ++m) {
+      pages_[m] = reach[m]->bus_pages(4096);
+      if (pages_[m].empty()) throw error("Allocate volume memory", vol.name(), "member " + std::to_string(m) + " reaches the memory in pieces not aligned to 4 KiB");
+    }
+    for (const auto& p : pages_) lists_.push_back(prp::page_list{p.data(), 12});
+  }
+  [[nodiscard]] std::byte* data() const noexcept { return own_.data(); }
+  [[nodiscard]] std::size_t size() const noexcept { return own_.size(); }
+  /// The memory as each member's controller addresses it, for CPU threads (host memory).
+  [[nodiscard]] member_buffers<prp::page_list> buffers() const noexcept { return {lists_.data()}; }
+
+ private:
+  dma_buffer own_;
+  std::deque<dma_buffer> mapped_;  // released before own_
+  std::vector<std::vector<std::uint64_t>> pages_;
+  std::vector<prp::page_list> lists_;
 };
 
 }  // namespace host
