@@ -432,3 +432,37 @@ TEST_CASE("array<T>::copy brings a run of elements across pages and stripes, and
   CHECK(a.copy(a.size() - 2, 3, out.data()).error == io_error::invalid_request);
   CHECK(a.copy(0, 0, out.data()).ok());
 }
+
+TEST_CASE("members that share a controller (two namespaces on each of two) share its mapping of the memory, and write and read back") {
+  std::vector<std::unique_ptr<rig>> rigs;
+  std::vector<std::unique_ptr<host::io_queue>> queues;
+  std::vector<host::volume::member> members;
+  for (int c = 0; c < 2; ++c) {
+    auto config = small_config();
+    config.namespaces.push_back(emu::namespace_config::in_memory(512, 16384));
+    rigs.push_back(std::make_unique<rig>(config));
+    queues.push_back(std::make_unique<host::io_queue>(*rigs.back()->ctrl, 64));
+    for (std::uint32_t nsid : {1u, 2u}) members.push_back({{queues.back().get()}, nsid});
+  }
+  const auto vol = host::volume::striped(members, 4096);
+  shared_buffer buf(vol, 64 * 1024);
+  for (std::size_t w = 0; w < buf.size() / 8; ++w) {
+    const std::uint64_t v = 0x7700'0000'0000'0000ull + w;
+    std::memcpy(buf.data() + w * 8, &v, 8);
+  }
+  const io_t io(vol.view());
+  REQUIRE(io.write(8, 128, buf.buffers(), 0).ok());  // stripes 1..16: every member
+  std::memset(buf.data(), 0, buf.size());
+  const io_result back = io.read(8, 128, buf.buffers(), 0);
+  REQUIRE_MESSAGE(back.ok(), cunvme::to_string(back));
+  std::uint64_t bad = 0;
+  for (std::uint64_t w = 0; w < 128 * 64; ++w) bad += buf.word(w * 8) != 0x7700'0000'0000'0000ull + w;
+  CHECK(bad == 0);
+  host::page_cache_memory memory(vol, 4096, 8);
+  const cache_t cache(memory.view(), vol.view());
+  for (std::uint64_t page = 1; page <= 16; ++page) {
+    std::uint64_t v = 0;
+    REQUIRE(cache.read(page * 4096, 8, &v).ok());
+    CHECK(v == 0x7700'0000'0000'0000ull + (page - 1) * 512);
+  }
+}

@@ -204,17 +204,20 @@ class volume_memory {
  public:
   volume_memory(const volume& vol, std::size_t bytes) : own_(vol.controller_of(0).memory().allocate(bytes)) {
     if (own_.data() == nullptr) throw error("Allocate volume memory", vol.name(), "member 0's DMA memory is not host memory the others can map");
-    std::vector<const controller*> mapped_for{&vol.controller_of(0)};
+    // One mapping per controller (`seen[k]` reaches the memory as `mapping[k]`), one entry per member.
+    std::vector<const controller*> seen{&vol.controller_of(0)};
+    std::vector<const dma_buffer*> mapping{&own_};
     std::vector<const dma_buffer*> reach{&own_};
     for (std::uint32_t m = 1; m < vol.member_count(); ++m) {
       const controller* c = &vol.controller_of(m);
-      const auto known = std::find(mapped_for.begin(), mapped_for.end(), c);
-      if (known != mapped_for.end()) {
-        reach.push_back(reach[static_cast<std::size_t>(known - mapped_for.begin())]);
+      const auto known = std::find(seen.begin(), seen.end(), c);
+      if (known != seen.end()) {
+        reach.push_back(mapping[static_cast<std::size_t>(known - seen.begin())]);
         continue;
       }
       mapped_.push_back(vol.controller_of(m).memory().map_host(own_.data(), own_.size()));
-      mapped_for.push_back(c);
+      seen.push_back(c);
+      mapping.push_back(&mapped_.back());
       reach.push_back(&mapped_.back());
     }
     pages_.resize(reach.size());
