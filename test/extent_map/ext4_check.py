@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Extent maps against implementations we did not write: e2fsprogs and QEMU's NVMe controller.
 
-  ext4_check.py --tool EXTENT_MAP [--device-block-bytes N] [--require-mount]
+  ext4_check.py --tool EXTENT_MAP [--device-block-bytes N] [--partition-offset BYTES] [--require-mount]
                 [--guest RUN_GUEST --guest-tool EXTENT_MAP_STATIC]
 
 1. A safetensors file with known content (an 8-byte header length, a JSON header, three tensors,
@@ -16,6 +16,13 @@
 4. With --guest: the image is the NVMe disk of a QEMU guest (run_guest.sh --disk-image), the map
    (the tool's where it was taken, else debugfs's) is in /files, and the static tool reads the
    file by the map through sysfs:<BDF>, checking the SHA-256 (verify, then read to a file).
+
+With --partition-offset the image is a disk: an MBR whose one partition starts at BYTES holds the
+file system (mke2fs -E offset), debugfs reads it at that offset, and the tool must find the
+partition's start itself: the image on a loop device with partitions (losetup -P, partx -a) and
+the partition mounted, so that FIEMAP's offsets are partition-relative and `take` reads the start
+from sysfs. Where no partition device appears, the loop mount starts at the offset instead and
+`take --partition-offset` is given it. The guest's namespace is the whole disk.
 
 Exit 0 when all of it passed, 1 on a failure, 77 (skipped) when mke2fs or debugfs is missing, or
 when the loop mount fails and there is no guest to run (or --require-mount was given).
@@ -76,7 +83,7 @@ def debugfs_extents(image, path):
     return rows, int(size.group(1))
 
 
-def map_from_debugfs(rows, size, dbs, sha):
+def map_from_debugfs(rows, size, dbs, sha, partition_offset):
     """The map text the C++ writer must produce for these extents (see host/extent_map.cuh)."""
     extents = []
     for lblk, pblk, n, flags in rows:
@@ -86,29 +93,62 @@ def map_from_debugfs(rows, size, dbs, sha):
         if start >= size:
             continue
         end = min((lblk + n) * FS_BLOCK, size)
-        e = [start, pblk * FS_BLOCK // dbs, (end - start + dbs - 1) // dbs]
+        e = [start, (partition_offset + pblk * FS_BLOCK) // dbs, (end - start + dbs - 1) // dbs]
         if extents and extents[-1][0] + extents[-1][2] * dbs == e[0] and extents[-1][1] + extents[-1][2] == e[1]:
             extents[-1][2] += e[2]
         else:
             extents.append(e)
     lines = ['cunvme-extent-map 1', f'file_size {size}', f'fs_block_bytes {FS_BLOCK}', f'device_block_bytes {dbs}', 'device -',
-             'partition - 0', f'sha256 {sha}', f'extents {len(extents)}'] + [f'{a} {b} {c}' for a, b, c in extents] + ['end']
+             f'partition - {partition_offset}', f'sha256 {sha}', f'extents {len(extents)}'] + [f'{a} {b} {c}' for a, b, c in extents] + ['end']
     return '\n'.join(lines) + '\n', extents
 
 
 def without_device(text):
+    text = re.sub(r'^partition \S+ ', 'partition - ', text, flags=re.M)
     return re.sub(r'^device .*$', 'device -', text, flags=re.M)
+
+
+def mount_image(image, mnt, offset, cleanups):
+    """Mounts the file system read-only; returns (how, extra take arguments) or None."""
+    if offset:
+        # The partition as the kernel sees it: a loop device with a partition table.
+        loop = run(['losetup', '-f', '--show', '-P', '-r', image])
+        if loop.returncode == 0:
+            dev = loop.stdout.strip()
+            cleanups.append(['losetup', '-d', dev])
+            name = os.path.basename(dev) + 'p1'
+            if not os.path.exists(f'/sys/class/block/{name}'):
+                run(['partx', '-a', dev])
+            part = f'/dev/{name}'
+            if os.path.exists(f'/sys/class/block/{name}/dev') and not os.path.exists(part):
+                with open(f'/sys/class/block/{name}/dev') as f:
+                    major, minor = f.read().strip().split(':')
+                if run(['mknod', part, 'b', major, minor]).returncode == 0:
+                    cleanups.append(['rm', '-f', part])
+            if os.path.exists(part) and run(['mount', '-o', 'ro', part, mnt]).returncode == 0:
+                cleanups.append(['umount', mnt])
+                return f'partition {name} of {dev}', []
+    m = run(['mount', '-o', f'loop,ro,offset={offset}', image, mnt])
+    if m.returncode != 0:
+        print(f'== loop mount not possible here ({m.stderr.strip()}): the tool\'s FIEMAP is not compared')
+        return None
+    cleanups.append(['umount', mnt])
+    if offset:
+        return f'loop device starting at byte {offset}', ['--partition-offset', str(offset)]
+    return 'loop device', []
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--tool', required=True)
     ap.add_argument('--device-block-bytes', type=int, default=512)
+    ap.add_argument('--partition-offset', type=int, default=0)
     ap.add_argument('--require-mount', action='store_true')
     ap.add_argument('--guest')
     ap.add_argument('--guest-tool')
     args = ap.parse_args()
     dbs = args.device_block_bytes
+    offset = args.partition_offset
     missing = [t for t in ('mke2fs', 'debugfs') if not shutil.which(t) and not os.path.exists(f'/usr/sbin/{t}') and not os.path.exists(f'/sbin/{t}')]
     if missing:
         print(f'skipped: {", ".join(missing)} missing (install e2fsprogs)')
@@ -117,7 +157,7 @@ def main():
 
     work = tempfile.mkdtemp(prefix='cunvme-ext4-')
     mnt = os.path.join(work, 'mnt')
-    mounted = False
+    cleanups = []  # commands undoing mounts and loop devices, run last first
     try:
         src = os.path.join(work, 'src')
         os.makedirs(src)
@@ -129,15 +169,26 @@ def main():
             f.write('a second file, so that the model is not alone\n')
         sha = hashlib.sha256(content).hexdigest()
         image = os.path.join(work, 'ext4.img')
-        mk = run(['mke2fs', '-q', '-F', '-t', 'ext4', '-b', str(FS_BLOCK), '-g', '1024', '-d', src, image, '32M'])
+        fs_at = image
+        if offset:
+            # A disk with an MBR: one Linux partition (type 0x83) from `offset` for 32 MiB.
+            with open(image, 'wb') as f:
+                f.truncate(offset + 40 * 1024 * 1024)
+                f.seek(446)
+                f.write(bytes([0, 0, 0, 0, 0x83, 0, 0, 0]) + struct.pack('<II', offset // 512, 32 * 2048))
+                f.seek(510)
+                f.write(b'\x55\xaa')
+            fs_at = f'{image}?offset={offset}'
+        mk = run(['mke2fs', '-q', '-F', '-t', 'ext4', '-b', str(FS_BLOCK), '-g', '1024', '-d', src] +
+                 (['-E', f'offset={offset}'] if offset else []) + [image, '32M'])
         if mk.returncode != 0:
             print(f'FAIL: mke2fs -d: {mk.stderr}')
             return 1
-        rows, size = debugfs_extents(image, '/model.safetensors')
+        rows, size = debugfs_extents(fs_at, '/model.safetensors')
         if size != len(content):
             print(f'FAIL: debugfs says {size} bytes, the file has {len(content)}')
             return 1
-        ref_text, extents = map_from_debugfs(rows, size, dbs, sha)
+        ref_text, extents = map_from_debugfs(rows, size, dbs, sha, offset)
         ref_map = os.path.join(work, 'debugfs.map')
         with open(ref_map, 'w') as f:
             f.write(ref_text)
@@ -161,19 +212,18 @@ def main():
         print(f'== debugfs map parsed by the tool: {show.stdout.strip()}')
 
         guest_map = ref_map
-        mnt_run = run(['mount', '-o', 'loop,ro', image, mnt])
-        if mnt_run.returncode != 0:
-            print(f'== loop mount not possible here ({mnt_run.stderr.strip()}): the tool\'s FIEMAP is not compared')
+        mounted = mount_image(image, mnt, offset, cleanups)
+        if mounted is None:
             if args.require_mount or not args.guest:
                 print('skipped: no loop mount')
                 return 77
         else:
-            mounted = True
+            how, extra = mounted
             tool_map = os.path.join(work, 'model.map')
-            take = run([args.tool, 'take', os.path.join(mnt, 'model.safetensors'), '-o', tool_map, '--device-block-bytes', str(dbs)])
-            run(['umount', mnt])
-            mounted = False
-            print(f'== extent_map take on the loop mount: {take.stdout.strip()} {take.stderr.strip()}')
+            take = run([args.tool, 'take', os.path.join(mnt, 'model.safetensors'), '-o', tool_map, '--device-block-bytes', str(dbs)] + extra)
+            while cleanups:
+                run(cleanups.pop())
+            print(f'== extent_map take on the {how}: {take.stdout.strip()} {take.stderr.strip()}')
             if take.returncode != 0:
                 print('FAIL: extent_map take failed')
                 return 1
@@ -186,6 +236,9 @@ def main():
             if not re.search(r'^device loop\d+$', tool_text, flags=re.M):
                 print('FAIL: the tool should name the loop device the file system was on')
                 return 1
+            if how.startswith('partition') and not re.search(rf'^partition loop\d+p1 {offset}$', tool_text, flags=re.M):
+                print('FAIL: the tool should name the partition and its start, from sysfs')
+                return 1
             print('== the tool\'s map equals debugfs\'s (extents, size, blocks, partition, sha256)')
             guest_map = tool_map
 
@@ -193,7 +246,7 @@ def main():
             guest_file = os.path.join(work, 'model.map')
             if guest_map != guest_file:
                 shutil.copy(guest_map, guest_file)
-            cmd = [args.guest, '--name', f'ext4-extent-map-{dbs}', '--lba', str(dbs), '--disk-image', image, '--guest-file', guest_file,
+            cmd = [args.guest, '--name', f'ext4-extent-map-{dbs}' + (f'-partition-at-{offset}' if offset else ''), '--lba', str(dbs), '--disk-image', image, '--guest-file', guest_file,
                    '--', args.guest_tool, 'verify', '@URI@', '/files/model.map',
                    '---', args.guest_tool, 'read', '@URI@', '/files/model.map', '-o', '/tmp/model.safetensors']
             print('== guest: ' + ('the tool\'s map' if guest_map != ref_map else 'the debugfs map (no loop mount)'), flush=True)
@@ -203,8 +256,8 @@ def main():
         print('PASS')
         return 0
     finally:
-        if mounted:
-            run(['umount', mnt])
+        while cleanups:
+            run(cleanups.pop())
         shutil.rmtree(work, ignore_errors=True)
 
 
