@@ -109,10 +109,10 @@ def without_device(text):
 
 
 def mount_image(image, mnt, offset, cleanups):
-    """Mounts the file system read-only; returns (how, extra take arguments) or None."""
+    """Mounts the file system; returns (how, extra take arguments) or None."""
     if offset:
         # The partition as the kernel sees it: a loop device with a partition table.
-        loop = run(['losetup', '-f', '--show', '-P', '-r', image])
+        loop = run(['losetup', '-f', '--show', '-P', image])
         if loop.returncode == 0:
             dev = loop.stdout.strip()
             cleanups.append(['losetup', '-d', dev])
@@ -125,10 +125,10 @@ def mount_image(image, mnt, offset, cleanups):
                     major, minor = f.read().strip().split(':')
                 if run(['mknod', part, 'b', major, minor]).returncode == 0:
                     cleanups.append(['rm', '-f', part])
-            if os.path.exists(part) and run(['mount', '-o', 'ro', part, mnt]).returncode == 0:
+            if os.path.exists(part) and run(['mount', part, mnt]).returncode == 0:
                 cleanups.append(['umount', mnt])
                 return f'partition {name} of {dev}', []
-    m = run(['mount', '-o', f'loop,ro,offset={offset}', image, mnt])
+    m = run(['mount', '-o', f'loop,offset={offset}', image, mnt])
     if m.returncode != 0:
         print(f'== loop mount not possible here ({m.stderr.strip()}): the tool\'s FIEMAP is not compared')
         return None
@@ -220,9 +220,8 @@ def main():
         else:
             how, extra = mounted
             tool_map = os.path.join(work, 'model.map')
-            take = run([args.tool, 'take', os.path.join(mnt, 'model.safetensors'), '-o', tool_map, '--device-block-bytes', str(dbs)] + extra)
-            while cleanups:
-                run(cleanups.pop())
+            mounted_file = os.path.join(mnt, 'model.safetensors')
+            take = run([args.tool, 'take', mounted_file, '-o', tool_map, '--device-block-bytes', str(dbs)] + extra)
             print(f'== extent_map take on the {how}: {take.stdout.strip()} {take.stderr.strip()}')
             if take.returncode != 0:
                 print('FAIL: extent_map take failed')
@@ -241,15 +240,43 @@ def main():
                 return 1
             print('== the tool\'s map equals debugfs\'s (extents, size, blocks, partition, sha256)')
             guest_map = tool_map
+            # The rule: the file must not change after its map is taken. Overwritten in place
+            # (ext4 keeps the blocks), the old map is stale: same blocks, another hash.
+            changed = bytearray(content)
+            changed[len(content) // 2:len(content) // 2 + 16] = b'changed in place'
+            with open(mounted_file, 'r+b') as f:
+                f.seek(len(content) // 2)
+                f.write(changed[len(content) // 2:len(content) // 2 + 16])
+                f.flush()
+                os.fsync(f.fileno())
+            fresh_map = os.path.join(work, 'fresh.map')
+            take = run([args.tool, 'take', mounted_file, '-o', fresh_map, '--device-block-bytes', str(dbs)] + extra)
+            if take.returncode != 0:
+                print(f'FAIL: extent_map take after the change: {take.stderr.strip()}')
+                return 1
+            with open(fresh_map) as f:
+                fresh_text = f.read()
+            if fresh_text != tool_text.replace(sha, hashlib.sha256(changed).hexdigest()):
+                print('FAIL: after an in-place change the map should differ in its sha256 only')
+                print('-- before:\n' + tool_text + '-- after:\n' + fresh_text)
+                return 1
+            print('== changed in place: the new map has the same extents and the new content\'s sha256; the old one is stale')
+        while cleanups:
+            run(cleanups.pop())
 
         if args.guest:
-            guest_file = os.path.join(work, 'model.map')
-            if guest_map != guest_file:
-                shutil.copy(guest_map, guest_file)
-            cmd = [args.guest, '--name', f'ext4-extent-map-{dbs}' + (f'-partition-at-{offset}' if offset else ''), '--lba', str(dbs), '--disk-image', image, '--guest-file', guest_file,
-                   '--', args.guest_tool, 'verify', '@URI@', '/files/model.map',
-                   '---', args.guest_tool, 'read', '@URI@', '/files/model.map', '-o', '/tmp/model.safetensors']
-            print('== guest: ' + ('the tool\'s map' if guest_map != ref_map else 'the debugfs map (no loop mount)'), flush=True)
+            # With the tool's maps: the fresh one reads the changed file, the stale one is refused
+            # (exit 1: the SHA-256 differs). With debugfs's map: the unchanged file.
+            files = [fresh_map, tool_map] if guest_map != ref_map else [ref_map]
+            cmd = [args.guest, '--name', f'ext4-extent-map-{dbs}' + (f'-partition-at-{offset}' if offset else ''), '--lba', str(dbs),
+                   '--disk-image', image]
+            for f in files:
+                cmd += ['--guest-file', f]
+            first = '/files/' + os.path.basename(files[0])
+            cmd += ['--', args.guest_tool, 'verify', '@URI@', first, '---', args.guest_tool, 'read', '@URI@', first, '-o', '/tmp/model.safetensors']
+            if len(files) > 1:
+                cmd += ['---', '!' + args.guest_tool, 'verify', '@URI@', '/files/' + os.path.basename(files[1])]
+            print('== guest: ' + ('the tool\'s fresh map, then its stale one' if guest_map != ref_map else 'the debugfs map (no loop mount)'), flush=True)
             g = subprocess.run(cmd, check=False)
             if g.returncode != 0:
                 return g.returncode

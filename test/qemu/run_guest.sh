@@ -46,6 +46,9 @@
 #                     and fails unless QEMU translated the guest's memory barriers into host ones
 #                     (TCG's op log holds 'mb' ops). See qemu_cpu_args for why that can fail.
 #
+# A program written !PROGRAM is expected to fail: it passes when it exits 1 (an error it
+# reported), and fails when it exits 0 or otherwise (a crash).
+#
 # What the programs see in the guest (Linux, busybox, root, no NVMe driver bound):
 # - the controller is unbound; its BAR0 is /sys/bus/pci/devices/<BDF>/resource0. Bus mastering
 #   and interrupt masking are left to the programs.
@@ -244,6 +247,8 @@ add_program() { [ -n "$cmd" ] && { programs+=("$prog"); commands+=("$cmd"); }; c
 for arg in "$@"; do
   if [ "$arg" = "---" ]; then add_program; continue; fi
   if [ -z "$cmd" ]; then
+    expect_error=""
+    case "$arg" in '!'*) expect_error=1; arg=${arg#!} ;; esac
     [ -f "$arg" ] || { echo "run_guest.sh: program '$arg' not found" >&2; exit 2; }
     if ldd "$arg" >/dev/null 2>&1; then
       echo "FAIL: $arg is dynamically linked; the guest has no libraries (link it with -static)"
@@ -254,6 +259,7 @@ for arg in "$@"; do
     cp "$arg" "$root/bin/$prog"
     chmod 755 "$root/bin/$prog"
     cmd="/bin/$prog"
+    [ -z "$expect_error" ] || cmd="cunvme_expect_error $cmd"
   else
     cmd="$cmd $(sh_word "$arg")"
   fi
@@ -331,6 +337,13 @@ cunvme_unload() {
   # The console shows errors only (loglevel=3): look for kernel warnings in the log itself.
   dmesg | grep -i cunvme
   if dmesg | grep -E "WARNING:|BUG:|Call Trace|general protection"; then return 5; fi
+}
+# A program given as !PROGRAM must fail cleanly: exit 1 (an error it reported), not 0, not a signal.
+cunvme_expect_error() {
+  "$@"
+  rc=$?
+  [ "$rc" = 1 ] && { echo "(exit 1: refused, as expected)"; return 0; }
+  echo "expected exit 1 (a reported error), got $rc"; return 1
 }
 # --vfio: load VFIO, hand the controller to vfio-pci, wait for its group's node; after the
 # programs, no IOMMU faults (the controller reached only what was mapped), unbind cleanly.
