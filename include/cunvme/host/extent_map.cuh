@@ -243,10 +243,11 @@ inline void validate_extent_map(const extent_map& map, const std::string& operat
 [[nodiscard]] inline extent_map read_extent_map_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw os_error("Read extent map", path);
-  std::string text(extent_map_max_file_bytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  // In pieces, so that a small map costs little and a huge file stops one piece past the bound.
+  std::string text;
+  char piece[65536];
+  while (text.size() <= extent_map_max_file_bytes && in.read(piece, sizeof piece).gcount() > 0) text.append(piece, static_cast<std::size_t>(in.gcount()));
   if (in.bad()) throw os_error("Read extent map", path);
-  text.resize(static_cast<std::size_t>(in.gcount()));
   return parse_extent_map(text, path);
 }
 
