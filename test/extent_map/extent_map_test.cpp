@@ -1,6 +1,7 @@
 // Extent maps (host/extent_map.cuh): SHA-256 against FIPS 180-4's vectors, the map format's
 // round trip and every malformed map refused by name, FIEMAP records turned into extents (every
-// refused flag), FIEMAP on a real file in /tmp checked against the raw device where one is
+// refused flag), FIEMAP on real files in /tmp (a hole, preallocation past the end, an unwritten
+// extent) checked against the raw device where one is
 // readable, and reading by a map through the emulator.
 #include <cunvme/host/extent_map.cuh>
 #include <cunvme/host/open.cuh>
@@ -9,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -255,6 +257,40 @@ TEST_CASE("take_extent_map on a file in /tmp: the hash is the content's, the ext
     }
     ::close(fd);
   }
+  // A hole (never written) and an unwritten extent (fallocate) on the real file system.
+  const std::string sparse = path + ".sparse";
+  {
+    const int f = ::open(sparse.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    REQUIRE(f >= 0);
+    REQUIRE(::pwrite(f, content.data(), 4096, 0) == 4096);
+    REQUIRE(::pwrite(f, content.data() + 4096, 5000, 1 << 20) == 5000);
+    ::close(f);
+  }
+  const host::extent_map s = host::take_extent_map(sparse);
+  std::vector<std::byte> with_hole((1 << 20) + 5000);
+  std::memcpy(with_hole.data(), content.data(), 4096);
+  std::memcpy(with_hole.data() + (1 << 20), content.data() + 4096, 5000);
+  CHECK(s.sha256 == sha_hex(with_hole));
+  REQUIRE(s.extents.size() == 2);
+  CHECK(s.extents[0].file_offset == 0);
+  CHECK(s.extents[1].file_offset == 1 << 20);
+  {
+    const int f = ::open(sparse.c_str(), O_WRONLY);
+    REQUIRE(f >= 0);
+    // Preallocated past the end of the file: no byte of the file is there, so it is no extent.
+    REQUIRE(::fallocate(f, FALLOC_FL_KEEP_SIZE, 2 << 20, 1 << 20) == 0);
+    ::close(f);
+  }
+  CHECK(host::take_extent_map(sparse).extents == s.extents);
+  {
+    const int f = ::open(sparse.c_str(), O_WRONLY);
+    REQUIRE(f >= 0);
+    REQUIRE(::fallocate(f, 0, 64 << 10, 64 << 10) == 0);  // inside the hole: allocated, unwritten
+    ::close(f);
+  }
+  CHECK_THROWS_WITH_AS((void)host::take_extent_map(sparse), doctest::Contains("is UNWRITTEN"), host::error);
+  std::remove(sparse.c_str());
+
   // Not a regular file; a missing file.
   CHECK_THROWS_WITH_AS((void)host::take_extent_map("/tmp"), doctest::Contains("not a regular file"), host::error);
   CHECK_THROWS_AS((void)host::take_extent_map(path + ".missing"), host::error);
