@@ -4,12 +4,17 @@
 #
 #   run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096] [--ns-args 'ARGS'] \
 #                [--kernel VMLINUZ] [--module cunvme.ko [--module-args 'ARGS']] [--iommu] [--vfio] \
-#                [--check-image CHECKER [--check-args 'ARGS']] [--smp N] -- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]...
+#                [--check-image CHECKER [--check-args 'ARGS']] [--smp N] [--disk-image IMAGE] [--guest-file FILE]... \
+#                -- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]...
 #   run_guest.sh --check-barriers [--kernel VMLINUZ]
 #
 # --qemu-device-args  appended to the '-device nvme,...' option, e.g. 'cmb_size_mb=16'
 #                     (--nvme-args is the same option under its old name)
 # --disk-mb N         size of the namespace's disk image in MiB (default 64)
+# --disk-image IMAGE  a copy of IMAGE is the namespace's disk instead of the pattern (its size,
+#                     a multiple of the block size, replaces --disk-mb): e.g. an ext4 image
+# --guest-file FILE   FILE is in the guest as /files/<its basename> (repeatable): input for the
+#                     programs, e.g. an extent map
 # --lba 512|4096      logical block size (4096 puts the namespace on an nvme-ns device)
 # --ns-args ARGS      appended to the namespace's '-device nvme-ns,...' option (the namespace is
 #                     then an nvme-ns device at either block size), e.g. 'ms=8,mset=1' (8 bytes of
@@ -41,6 +46,9 @@
 #                     and fails unless QEMU translated the guest's memory barriers into host ones
 #                     (TCG's op log holds 'mb' ops). See qemu_cpu_args for why that can fail.
 #
+# A program written !PROGRAM is expected to fail: it passes when it exits 1 (an error it
+# reported), and fails when it exits 0 or otherwise (a crash).
+#
 # What the programs see in the guest (Linux, busybox, root, no NVMe driver bound):
 # - the controller is unbound; its BAR0 is /sys/bus/pci/devices/<BDF>/resource0. Bus mastering
 #   and interrupt masking are left to the programs.
@@ -48,7 +56,7 @@
 #   @URI@ gets "sysfs:<BDF>" ("kmod:<BDF>" with --module, "vfio:<BDF>" with --vfio).
 # - 64 huge pages of 2 MiB are reserved (MAP_HUGETLB), compact_unevictable_allowed is 0, and
 #   /proc/self/pagemap gives physical (= bus) addresses: the guest has no IOMMU.
-# - the disk holds a known pattern: the 8-byte little-endian word at byte offset o is
+# - the disk (unless --disk-image) holds a known pattern: the 8-byte little-endian word at byte offset o is
 #   (o / 8) XOR 0x5a5a5a5a5a5a5a5a (cunvme::host::pattern_word).
 # - stdout and stderr both go to the serial console, which this script copies to its stdout.
 #
@@ -64,13 +72,13 @@ set -euo pipefail
 
 usage() {
   echo "usage: run_guest.sh --name NAME [--qemu-device-args 'ARGS'] [--disk-mb N] [--lba 512|4096]" \
-       "[--kernel VMLINUZ] [--module KO [--module-args 'ARGS']] [--iommu] [--vfio] [--check-image CHECKER [--check-args 'ARGS']] [--smp N]" \
+       "[--kernel VMLINUZ] [--module KO [--module-args 'ARGS']] [--iommu] [--vfio] [--check-image CHECKER [--check-args 'ARGS']] [--smp N] [--disk-image IMAGE] [--guest-file FILE]..." \
        "-- PROGRAM [ARGS...] [--- PROGRAM [ARGS...]]..." >&2
   exit 2
 }
 
 name=guest device_args="" ns_args="" disk_mb=64 lba=512 kernel="" module="" module_args="" iommu="" vfio="" check_image="" check_args="" smp=1
-check_barriers=""
+check_barriers="" disk_image="" guest_files=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) [ $# -ge 2 ] || usage; name=$2; shift 2 ;;
@@ -87,6 +95,8 @@ while [ $# -gt 0 ]; do
     --check-args) [ $# -ge 2 ] || usage; check_args=$2; shift 2 ;;
     --smp) [ $# -ge 2 ] || usage; smp=$2; shift 2 ;;
     --check-barriers) check_barriers=1; shift ;;
+    --disk-image) [ $# -ge 2 ] || usage; disk_image=$2; shift 2 ;;
+    --guest-file) [ $# -ge 2 ] || usage; guest_files+=("$2"); shift 2 ;;
     --) shift; break ;;
     *) echo "run_guest.sh: unknown option '$1'" >&2; usage ;;
   esac
@@ -99,6 +109,17 @@ timeout_s=${CUNVME_QEMU_TIMEOUT:-100}
 if [ -n "$check_image" ] && [ ! -x "$check_image" ]; then
   echo "run_guest.sh: --check-image '$check_image' is not an executable file" >&2; exit 2
 fi
+if [ -n "$disk_image" ]; then
+  [ -f "$disk_image" ] || { echo "run_guest.sh: --disk-image '$disk_image' not found" >&2; exit 2; }
+  image_bytes=$(stat -c %s "$disk_image")
+  if [ "$image_bytes" -eq 0 ] || [ $((image_bytes % lba)) -ne 0 ]; then
+    echo "run_guest.sh: --disk-image is $image_bytes bytes, not a positive multiple of the $lba-byte block" >&2; exit 2
+  fi
+fi
+for f in "${guest_files[@]}"; do
+  [ -f "$f" ] || { echo "run_guest.sh: --guest-file '$f' not found" >&2; exit 2; }
+  [[ $(basename "$f") =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "run_guest.sh: --guest-file '$f' has odd characters in its name" >&2; exit 2; }
+done
 [[ $smp =~ ^[1-4]$ ]] || { echo "run_guest.sh: --smp takes 1 to 4" >&2; exit 2; }
 [[ $check_args =~ ^[A-Za-z0-9_=,.:/\ -]*$ ]] || { echo "run_guest.sh: --check-args has odd characters" >&2; exit 2; }
 if [ -n "$module" ] && [ -n "$vfio" ]; then
@@ -204,7 +225,8 @@ else
   trap 'rm -rf "$work"' EXIT
 fi
 root=$work/root
-mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp}
+mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,files}
+for f in "${guest_files[@]}"; do cp "$f" "$root/files/"; done
 
 # --- initramfs: busybox, /init, the programs -------------------------------------------------
 # Quotes a word for sh; @BDF@ and @URI@ then become references to the guest's $BDF.
@@ -225,6 +247,8 @@ add_program() { [ -n "$cmd" ] && { programs+=("$prog"); commands+=("$cmd"); }; c
 for arg in "$@"; do
   if [ "$arg" = "---" ]; then add_program; continue; fi
   if [ -z "$cmd" ]; then
+    expect_error=""
+    case "$arg" in '!'*) expect_error=1; arg=${arg#!} ;; esac
     [ -f "$arg" ] || { echo "run_guest.sh: program '$arg' not found" >&2; exit 2; }
     if ldd "$arg" >/dev/null 2>&1; then
       echo "FAIL: $arg is dynamically linked; the guest has no libraries (link it with -static)"
@@ -235,6 +259,7 @@ for arg in "$@"; do
     cp "$arg" "$root/bin/$prog"
     chmod 755 "$root/bin/$prog"
     cmd="/bin/$prog"
+    [ -z "$expect_error" ] || cmd="cunvme_expect_error $cmd"
   else
     cmd="$cmd $(sh_word "$arg")"
   fi
@@ -313,6 +338,13 @@ cunvme_unload() {
   dmesg | grep -i cunvme
   if dmesg | grep -E "WARNING:|BUG:|Call Trace|general protection"; then return 5; fi
 }
+# A program given as !PROGRAM must fail cleanly: exit 1 (an error it reported), not 0, not a signal.
+cunvme_expect_error() {
+  "$@"
+  rc=$?
+  [ "$rc" = 1 ] && { echo "(exit 1: refused, as expected)"; return 0; }
+  echo "expected exit 1 (a reported error), got $rc"; return 1
+}
 # --vfio: load VFIO, hand the controller to vfio-pci, wait for its group's node; after the
 # programs, no IOMMU faults (the controller reached only what was mapped), unbind cleanly.
 cunvme_vfio_bind() {
@@ -351,6 +383,12 @@ chmod 755 "$root/init"
 (cd "$root" && find . | cpio -o -H newc -R 0:0 --quiet | gzip -1) > "$work/initramfs.cpio.gz"
 
 # --- The disk: word at byte offset o = (o / 8) ^ 0x5a5a5a5a5a5a5a5a, little-endian -----------
+# (or a copy of --disk-image)
+disk_bytes=$((disk_mb * 1024 * 1024))
+if [ -n "$disk_image" ]; then
+  cp --sparse=always "$disk_image" "$work/disk.img"
+  disk_bytes=$image_bytes
+else
 python3 - "$work/disk.img" "$disk_mb" <<'PY'
 import sys
 path, mb = sys.argv[1], int(sys.argv[2])
@@ -362,6 +400,7 @@ with open(path, "wb") as f:
     for start in range(0, mb * 1024 * 1024 // 8, K):
         f.write((base ^ int.from_bytes(start.to_bytes(8, "little") * K, "little")).to_bytes(8 * K, "little"))
 PY
+fi
 
 # --- Run ------------------------------------------------------------------------------------
 # shellcheck disable=SC2054 # the commas belong to QEMU's option strings
@@ -382,7 +421,7 @@ else
 fi
 
 echo "== $name: $(basename "$kernel"), QEMU NVMe (${device_args:-default options}, $lba-byte blocks${ns_args:+ ($ns_args)}," \
-     "$disk_mb MiB${iommu:+, Intel IOMMU}${vfio:+, vfio-pci}, $smp CPU$([ "$smp" = 1 ] || echo s)), running: ${programs[*]}"
+     "${disk_image:+$(basename "$disk_image"), }$((disk_bytes / 1048576)) MiB${iommu:+, Intel IOMMU}${vfio:+, vfio-pci}, $smp CPU$([ "$smp" = 1 ] || echo s)), running: ${programs[*]}"
 start_ms=$(( $(date +%s%N) / 1000000 ))
 # QEMU runs in the background (timeout makes it its own process group, out of reach of a
 # signal to ours), so a TERM/INT to this script is passed on and the temp dir still goes.
@@ -440,7 +479,7 @@ done
 
 # The programs may write; the image must still be whole and readable.
 size=$(stat -c %s "$work/disk.img" 2>/dev/null || echo 0)
-if [ "$size" -ne $((disk_mb * 1024 * 1024)) ] || ! cat "$work/disk.img" > /dev/null; then
+if [ "$size" -ne "$disk_bytes" ] || ! cat "$work/disk.img" > /dev/null; then
   echo "FAIL: the disk image is no longer readable or has the wrong size ($size bytes)"; status=1
 elif [ -n "$check_image" ]; then
   # shellcheck disable=SC2086 # one word per argument
