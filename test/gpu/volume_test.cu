@@ -30,6 +30,7 @@ using test::gpu_rig;
 using test::mix;
 using test::tally;
 using test::word_at;
+using host::tier;
 
 using cache_queue = queue<slots::multi_producer, completion::cooperative>;
 using volume_cache = page_cache<cache_queue, doorbell::mmio>;
