@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+
 namespace host = cunvme::host;
 namespace spec = cunvme::spec;
 
@@ -95,6 +97,42 @@ std::uint64_t smart_host_reads(host::controller& ctrl) {
   spec::smart_health_information_log smart;
   std::memcpy(&smart, log.data(), sizeof smart);
   return smart.host_read_commands.low64();
+}
+
+/// Anonymous private memory that no allocator of the controller handed out, faulted in,
+/// locked and excluded from fork (as cunvme's allocators make their own) where asked;
+/// unmapped when dropped.
+struct outside_memory {
+  outside_memory(std::size_t n, bool lock) : bytes(n) {
+    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    expect(p != MAP_FAILED, "mmap of " + std::to_string(n) + " bytes failed");
+    data = static_cast<std::byte*>(p);
+    std::memset(data, static_cast<int>(guard_byte), n);  // each page private, and a guard for the read
+    expect(!lock || ::mlock(data, n) == 0, "mlock failed");
+    expect(::madvise(data, n, MADV_DONTFORK) == 0, "madvise(MADV_DONTFORK) failed");
+  }
+  outside_memory(const outside_memory&) = delete;
+  outside_memory& operator=(const outside_memory&) = delete;
+  ~outside_memory() { ::munmap(data, bytes); }
+  std::byte* data = nullptr;
+  std::size_t bytes;
+};
+
+bool scheme_is(const context& c, const char* scheme) { return c.uri.rfind(scheme, 0) == 0; }
+
+/// Writes `blocks` blocks of random data at `lba` from the controller's own memory, reads them
+/// into `target` (memory mapped with map_host), and checks the data and that the bytes of
+/// `target` past the transfer kept their guard.
+void read_into_mapped(context& c, host::queue_pair& qp, const host::dma_buffer& target, std::uint64_t lba, std::uint64_t blocks, std::uint32_t seed) {
+  const std::size_t bytes = blocks * c.lba;
+  expect(bytes < target.size(), "the mapped memory leaves no guard after the transfer");
+  auto out = c.ctrl->memory().allocate(bytes);
+  fill_random(out.data(), bytes, seed);
+  std::memset(target.data(), static_cast<int>(guard_byte), target.size());
+  expect_status(qp.write(c.nsid, lba, blocks, out), spec::status::successful_completion, "write of the data to read back");
+  expect_status(qp.read(c.nsid, lba, blocks, target), spec::status::successful_completion, "read into the mapped memory");
+  expect(std::memcmp(out.data(), target.data(), bytes) == 0, "the read's data differs in the mapped memory");
+  for (std::size_t i = bytes; i < target.size(); ++i) expect(target.data()[i] == guard_byte, "the read wrote past its blocks into the mapped memory");
 }
 
 using case_fn = std::function<void(context&)>;
@@ -330,6 +368,68 @@ const std::vector<std::pair<std::string, case_fn>>& cases() {
          round_trip(c, *qp, c.scratch_lba + 7400, 8, 0, 74);
          expect(!c.ctrl->abort(qp->id(), 3), "the controller says it aborted a command that had completed");
          round_trip(c, *qp, c.scratch_lba + 7500, 8, 0, 75);
+       }},
+      {"map_host: locked anonymous memory no allocator of this controller handed out receives a read's data",
+       [](context& c) {
+         outside_memory memory(3 * 4096, true);
+         if (scheme_is(c, "sysfs:") && !host::pagemap_allocator::unevictable_compaction_disabled()) {
+           // Compaction may move locked 4 KiB pages here: sysfs must refuse them, saying so.
+           try {
+             (void)c.ctrl->memory().map_host(memory.data, memory.bytes);
+           } catch (const host::error& e) {
+             expect(std::string(e.what()).find("compact_unevictable_allowed") != std::string::npos, std::string("wrong error: ") + e.what());
+             return;
+           }
+           throw failure{"sysfs mapped locked 4 KiB pages although compaction may move them"};
+         }
+         auto mapped = c.ctrl->memory().map_host(memory.data, memory.bytes);
+         expect(mapped.data() == memory.data && mapped.size() == memory.bytes, "the buffer is not the memory given");
+         auto qp = c.ctrl->create_queue_pair(8);
+         read_into_mapped(c, *qp, mapped, c.scratch_lba + 7600, 8192 / c.lba, 90);
+       }},
+      {"map_host: huge pages a second allocator handed out receive a read's data (on sysfs at the same physical pages)",
+       [](context& c) {
+         if (scheme_is(c, "emu:")) return;  // the second allocator reads pagemap: root in the guest (the emulator's case is a host test)
+         host::pagemap_allocator second("second allocator");
+         auto slots = second.allocate(2u << 20);
+         auto mapped = c.ctrl->memory().map_host(slots.data(), slots.size());
+         if (scheme_is(c, "sysfs:")) expect(mapped.pages() == slots.pages(), "sysfs translated the memory to other pages than its allocator");
+         auto qp = c.ctrl->create_queue_pair(8);
+         read_into_mapped(c, *qp, mapped, c.scratch_lba + 7700, (64 * 1024) / c.lba, 91);
+         expect(second.still_at(slots), "the pages moved while this controller had them mapped");
+       }},
+      {"map_host: unlocked memory is refused by sysfs (it could move) and pinned by the others, where a read lands in it",
+       [](context& c) {
+         outside_memory memory(3 * 4096, false);
+         if (scheme_is(c, "sysfs:")) {
+           try {
+             (void)c.ctrl->memory().map_host(memory.data, memory.bytes);
+           } catch (const host::error& e) {
+             expect(std::string(e.what()).find("not locked") != std::string::npos && std::string(e.what()).find("mlock") != std::string::npos,
+                    std::string("wrong error: ") + e.what());
+             return;
+           }
+           throw failure{"sysfs mapped memory nothing keeps at its physical addresses"};
+         }
+         auto mapped = c.ctrl->memory().map_host(memory.data, memory.bytes);
+         auto qp = c.ctrl->create_queue_pair(8);
+         read_into_mapped(c, *qp, mapped, c.scratch_lba + 7800, 4096 / c.lba, 92);
+       }},
+      {"map_host refuses a null pointer, a start inside a page and zero bytes with a host::error naming the operation",
+       [](context& c) {
+         outside_memory memory(2 * 4096, true);
+         const auto refused = [&](void* p, std::size_t n, const char* what) {
+           try {
+             (void)c.ctrl->memory().map_host(p, n);
+           } catch (const host::error& e) {
+             expect(std::string(e.what()).find("Map host memory") != std::string::npos, std::string(what) + ": wrong error: " + e.what());
+             return;
+           }
+           throw failure{std::string(what) + " was mapped"};
+         };
+         refused(nullptr, 4096, "a null pointer");
+         refused(memory.data + 512, 4096, "a start inside a page");
+         refused(memory.data, 0, "zero bytes");
        }},
       {"with shadow doorbells (Doorbell Buffer Config) I/O still completes",
        [](context& c) {

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -262,4 +264,127 @@ TEST_CASE("a pagemap buffer is still at its pages when nothing moved them, and n
   moved[1] += 4096 * 1024;
   const host::dma_buffer stale(buf.data(), nullptr, buf.size(), buf.page_size(), std::move(moved), host::memory_location::pinned_host, nullptr);
   CHECK_FALSE(memory.still_at(stale));
+}
+
+// ---- map_host: memory another allocator handed out, translated for this controller too ----
+
+namespace {
+
+/// Anonymous private memory, faulted in, with the properties asked for; unmapped when dropped.
+struct plain_memory {
+  plain_memory(std::size_t n, bool lock, bool dontfork, int prot = PROT_READ | PROT_WRITE) : bytes(n) {
+    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    REQUIRE(p != MAP_FAILED);
+    data = static_cast<std::byte*>(p);
+    std::memset(data, 1, n);  // a private page of its own each, not the shared zero page
+    if (lock) REQUIRE(::mlock(data, n) == 0);
+    if (dontfork) REQUIRE(::madvise(data, n, MADV_DONTFORK) == 0);
+    if (prot != (PROT_READ | PROT_WRITE)) REQUIRE(::mprotect(data, n, prot) == 0);
+  }
+  plain_memory(const plain_memory&) = delete;
+  plain_memory& operator=(const plain_memory&) = delete;
+  ~plain_memory() { ::munmap(data, bytes); }
+  std::byte* data = nullptr;
+  std::size_t bytes;
+};
+
+}  // namespace
+
+TEST_CASE("pagemap map_host refuses a null pointer, a start inside a page and zero bytes") {
+  host::pagemap_allocator memory("0000:01:00.0");
+  plain_memory m(8192, false, true);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(nullptr, 4096), doctest::Contains("empty range"), host::error);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(m.data + 64, 4096), doctest::Contains("4 KiB boundary"), host::error);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(m.data, 0), doctest::Contains("0000:01:00.0"), host::error);
+}
+
+TEST_CASE("pagemap map_host gives memory another pagemap allocator handed out from huge pages the same physical pages") {
+  if (!pagemap_shows_frames()) return;
+  huge_page_pool pool(1);
+  if (!pool.writable() || free_huge_pages() < 1) {
+    MESSAGE("cannot reserve a huge page here");
+    return;
+  }
+  host::pagemap_allocator first("first"), second("second");
+  auto slots = first.allocate(1u << 20);
+  if (kernel_page_kib(slots.data()) != 2048) {
+    MESSAGE("the huge page went to someone else; the huge-page case is not tested");
+    return;
+  }
+  auto mapped = second.map_host(slots.data(), slots.size());
+  CHECK(mapped.data() == slots.data());
+  CHECK(mapped.size() == slots.size());
+  CHECK(mapped.page_size() == 4096);
+  CHECK(mapped.location() == host::memory_location::pinned_host);
+  CHECK(mapped.pages() == slots.pages());
+  CHECK(second.still_at(mapped));
+}
+
+TEST_CASE("pagemap map_host takes locked 4 KiB pages only where compaction leaves them alone, and says which sysctl otherwise") {
+  if (!pagemap_shows_frames()) return;
+  host::pagemap_allocator first("first", host::huge_pages::never), second("second");
+  auto slots = first.allocate(3 * 4096);
+  if (host::pagemap_allocator::unevictable_compaction_disabled()) {
+    auto mapped = second.map_host(slots.data(), slots.size());
+    CHECK(mapped.pages() == slots.pages());
+  } else {
+    CHECK_THROWS_WITH_AS((void)second.map_host(slots.data(), slots.size()), doctest::Contains("/proc/sys/vm/compact_unevictable_allowed"), host::error);
+  }
+}
+
+TEST_CASE("pagemap map_host refuses memory that is not locked, saying to lock it or use huge pages") {
+  host::pagemap_allocator memory("test");
+  plain_memory m(8192, false, true);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(m.data, m.bytes), doctest::Contains("mlock"), host::error);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(m.data, m.bytes), doctest::Contains("not locked"), host::error);
+}
+
+TEST_CASE("pagemap map_host refuses memory a fork() child would share, naming MADV_DONTFORK") {
+  host::pagemap_allocator memory("test");
+  plain_memory m(8192, true, false);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(m.data, m.bytes), doctest::Contains("MADV_DONTFORK"), host::error);
+}
+
+TEST_CASE("pagemap map_host refuses read-only memory") {
+  host::pagemap_allocator memory("test");
+  plain_memory m(8192, true, true, PROT_READ);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(m.data, m.bytes), doctest::Contains("read-only"), host::error);
+}
+
+TEST_CASE("pagemap map_host refuses file-backed memory, whose pages the page cache may move") {
+  host::pagemap_allocator memory("test");
+  char path[] = "/tmp/cunvme-map-host-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::unlink(path);
+  REQUIRE(::ftruncate(fd, 8192) == 0);
+  void* p = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  ::close(fd);
+  REQUIRE(p != MAP_FAILED);
+  (void)::mlock(p, 8192);
+  (void)::madvise(p, 8192, MADV_DONTFORK);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(p, 8192), doctest::Contains("file-backed"), host::error);
+  ::munmap(p, 8192);
+}
+
+TEST_CASE("pagemap map_host refuses a range part of which is not mapped") {
+  host::pagemap_allocator memory("test");
+  plain_memory m(3 * 4096, true, true);
+  REQUIRE(::munmap(m.data + 4096, 4096) == 0);  // a hole in the middle
+  CHECK_THROWS_WITH_AS((void)memory.map_host(m.data, m.bytes), doctest::Contains("not mapped"), host::error);
+}
+
+TEST_CASE("a pagemap map_host buffer owns no memory: after it is gone the memory is still its owner's") {
+  if (!pagemap_shows_frames()) return;
+  huge_page_pool pool(1);
+  host::pagemap_allocator owner("owner"), memory("test");
+  auto slots = owner.allocate(4096);  // a huge page where one is free, else locked 4 KiB pages
+  if (kernel_page_kib(slots.data()) != 2048 && !host::pagemap_allocator::unevictable_compaction_disabled()) {
+    MESSAGE("neither a huge page nor unmovable locked pages here");
+    return;
+  }
+  { auto mapped = memory.map_host(slots.data(), slots.size()); }
+  slots.data()[100] = std::byte{7};  // still mapped and writable
+  CHECK(slots.data()[100] == std::byte{7});
+  CHECK(owner.still_at(slots));
 }

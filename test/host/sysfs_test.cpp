@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <string>
 
 #include <fcntl.h>
@@ -280,4 +281,35 @@ TEST_CASE("kmod map_gpu exports whole pages and closes the dma-buf when the modu
   REQUIRE(exported >= 0);
   CHECK(::fcntl(exported, F_GETFD) == -1);  // closed again
   CHECK_THROWS_WITH_AS((void)memory.map_gpu(fake_gpu + 16, 4096), doctest::Contains("4 KiB page"), host::error);
+}
+
+namespace {
+alignas(4096) std::byte other_memory[3 * 4096];  // stands for another controller's buffer
+}
+
+TEST_CASE("VFIO map_host refuses a null pointer, a start inside a page and zero bytes before asking the IOMMU") {
+  host::vfio_allocator memory(std::make_shared<const host::vfio_fd>(-1), bdf);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(nullptr, 4096), doctest::Contains("empty range"), host::error);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(other_memory + 8, 4096), doctest::Contains("4 KiB boundary"), host::error);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(other_memory, 0), doctest::Contains("empty range"), host::error);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(other_memory, std::numeric_limits<std::size_t>::max()), doctest::Contains("do not fit"), host::error);
+}
+
+TEST_CASE("VFIO map_host reports the IOMMU's refusal as a host::error naming the operation and the device") {
+  // Container fd -1: VFIO_IOMMU_MAP_DMA fails (EBADF), as a refusal by the kernel would.
+  host::vfio_allocator memory(std::make_shared<const host::vfio_fd>(-1), bdf);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(other_memory, 5000), doctest::Contains("Map host memory into the IOMMU on 0000:00:04.0"), host::error);
+}
+
+TEST_CASE("kmod map_host refuses a null pointer, a start inside a page and zero bytes before asking the module") {
+  host::kmod_allocator memory(-1, bdf, 0);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(nullptr, 4096), doctest::Contains("empty range"), host::error);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(other_memory + 8, 4096), doctest::Contains("4 KiB boundary"), host::error);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(other_memory, 0), doctest::Contains("empty range"), host::error);
+  CHECK_THROWS_WITH_AS((void)memory.map_host(other_memory, std::numeric_limits<std::size_t>::max()), doctest::Contains("do not fit"), host::error);
+}
+
+TEST_CASE("kmod map_host reports the module's refusal as a host::error naming the operation and the device") {
+  host::kmod_allocator memory(-1, bdf, 0);  // fd -1: the pin ioctl fails (EBADF), as a refusal would
+  CHECK_THROWS_WITH_AS((void)memory.map_host(other_memory, 5000), doctest::Contains("Map host memory on 0000:00:04.0"), host::error);
 }

@@ -1,6 +1,6 @@
 // The cunvme kernel module's interface, case by case, inside the QEMU guest (run_guest.sh
 // --module): what it accepts, what it rejects with which errno, and that the pinned-page
-// counter returns to 0 however a process lets go (unpin, close, SIGKILL).
+// counter returns to 0 however a process lets go (unpin, close, SIGKILL, a map_host buffer gone).
 //
 //   kmod_negative BDF
 //
@@ -8,6 +8,7 @@
 // /dev/cunvme/BDF open. Prints "PASS name" / "FAIL name: why" per check and a summary; exits 0
 // when all passed.
 #include <cunvme/host/kmod_abi.cuh>
+#include <cunvme/host/kmod_backend.cuh>
 
 #include "../guest_checks.hpp"
 
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -309,6 +311,59 @@ void test_pin_unpin(int fd) {
   ::munmap(buf, pages * page);
 }
 
+/// kmod_allocator::map_host through this fd: memory a second allocator of the module pinned
+/// and plain memory of the process are pinned again for the controller and unpinned with their
+/// buffers, never unmapped; memory the process may not write is refused.
+void test_map_host(int fd, const cunvme_device_info& info) {
+  namespace host = cunvme::host;
+  host::kmod_allocator owner(fd, bdf, info.flags), other(fd, bdf, info.flags);
+  try {
+    auto slots = owner.allocate(3 * page);  // a 2 MiB huge page where the pool has one, else 4 KiB pages
+    const long held = pinned_total();
+    {
+      auto mapped = other.map_host(slots.data(), slots.size());
+      check(mapped.data() == slots.data() && mapped.pages().size() == 3 && mapped.page_size() == page,
+            "map_host of another allocator's buffer lists its 3 pages of 4 KiB at its address");
+      check(pinned_total() == held + 3, "map_host pins the 3 pages again", std::to_string(pinned_total()));
+      if (!iommu_present()) {
+        check(std::equal(mapped.pages().begin(), mapped.pages().end(), slots.pages().begin()), "without an IOMMU map_host gives the owner's DMA addresses");
+      }
+    }
+    check(pinned_total() == held, "the map_host buffer unpins with it, the owner's pin stays", std::to_string(pinned_total()));
+    slots.data()[10] = std::byte{1};  // the memory is still the owner's, mapped
+  } catch (const host::error& e) {
+    check(false, "map_host of another allocator's buffer", e.what());
+  }
+
+  auto* plain = static_cast<std::byte*>(map_anonymous(2 * page));
+  try {
+    {
+      auto mapped = other.map_host(plain, 2 * page);
+      bool physical_match = true;
+      for (std::size_t i = 0; i < 2; ++i) physical_match = physical_match && mapped.pages()[i] == physical(plain + i * page);
+      if (!iommu_present()) check(physical_match, "map_host of plain memory: without an IOMMU its physical addresses");
+      check(pinned_total() == 2, "map_host of plain memory pins its 2 pages", std::to_string(pinned_total()));
+    }
+    plain[0] = std::byte{1};  // released: unpinned, still mapped
+    check(pinned_total() == 0, "counter back to 0 after the map_host buffers are gone", std::to_string(pinned_total()));
+  } catch (const host::error& e) {
+    check(false, "map_host of plain memory", e.what());
+  }
+  ::munmap(plain, 2 * page);
+
+  auto* read_only = map_anonymous(page, PROT_READ);
+  try {
+    (void)other.map_host(read_only, page);
+    check(false, "map_host of read-only memory is refused", "it was mapped");
+  } catch (const host::error& e) {
+    const std::string what = e.what();
+    check(what.find("Map host memory on " + bdf) != std::string::npos && what.find("may write") != std::string::npos,
+          "map_host of read-only memory is refused, naming the operation, the device and why", what);
+  }
+  ::munmap(read_only, page);
+  check(pinned_total() == 0, "a refused map_host pins nothing", std::to_string(pinned_total()));
+}
+
 void test_limits(int fd) {
   const std::string param = "/sys/module/cunvme/parameters/max_pinned_mb";
   const long saved = read_number(param);
@@ -452,6 +507,7 @@ int main(int argc, char** argv) {
   test_pin_rejects(fd, info);
   test_gpu_mmap_rejects(fd);
   test_pin_unpin(fd);
+  test_map_host(fd, info);
   test_limits(fd);
   ::close(fd);
   test_close_releases();

@@ -1,6 +1,6 @@
 // The VFIO backend where things go wrong, inside the QEMU guest (run_guest.sh --vfio): DMA
 // the IOMMU must stop, a group already open, a controller not bound to vfio-pci, buffers that
-// outlive their controller.
+// outlive their controller, host memory whose map_host buffer is gone.
 //
 //   vfio_negative BDF
 //
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <sys/klog.h>
+#include <sys/mman.h>
 
 namespace host = cunvme::host;
 namespace spec = cunvme::spec;
@@ -93,6 +94,38 @@ const std::vector<std::pair<std::string, case_fn>>& cases() {
          // The mapped buffers still work after the fault.
          auto buf = ctrl->memory().allocate(4096);
          expect(qp->read(1, 0, 1, buf) == spec::status::successful_completion, "a read into a mapped buffer failed after the fault");
+         expect(::klogctl(5 /* SYSLOG_ACTION_CLEAR */, nullptr, 0) == 0, std::string("cannot clear the kernel log: ") + std::strerror(errno));
+       }},
+      {"host memory mapped with map_host is gone from the IOMMU with its buffer: a read aimed at its IOVAs faults there and leaves the memory alone",
+       [] {
+         if (const auto before = iommu_faults(); !before.empty()) throw failure{"IOMMU faults before this case: " + before.front()};
+         auto ctrl = host::open("vfio:" + bdf);
+         auto qp = ctrl->create_queue_pair(4);
+         // Memory no allocator of this controller handed out (a second controller's buffer, say).
+         void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+         expect(p != MAP_FAILED, "mmap failed");
+         auto* memory = static_cast<std::byte*>(p);
+         std::uint64_t stale = 0;
+         {
+           auto mapped = ctrl->memory().map_host(memory, 4096);
+           stale = mapped.bus();
+           expect(qp->read(1, 0, 8, mapped) == spec::status::successful_completion, "a read into the mapped memory failed");
+         }
+         std::memset(memory, 0x5a, 4096);
+         (void)qp->execute(spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, stale), "Read to a released map_host IOVA");
+         std::vector<std::string> faults;
+         for (int i = 0; i < 100 && faults.empty(); ++i) {
+           faults = iommu_faults();
+           if (faults.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+         }
+         char want[64];
+         std::snprintf(want, sizeof want, "fault addr 0x%llx ", static_cast<unsigned long long>(stale));
+         expect(!faults.empty(), std::string("no IOMMU fault was reported for a read aimed at the released IOVA (") + want + ")");
+         for (const auto& f : faults) expect(f.find(want) != std::string::npos, "an IOMMU fault other than the one caused here: " + f);
+         bool untouched = true;
+         for (std::size_t i = 0; i < 4096; ++i) untouched = untouched && memory[i] == std::byte{0x5a};
+         ::munmap(p, 4096);
+         expect(untouched, "the read reached the memory after its mapping was released");
          expect(::klogctl(5 /* SYSLOG_ACTION_CLEAR */, nullptr, 0) == 0, std::string("cannot clear the kernel log: ") + std::strerror(errno));
        }},
       {"a second open of a controller whose group is held is refused, naming the group",

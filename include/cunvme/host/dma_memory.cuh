@@ -171,6 +171,19 @@ class dma_allocator {
   }
 
  protected:
+  /// What every backend's `map_host` checks before it asks the kernel: a non-null start on a
+  /// 4 KiB boundary, at least one byte, and whole pages that neither wrap the address space nor
+  /// exceed what a page list can describe. Returns `bytes` rounded up to 4 KiB; throws
+  /// `host::error` naming the device otherwise.
+  [[nodiscard]] std::size_t host_range(const void* host, std::size_t bytes) const {
+    const auto start = reinterpret_cast<std::uintptr_t>(host);
+    if (host == nullptr || bytes == 0) throw error("Map host memory", name(), "empty range (a null pointer or 0 bytes)");
+    if (start % min_alignment != 0) throw error("Map host memory", name(), "host memory must start on a 4 KiB boundary");
+    // 2^46 bytes: more than any machine pins, and a page list of it still fits a vector.
+    constexpr std::size_t most = std::size_t{1} << 46;
+    if (bytes > most || start > UINTPTR_MAX - most) throw error("Map host memory", name(), std::to_string(bytes) + " bytes at this address do not fit the address space");
+    return (bytes + min_alignment - 1) / min_alignment * min_alignment;
+  }
   /// `allocate` with `alignment` checked: a power of two, 4 KiB..128 MiB.
   [[nodiscard]] virtual dma_buffer allocate_aligned(std::size_t bytes, std::size_t alignment) = 0;
   /// The device errors are reported for.

@@ -51,7 +51,13 @@ class emu_allocator final : public dma_allocator {
   [[nodiscard]] dma_buffer map_host(void* host, std::size_t bytes) override {
     if (host == nullptr || bytes == 0) throw error("Map host memory", "emu", "empty range");
     if (reinterpret_cast<std::uintptr_t>(host) % 4096 != 0) throw error("Map host memory", "emu", "host memory must start on a 4 KiB boundary");
-    const std::uint64_t bus = ctrl_.dma().map(host, bytes, emu::memory_kind::host);
+    std::uint64_t bus = 0;
+    try {
+      bus = ctrl_.dma().map(host, bytes, emu::memory_kind::host);
+    } catch (const std::exception& e) {
+      // The bus cannot hold the range (dma_space's std::invalid_argument, std::length_error).
+      throw error("Map host memory", "emu", e.what());
+    }
     emu::controller* ctrl = &ctrl_;
     return dma_buffer(static_cast<std::byte*>(host), nullptr, bytes, 4096, pages_of(bus, bytes), memory_location::pinned_host,
                       [ctrl, bus] { ctrl->dma().unmap(bus); });

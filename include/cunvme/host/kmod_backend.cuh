@@ -123,9 +123,25 @@ class kmod_allocator final : public dma_allocator {
     });
   }
 
-  // PENDING (helper map_host): replaced by a real mapping before this lands.
-  [[nodiscard]] dma_buffer map_host(void*, std::size_t) override {
-    throw error("Map host memory", device_, "kmod: mapping another controller's memory is not implemented yet");
+  /// Pins the pages of `bytes` at `host` through the module (the same ioctl as its own
+  /// buffers: it pins any memory this process may write, whoever allocated it) and returns
+  /// their DMA addresses as this controller sees them, 4 KiB page by page; the returned buffer
+  /// unpins them and leaves the memory to its owner. The pin is long-term (FOLL_LONGTERM): the
+  /// kernel first migrates pages out of ZONE_MOVABLE and CMA, so memory that only an mlock
+  /// held (a pagemap allocator's) may change its physical address: check it with that
+  /// allocator's `still_at`. Kernels before 5.11 move a pinned page that a fork() child
+  /// shares: the memory's owner excludes it from fork (MADV_DONTFORK), as every cunvme
+  /// allocator does for its own.
+  [[nodiscard]] dma_buffer map_host(void* host, std::size_t bytes) override {
+    const std::size_t mapped = host_range(host, bytes);
+    pinned pins = pin(host, mapped, 0, "Map host memory");
+    const int fd = fd_;
+    const std::uint64_t handle = pins.handle;
+    return dma_buffer(static_cast<std::byte*>(host), nullptr, bytes, std::size_t{1} << pins.shift, std::move(pins.pages), memory_location::pinned_host,
+                      [fd, handle] {
+                        kmod::unpin_request u{handle};
+                        (void)::ioctl(fd, kmod::ioctl_unpin, &u);
+                      });
   }
   [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override {
     if (dma_buf_ && exporter_) {
@@ -203,7 +219,8 @@ class kmod_allocator final : public dma_allocator {
     std::vector<std::uint64_t> pages;
     unsigned shift;
   };
-  [[nodiscard]] pinned pin(void* address, std::size_t bytes, std::uint32_t flags) const {
+  /// `operation` names the pin in errors (default: by the kind of memory).
+  [[nodiscard]] pinned pin(void* address, std::size_t bytes, std::uint32_t flags, const char* operation = nullptr) const {
     std::vector<std::uint64_t> pages(bytes / 4096 + 1);
     kmod::pin_request r{};
     r.address = reinterpret_cast<std::uintptr_t>(address);
@@ -212,10 +229,12 @@ class kmod_allocator final : public dma_allocator {
     r.max_addresses = static_cast<std::uint32_t>(pages.size());
     r.flags = flags;
     if (::ioctl(fd_, kmod::ioctl_pin, &r) != 0) {
-      throw os_error(flags & kmod::pin_gpu_memory ? "Pin GPU memory" : "Pin host memory", device_,
+      throw os_error(operation != nullptr ? operation : flags & kmod::pin_gpu_memory ? "Pin GPU memory" : "Pin host memory", device_,
                      errno == ENOMEM    ? "over the module's max_pinned_mb or RLIMIT_MEMLOCK (ulimit -l; CAP_IPC_LOCK lifts it)"
                      : errno == ENOLINK ? "a dma-buf of this device was revoked: its DMA is off until the device is closed and opened again"
-                                        : "");
+                     : errno == EFAULT && (flags & kmod::pin_gpu_memory) == 0
+                         ? "the range must be memory this process has mapped and may write, page by page (the module pins it for writing)"
+                         : "");
     }
     pages.resize(r.count);
     return pinned{r.handle, std::move(pages), r.page_shift};

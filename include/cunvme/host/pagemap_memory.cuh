@@ -7,12 +7,14 @@
 #include <cunvme/host/error.cuh>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,9 +62,30 @@ class pagemap_allocator final : public dma_allocator {
   /// `device` names the controller in error messages.
   explicit pagemap_allocator(std::string device, huge_pages policy = huge_pages::prefer) : device_(std::move(device)), policy_(policy) {}
 
-  // PENDING (helper map_host): replaced by a real mapping before this lands.
-  [[nodiscard]] dma_buffer map_host(void*, std::size_t) override {
-    throw error("Map host memory", device_, "sysfs: mapping another controller's memory is not implemented yet");
+  /// Translates `bytes` at `host` (memory another controller's allocator handed out) for this
+  /// controller: the same physical pages, listed per 4 KiB (`page_size() == 4096`), never
+  /// assumed contiguous beyond what pagemap says. Without an IOMMU nothing pins them for this
+  /// controller, so only memory that stays at its physical addresses as this allocator's own
+  /// does is taken; the rest is refused with why and what to do. The memory must be, in every
+  /// mapping the range spans:
+  /// - writable (reads put their data there);
+  /// - huge pages (MAP_HUGETLB), which neither swap nor compaction move, or private anonymous
+  ///   memory locked with mlock while /proc/sys/vm/compact_unevictable_allowed is 0
+  ///   (`unevictable_compaction_disabled()`); file-backed and shared memory belong to the page
+  ///   cache, which may move and write them back;
+  /// - excluded from fork (MADV_DONTFORK), unless shared huge pages: a child sharing a private
+  ///   page copy-on-write moves the parent's page at its next write;
+  /// - resident, and translated by a process with CAP_SYS_ADMIN (pagemap shows PFNs to root).
+  /// The allocators' own buffers (pagemap, VFIO, kmod) qualify wherever their pages are huge or
+  /// compaction leaves locked pages alone. Later pinning by another agent (cudaHostRegister, a
+  /// VFIO or kmod controller) may migrate memory only an mlock held: check with `still_at`.
+  /// The buffer has no mapping to undo: dropping it leaves the memory to its owner.
+  [[nodiscard]] dma_buffer map_host(void* host, std::size_t bytes) override {
+    const std::size_t mapped = host_range(host, bytes);
+    const auto start = reinterpret_cast<std::uintptr_t>(host);
+    check_stays_put(start, start + mapped);
+    std::vector<std::uint64_t> pages = translate(static_cast<const std::byte*>(host), mapped / page);
+    return dma_buffer(static_cast<std::byte*>(host), nullptr, bytes, page, std::move(pages), memory_location::pinned_host, nullptr);
   }
   [[nodiscard]] dma_buffer map_gpu(void*, std::size_t) override {
     throw error("Map GPU memory", device_,
@@ -203,6 +226,84 @@ class pagemap_allocator final : public dma_allocator {
   [[nodiscard]] static std::size_t system_page_size() noexcept {
     const long size = ::sysconf(_SC_PAGESIZE);
     return size > 0 ? static_cast<std::size_t>(size) : page;
+  }
+
+  /// One mapping of this process as /proc/self/smaps describes it.
+  struct vma {
+    std::uintptr_t start = 0, end = 0;
+    std::string perms;                ///< "rw-p": read, write, execute, private or shared
+    unsigned long inode = 0;          ///< 0 for anonymous memory
+    std::string path;
+    std::vector<std::string> flags;   ///< VmFlags: "lo" locked, "dc" not copied at fork, "ht" hugetlb
+    [[nodiscard]] bool has(const char* flag) const { return std::find(flags.begin(), flags.end(), flag) != flags.end(); }
+  };
+
+  /// The mappings of this process that overlap [first, last), in address order.
+  [[nodiscard]] std::vector<vma> mappings(std::uintptr_t first, std::uintptr_t last) const {
+    std::ifstream smaps("/proc/self/smaps");
+    if (!smaps) throw os_error("Open /proc/self/smaps", device_, "needs /proc mounted");
+    std::vector<vma> out;
+    std::string line;
+    bool inside = false;
+    while (std::getline(smaps, line)) {
+      std::istringstream fields(line);
+      vma v;
+      char dash = 0;
+      std::string offset, dev;
+      // A mapping's header: "start-end perms offset dev inode [path]"; other lines are "Key: value".
+      if (fields >> std::hex >> v.start >> dash >> v.end && dash == '-' && fields >> v.perms >> offset >> dev >> std::dec >> v.inode) {
+        inside = v.start < last && first < v.end;
+        if (inside) {
+          std::getline(fields >> std::ws, v.path);
+          out.push_back(std::move(v));
+        }
+        continue;
+      }
+      if (inside && line.rfind("VmFlags:", 0) == 0) {
+        std::istringstream flags(line.substr(8));
+        for (std::string f; flags >> f;) out.back().flags.push_back(f);
+      }
+    }
+    return out;
+  }
+
+  /// Throws `host::error` unless every byte of [first, last) is mapped and stays at its
+  /// physical address (`map_host`).
+  void check_stays_put(std::uintptr_t first, std::uintptr_t last) const {
+    const auto refuse = [&](std::uintptr_t at, const std::string& why) {
+      throw error("Map host memory", device_, "sysfs: the memory at 0x" + hex(at) + " " + why);
+    };
+    std::uintptr_t covered = first;
+    bool small_pages = false;
+    for (const vma& v : mappings(first, last)) {
+      if (v.start > covered) break;
+      const std::uintptr_t at = std::max(v.start, first);
+      const bool huge = v.has("ht"), shared = v.perms.size() > 3 && v.perms[3] == 's';
+      if (v.perms.size() < 2 || v.perms[1] != 'w') refuse(at, "is read-only: the controller writes a read's data into it");
+      if (!huge && (v.inode != 0 || shared)) {
+        refuse(at, "is file-backed or shared (" + (v.path.empty() ? std::string("shared anonymous") : v.path) +
+                       "): the page cache may move or write back its pages; use private anonymous memory or 2 MiB huge pages (MAP_HUGETLB)");
+      }
+      if (!huge && !v.has("lo")) {
+        refuse(at, "is not locked: the kernel may swap it out or move it; mlock it (as the allocators' own buffers are) or use 2 MiB huge pages (MAP_HUGETLB)");
+      }
+      if (!(huge && shared) && !v.has("dc")) {
+        refuse(at, "would be shared copy-on-write with a fork() child, and the parent's next write would move it: madvise(MADV_DONTFORK) it first");
+      }
+      small_pages = small_pages || !huge;
+      covered = v.end;
+      if (covered >= last) break;
+    }
+    if (covered < last) refuse(covered, "is not mapped in this process");
+    if (small_pages && !unevictable_compaction_disabled()) {
+      refuse(first, "is locked 4 KiB pages, which memory compaction still moves: set /proc/sys/vm/compact_unevictable_allowed to 0, or use memory from 2 MiB huge pages (MAP_HUGETLB)");
+    }
+  }
+
+  [[nodiscard]] static std::string hex(std::uintptr_t v) {
+    char text[2 * sizeof v + 1];
+    const auto end = std::to_chars(text, text + sizeof text, v, 16).ptr;
+    return std::string(text, end);
   }
 
   /// Physical address of each of the `count` 4 KiB pages at `p`. /proc/self/pagemap holds one

@@ -100,9 +100,42 @@ class vfio_allocator final : public dma_allocator {
     (void)::ioctl(container_->get(), VFIO_IOMMU_UNMAP_DMA, &unmap);
   }
 
-  // PENDING (helper map_host): replaced by a real mapping before this lands.
-  [[nodiscard]] dma_buffer map_host(void*, std::size_t) override {
-    throw error("Map host memory", device_, "vfio: mapping another controller's memory is not implemented yet");
+  /// Maps the pages of `bytes` at `host` (any memory this process can write: another
+  /// controller's buffer, plain anonymous memory, huge pages) at a fresh IOVA range, whole 4 KiB
+  /// pages from `host`. VFIO pins the pages for as long as they are mapped, so they stay where
+  /// they are for this controller; the returned buffer unmaps them from the IOMMU (and with it
+  /// unpins them) and leaves the memory to its owner. The pin counts against RLIMIT_MEMLOCK
+  /// again even where another mapping pins the same pages. Pinning is long-term: the kernel
+  /// first migrates pages out of ZONE_MOVABLE and CMA, so memory that only an mlock held (a
+  /// pagemap allocator's) may change its physical address: check it with that allocator's
+  /// `still_at`.
+  [[nodiscard]] dma_buffer map_host(void* host, std::size_t bytes) override {
+    const std::size_t mapped = host_range(host, bytes);
+    const auto iova = iovas_.take(mapped);
+    if (!iova) throw error("Map host memory into the IOMMU", device_, "the IOMMU's address space has no room left for " + std::to_string(mapped) + " bytes");
+    vfio_iommu_type1_dma_map map{};
+    map.argsz = sizeof map;
+    map.flags = VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE;
+    map.vaddr = reinterpret_cast<std::uintptr_t>(host);
+    map.iova = *iova;
+    map.size = mapped;
+    if (::ioctl(container_->get(), VFIO_IOMMU_MAP_DMA, &map) != 0) {
+      const int e = errno;
+      throw os_error("Map host memory into the IOMMU", device_,
+                     e == ENOMEM   ? std::string(memlock_hint)
+                     : e == EFAULT ? "the range must be memory this process has mapped and may write, page by page (VFIO pins it for writing)"
+                                   : std::string{});
+    }
+    std::vector<std::uint64_t> pages(mapped / page);
+    for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = *iova + page * i;
+    return dma_buffer(static_cast<std::byte*>(host), nullptr, bytes, page, std::move(pages), memory_location::pinned_host,
+                      [container = container_, mapped, at = *iova] {
+                        vfio_iommu_type1_dma_unmap unmap{};
+                        unmap.argsz = sizeof unmap;
+                        unmap.iova = at;
+                        unmap.size = mapped;
+                        (void)::ioctl(container->get(), VFIO_IOMMU_UNMAP_DMA, &unmap);
+                      });
   }
   [[nodiscard]] dma_buffer map_gpu(void*, std::size_t) override {
     throw error("Map GPU memory", device_,
@@ -138,7 +171,7 @@ class vfio_allocator final : public dma_allocator {
       ::munmap(p, mapped);
       errno = e;
       throw os_error("Map DMA memory into the IOMMU", device_,
-                     e == ENOMEM ? "VFIO pins mapped pages against RLIMIT_MEMLOCK: raise it (ulimit -l) to cover all DMA buffers" : std::string{});
+                     e == ENOMEM ? std::string(memlock_hint) : std::string{});
     }
     std::vector<std::uint64_t> pages(mapped / page);
     for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = *iova + page * i;
@@ -156,6 +189,7 @@ class vfio_allocator final : public dma_allocator {
 
  private:
   static constexpr std::size_t page = 4096;
+  static constexpr const char* memlock_hint = "VFIO pins mapped pages against RLIMIT_MEMLOCK: raise it (ulimit -l) to cover all DMA buffers";
   std::shared_ptr<const vfio_fd> container_;
   std::string device_;
   iova_space iovas_;
