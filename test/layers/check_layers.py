@@ -7,7 +7,8 @@
 
 Layers, bottom to top: spec (0) < detail (1: access.cuh, checked.cuh, write_combined.cuh) < policy (2) < io (3)
 < cache (4: the page cache over the readers) < host (5) < emu (6). A header may include its own layer and
-those below. The facade (7) sits beside them: it may include everything up to host, but not emu. config.cuh (macros
+those below. The facade (7) sits beside them: it may include everything up to host, but not emu; the loader (8) may
+include the facade and what it may. config.cuh (macros
 and the ABI namespace) and cunvme.cuh (the umbrella) are exempt. A header in a folder not
 named here fails too, so a new folder has to be placed in the order before it is used.
 
@@ -19,11 +20,13 @@ import re
 import sys
 import tempfile
 
-LAYERS = {'spec': 0, 'detail': 1, 'policy': 2, 'io': 3, 'cache': 4, 'host': 5, 'emu': 6, 'facade': 7}
+LAYERS = {'spec': 0, 'detail': 1, 'policy': 2, 'io': 3, 'cache': 4, 'host': 5, 'emu': 6, 'facade': 7, 'loader': 8}
 # Which layers each layer may include (itself and those below, but the facade skips emu:
 # it drives devices through host::open, never the emulator's own types).
 ALLOWED = {name: {other for other, at in LAYERS.items() if at <= level} for name, level in LAYERS.items()}
 ALLOWED['facade'] = {'spec', 'detail', 'policy', 'io', 'cache', 'host', 'facade'}
+# The loader (safetensors over a device) sits on the facade, and likewise never on emu.
+ALLOWED['loader'] = ALLOWED['facade'] | {'loader'}
 EXEMPT = {'config.cuh', 'cunvme.cuh'}
 
 # Edges allowed although they run upward, each with its reason. Nothing broader than one edge.
