@@ -73,7 +73,7 @@ def main(argv):
             return raw[data + t["begin"]:data + t["end"]]
 
         def matches(name, t):
-            return np.array_equal(t.contiguous().view(torch.uint8).cpu().numpy().reshape(-1), expected(name))
+            return np.array_equal(t.reshape(-1).view(torch.uint8).cpu().numpy(), expected(name))
 
         # 1: all at once.
         torch.cuda.synchronize()

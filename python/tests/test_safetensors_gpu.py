@@ -101,7 +101,7 @@ def test_torch_bf16_loads_as_bfloat16(tmp_path):
     import struct
 
     values = torch.arange(2048, dtype=torch.float32).to(torch.bfloat16)
-    raw = values.view(torch.uint16).numpy().tobytes()
+    raw = values.view(torch.int16).numpy().tobytes()
     header = json.dumps({"w": {"dtype": "BF16", "shape": [2048], "data_offsets": [0, len(raw)]}}).encode()
     header += b" " * ((-(8 + len(header))) % 4096)
     path = tmp_path / "bf16.safetensors"
