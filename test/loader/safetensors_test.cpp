@@ -155,5 +155,10 @@ TEST_CASE("malformed headers are refused, each with its reason") {
   // Rank is bounded before the product is formed.
   std::string many = R"({"a":{"dtype":"U8","shape":[)";
   for (int i = 0; i < 65; ++i) many += i == 0 ? "1" : ",1";
-  CHECK(refusal(many + R"(],"data_offsets":[0,1]}})").find("65 dimensions") != std::string::npos);
+  CHECK(refusal(many + R"(],"data_offsets":[0,1]}})").find("more than 64 elements") != std::string::npos);
+  // A huge array is refused at its 65th element, before the rest is parsed (here the rest is
+  // not even JSON: the error would otherwise be a syntax error).
+  std::string huge = R"({"a":{"dtype":"U8","shape":[)";
+  for (int i = 0; i < 500'000; ++i) huge += "1,";
+  CHECK(refusal(huge + "x").find("more than 64 elements") != std::string::npos);
 }

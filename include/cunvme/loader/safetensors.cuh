@@ -122,8 +122,10 @@ inline constexpr std::string_view parse_operation = "Parse the safetensors heade
 }
 
 /// Watches the parse: refuses duplicate keys in any object (nlohmann would keep the last one
-/// silently: two different tensors under one name) and nesting deeper than the format's three
-/// levels (top object, tensor entry, shape array), at the first token past them.
+/// silently: two different tensors under one name), nesting deeper than the format's three
+/// levels (top object, tensor entry, shape array) and arrays longer than `max_rank` (the
+/// format's arrays are a shape and a pair of offsets), each at the first token past the limit,
+/// so a hostile header never grows a large document first.
 class parse_guard {
  public:
   explicit parse_guard(std::string_view source) : source_(source) {}
@@ -132,20 +134,45 @@ class parse_guard {
     using event_t = nlohmann::json::parse_event_t;
     if (depth > 3) refuse(source_, "JSON nested deeper than the format's three levels (object, tensor entry, shape)");
     switch (event) {
-      case event_t::object_start: keys_.emplace_back(); break;
-      case event_t::object_end: keys_.pop_back(); break;
+      case event_t::object_start:
+        open_.push_back({false, 0});
+        keys_.emplace_back();
+        break;
+      case event_t::array_start: open_.push_back({true, 0}); break;
+      case event_t::object_end:
+        open_.pop_back();
+        keys_.pop_back();
+        counted();
+        break;
+      case event_t::array_end:
+        open_.pop_back();
+        counted();
+        break;
+      case event_t::value: counted(); break;
       case event_t::key:
         if (!keys_.back().insert(parsed.get<std::string>()).second) {
           refuse(source_, "the key '" + parsed.get<std::string>() + "' appears twice in one object");
         }
         break;
-      default: break;
     }
     return true;
   }
 
  private:
+  struct container {
+    bool array;
+    std::size_t values;
+  };
+  /// A value completed: one more element of the array it is in, if any.
+  void counted() {
+    if (!open_.empty() && open_.back().array && ++open_.back().values > max_rank) {
+      refuse(source_, "an array of more than " + std::to_string(max_rank) + " elements (shapes have at most " + std::to_string(max_rank) +
+                          " dimensions, data_offsets two)");
+    }
+  }
+
   std::string_view source_;
+  std::vector<container> open_;
   std::vector<std::set<std::string>> keys_;
 };
 
