@@ -40,6 +40,39 @@ def want():
     return make_safetensors.model(LAYERS, DIM, 3)
 
 
+# These two open a device of their own: first, before the module's device is opened.
+def test_a_misaligned_tensor_is_copied_once_and_right(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "odd.safetensors"
+    tensors = {"a": np.arange(3, dtype=np.uint8), "b": np.arange(1000, dtype=np.float32)}
+    # Packed: b's F32 data starts 3 bytes into the (4 KiB aligned) data, no element boundary.
+    make_safetensors.write_safetensors(path, tensors, align=4096)
+    with open(path, "ab") as f:
+        f.write(b"\0" * ((-path.stat().st_size) % 4096))
+    with cunvme.Device(f"emu:file={path},readonly,lba=4096", gpu=True) as d:
+        loaded = cunvme.load_safetensors(d, path, framework="torch")
+    np.testing.assert_array_equal(loaded["b"].cpu().numpy(), tensors["b"])
+    np.testing.assert_array_equal(loaded["a"].cpu().numpy(), tensors["a"])
+    assert loaded.copied_bytes == tensors["b"].nbytes
+
+
+def test_torch_bf16_loads_as_bfloat16(tmp_path):
+    torch = pytest.importorskip("torch")
+    import json
+    import struct
+
+    values = torch.arange(2048, dtype=torch.float32).to(torch.bfloat16)
+    raw = values.view(torch.int16).numpy().tobytes()
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [2048], "data_offsets": [0, len(raw)]}}).encode()
+    header += b" " * ((-(8 + len(header))) % 4096)
+    path = tmp_path / "bf16.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + raw)
+    with cunvme.Device(f"emu:file={path},readonly,lba=4096", gpu=True) as d:
+        loaded = cunvme.load_safetensors(d, path, framework="torch")
+    assert loaded["w"].dtype == torch.bfloat16
+    assert torch.equal(loaded["w"].cpu(), values)
+
+
 def test_torch_load_returns_views_of_one_buffer_with_the_files_values(dev, model, want):
     torch = pytest.importorskip("torch")
     loaded = cunvme.load_safetensors(dev, model, framework="torch")
@@ -78,38 +111,6 @@ def test_torch_layers_overlap_and_what_compute_saw_is_the_file(dev, model, want)
     assert len(it.load_events) == len(it)
     for start, end in it.load_events:
         assert start.elapsed_time(end) >= 0
-
-
-def test_a_misaligned_tensor_is_copied_once_and_right(tmp_path, dev):
-    torch = pytest.importorskip("torch")
-    path = tmp_path / "odd.safetensors"
-    tensors = {"a": np.arange(3, dtype=np.uint8), "b": np.arange(1000, dtype=np.float32)}
-    # Packed: b's F32 data starts 3 bytes into the (4 KiB aligned) data, no element boundary.
-    make_safetensors.write_safetensors(path, tensors, align=4096)
-    with open(path, "ab") as f:
-        f.write(b"\0" * ((-path.stat().st_size) % 4096))
-    with cunvme.Device(f"emu:file={path},readonly,lba=4096", gpu=True) as d:
-        loaded = cunvme.load_safetensors(d, path, framework="torch")
-    np.testing.assert_array_equal(loaded["b"].cpu().numpy(), tensors["b"])
-    np.testing.assert_array_equal(loaded["a"].cpu().numpy(), tensors["a"])
-    assert loaded.copied_bytes == tensors["b"].nbytes
-
-
-def test_torch_bf16_loads_as_bfloat16(tmp_path):
-    torch = pytest.importorskip("torch")
-    import json
-    import struct
-
-    values = torch.arange(2048, dtype=torch.float32).to(torch.bfloat16)
-    raw = values.view(torch.int16).numpy().tobytes()
-    header = json.dumps({"w": {"dtype": "BF16", "shape": [2048], "data_offsets": [0, len(raw)]}}).encode()
-    header += b" " * ((-(8 + len(header))) % 4096)
-    path = tmp_path / "bf16.safetensors"
-    path.write_bytes(struct.pack("<Q", len(header)) + header + raw)
-    with cunvme.Device(f"emu:file={path},readonly,lba=4096", gpu=True) as d:
-        loaded = cunvme.load_safetensors(d, path, framework="torch")
-    assert loaded["w"].dtype == torch.bfloat16
-    assert torch.equal(loaded["w"].cpu(), values)
 
 
 def test_cupy_load_and_layers(dev, model, want):
