@@ -7,8 +7,9 @@
 //            thread groups, the queue pair's shared state (queue_view)
 //   io/      readers and writers over a queue pair and a namespace, io_result
 //   cache/   a page cache over one namespace, on the readers and writers
-// Host bring-up (`host/`), the emulator (`emu/`) and the stream-ordered façade
-// (`facade/`) are included on their own: they need the host toolchain's headers.
+// Host bring-up (`host/`), the emulator (`emu/`), the stream-ordered façade (`facade/`) and
+// the safetensors loader over it (`loader/`, which also needs nlohmann-json) are included on
+// their own: they need the host toolchain's headers.
 #pragma once
 
 #include <cunvme/config.cuh>
