@@ -183,20 +183,21 @@ class SafetensorsFile:
             raise ValueError(f"the placement has {self.placement.block_size}-byte blocks, the device {dev.block_size}")
         self.dev = dev
         source = self.placement.source
-        import numpy
-
-        first8 = self._read_host(numpy, 0, 8)
+        first8 = self._read_host(0, 8)
         n = _cunvme.safetensors_header_length(first8, self.placement.file_size, source)
-        self.header = _cunvme.safetensors_header(self._read_host(numpy, 8, n), self.placement.file_size, source)
+        self.header = _cunvme.safetensors_header(self._read_host(8, n), self.placement.file_size, source)
         self.tensors = {t["name"]: t for t in self.header["tensors"]}
         self.metadata = self.header["metadata"]
 
-    def _read_host(self, numpy, offset, length):
+    def _read_host(self, offset, length):
+        """File bytes [offset, offset + length) through the host path (no numpy needed)."""
         size, reads, offsets = _cunvme.plan_reads(self.placement.block_size, self.placement.file_size, self.placement.extents, [(offset, length)])
-        buf = numpy.empty(size, dtype=numpy.uint8)
+        buf = bytearray(size)
+        view = memoryview(buf)
         for lba, blocks, at in reads:
-            self.dev.read(lba, blocks, buf[at:], sync=True)
-        return buf[offsets[0]:offsets[0] + length].tobytes()
+            self.dev.read(lba, blocks, view[at:], sync=True)
+        view.release()
+        return bytes(buf[offsets[0]:offsets[0] + length])
 
     def names(self):
         """Tensor names in file order."""
