@@ -8,8 +8,9 @@
 //   io/      readers and writers over a queue pair and a namespace, io_result
 //   volume/  namespaces on several controllers as one, striped or mirrored
 //   cache/   a page cache over a namespace or a volume, and array<T> through it
-// Host bring-up (`host/`), the emulator (`emu/`) and the stream-ordered façade
-// (`facade/`) are included on their own: they need the host toolchain's headers.
+// Host bring-up (`host/`), the emulator (`emu/`), the stream-ordered façade (`facade/`) and
+// the safetensors loader over it (`loader/`, which also needs nlohmann-json) are included on
+// their own: they need the host toolchain's headers.
 #pragma once
 
 #include <cunvme/config.cuh>

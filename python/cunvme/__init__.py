@@ -30,6 +30,13 @@ raise ValueError (size, contiguity, alignment, read-only ``out``) or TypeError (
 object dtype); NVMe statuses raise ``NvmeError``; setup failures ``DeviceError``; GPU timeouts
 ``IoError``.
 
+Safetensors files (``cunvme.safetensors``): ``load_safetensors(dev, path_or_placement,
+framework='torch'|'cupy'|'numpy', device=None, names=None)`` returns ``{name: tensor}`` read
+straight into one array per call, ``iter_layers(...)`` yields ``(layer key, {name: tensor})``
+double buffered (the next layer's reads overlap the caller's compute); ``Placement`` says where
+the file lies on the device (a path: the emulator backed by that file); headers are checked by
+the C++ parser, and a file it refuses raises ``FormatError``.
+
 Importing cunvme sets ``CUDA_DEVICE_MAX_CONNECTIONS=32`` and ``CUDA_MODULE_LOADING=EAGER`` where
 they are not set (``cunvme::host::prepare_cuda_environment``: kernels that wait for the emulator
 need them). CUDA reads them once, at its first call in the process: import cunvme before torch or
@@ -41,17 +48,25 @@ import os as _os
 for _name, _value in (("CUDA_DEVICE_MAX_CONNECTIONS", "32"), ("CUDA_MODULE_LOADING", "EAGER")):
     _os.environ.setdefault(_name, _value)
 
-from ._errors import DeviceError, Error, IoError, NvmeError  # noqa: E402
+from ._errors import DeviceError, Error, FormatError, IoError, NvmeError  # noqa: E402
 from ._cunvme import Device, Transfer, __version__, gpu_unavailable_reason, status_name  # noqa: E402
+from .safetensors import LayerIterator, Loaded, Placement, SafetensorsFile, iter_layers, load_safetensors  # noqa: E402
 
 __all__ = [
     "Device",
     "DeviceError",
     "Error",
+    "FormatError",
     "IoError",
+    "LayerIterator",
+    "Loaded",
     "NvmeError",
+    "Placement",
+    "SafetensorsFile",
     "Transfer",
     "__version__",
     "gpu_unavailable_reason",
+    "iter_layers",
+    "load_safetensors",
     "status_name",
 ]

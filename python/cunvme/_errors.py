@@ -45,3 +45,9 @@ class IoError(Error):
         self.reason = reason
         self.lba = lba
         self.blocks = blocks
+
+
+class FormatError(Error, ValueError):
+    """A file the loader refuses: a safetensors header that breaks the format (the C++ parser's
+    rules: length, JSON, dtype, shape, offsets, overlaps, duplicate keys), or file bytes that lie
+    on no block of the device (see ``cunvme.Placement``)."""

@@ -19,7 +19,7 @@ namespace {
 /// The exception classes of cunvme/_errors.py, looked up once at import. Never destroyed: a
 /// static's destructor would drop its references after the interpreter has finalized.
 struct error_classes {
-  nb::object device_error, nvme_error, io_error;
+  nb::object device_error, nvme_error, io_error, format_error;
 };
 error_classes& errors() {
   static error_classes* classes = new error_classes;
@@ -57,6 +57,8 @@ void translate(const std::exception_ptr& p, void*) {
     raise_python(errors().device_error, e.what(), k);
   } catch (const device_failure& f) {
     raise_python(errors().device_error, f.message, nb::kwargs());
+  } catch (const format_failure& f) {
+    raise_python(errors().format_error, f.message, nb::kwargs());
   }
 }
 
@@ -64,7 +66,7 @@ void translate(const std::exception_ptr& p, void*) {
 
 void register_errors() {
   const nb::module_ e = nb::module_::import_("cunvme._errors");
-  errors() = error_classes{e.attr("DeviceError"), e.attr("NvmeError"), e.attr("IoError")};
+  errors() = error_classes{e.attr("DeviceError"), e.attr("NvmeError"), e.attr("IoError"), e.attr("FormatError")};
   nb::register_exception_translator(&translate);
 }
 

@@ -29,6 +29,11 @@ struct device_failure {
   std::string message;
 };
 
+/// A file's format or placement refused by the loader: `cunvme.FormatError` (a ValueError).
+struct format_failure {
+  std::string message;
+};
+
 /// Looks up cunvme._errors' classes and registers the translator. Once, at import.
 void register_errors();
 

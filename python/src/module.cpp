@@ -5,6 +5,7 @@
 #include "arrays.hpp"
 #include "errors.hpp"
 #include "gpu_path.hpp"
+#include "loader.hpp"
 
 #include <cunvme/config.cuh>
 #include <cunvme/host/error.cuh>
@@ -281,6 +282,7 @@ NB_MODULE(_cunvme, m) {
   m.attr("__version__") = std::to_string(CUNVME_VERSION_MAJOR) + "." + std::to_string(CUNVME_VERSION_MINOR) + "." + std::to_string(CUNVME_VERSION_PATCH);
 
   register_errors();
+  register_loader(m);
 
   m.def("status_name", [](unsigned code) { return std::string(spec::name(static_cast<spec::status>(code & 0x7ffu))); }, nb::arg("code"),
         "The NVMe specification's name for a status code, (SCT << 8) | SC.");

@@ -8,7 +8,8 @@
 Layers, bottom to top: spec (0) < detail (1: access.cuh, checked.cuh, write_combined.cuh) < policy (2) < io (3)
 < volume (4: several namespaces as one, over the readers) < cache (5: the page cache and arrays over a
 namespace or a volume) < host (6) < emu (7). A header may include its own layer and those below. The
-facade (8) sits beside them: it may include everything up to host, but not emu. config.cuh (macros
+facade (8) sits beside them: it may include everything up to host, but not emu; the loader (9) may
+include the facade and what it may. config.cuh (macros
 and the ABI namespace) and cunvme.cuh (the umbrella) are exempt. A header in a folder not
 named here fails too, so a new folder has to be placed in the order before it is used.
 
@@ -20,11 +21,13 @@ import re
 import sys
 import tempfile
 
-LAYERS = {'spec': 0, 'detail': 1, 'policy': 2, 'io': 3, 'volume': 4, 'cache': 5, 'host': 6, 'emu': 7, 'facade': 8}
+LAYERS = {'spec': 0, 'detail': 1, 'policy': 2, 'io': 3, 'volume': 4, 'cache': 5, 'host': 6, 'emu': 7, 'facade': 8, 'loader': 9}
 # Which layers each layer may include (itself and those below, but the facade skips emu:
 # it drives devices through host::open, never the emulator's own types).
 ALLOWED = {name: {other for other, at in LAYERS.items() if at <= level} for name, level in LAYERS.items()}
 ALLOWED['facade'] = {'spec', 'detail', 'policy', 'io', 'volume', 'cache', 'host', 'facade'}
+# The loader (safetensors over a device) sits on the facade, and likewise never on emu.
+ALLOWED['loader'] = ALLOWED['facade'] | {'loader'}
 EXEMPT = {'config.cuh', 'cunvme.cuh'}
 
 # Edges allowed although they run upward, each with its reason. Nothing broader than one edge.

@@ -1,0 +1,342 @@
+// Safetensors files on a `cunvme::device`, into GPU memory: named tensors all at once, or one
+// layer at a time with the next layer's reads running while the caller computes on the current
+// one. CUDA host code: include from .cu.
+//
+// Where the bytes go: every tensor is read, with the whole blocks around it, into GPU memory
+// laid out like the file (runs of touching blocks, each run on 4 KiB), and handed out at its
+// offset there. So the SSD's (or the emulator's) DMA lands in the memory the tensor is used
+// from and nothing is copied afterwards, whatever the tensor's alignment; the cost is at most
+// two blocks per run read that belong to neighbours. Reading into memory of the caller's
+// choosing would need tensors that start and end on blocks (or a staging copy): not offered.
+//
+// ```
+// cunvme::device dev("emu:file=model.safetensors,readonly");
+// auto where = cunvme::loader::file_placement::contiguous(dev.block_bytes(), 0, file_bytes, dev.ns().lba_count);
+// cunvme::loader::safetensors_file file(dev, where, "model.safetensors");
+// cunvme::loader::loaded_tensors all = file.load({}, stream);    // enqueued; all.wait() for errors
+// cunvme::loader::layer_streamer layers(file);                    // or layer by layer:
+// while (auto layer = layers.next(compute_stream)) { my_kernel<<<…, compute_stream>>>(layer->find("….weight")->data, …); }
+// ```
+#pragma once
+
+#include <cunvme/config.cuh>
+#include <cunvme/facade/copy.cuh>
+#include <cunvme/facade/device.cuh>
+#include <cunvme/facade/pending_copy.cuh>
+#include <cunvme/host/error.cuh>
+#include <cunvme/io/io_result.cuh>
+#include <cunvme/loader/layers.cuh>
+#include <cunvme/loader/placement.cuh>
+#include <cunvme/loader/safetensors.cuh>
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+CUNVME_NAMESPACE_BEGIN
+namespace loader {
+
+namespace detail {
+
+inline void check_cuda(cudaError_t e, const char* what, const std::string& source) {
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw host::error(what, source, std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")");
+  }
+}
+
+/// GPU memory registered with the device for as long as it lives (copies into it map nothing).
+/// Its owner waits for the copies into it before it goes.
+class gpu_buffer {
+ public:
+  gpu_buffer(device& dev, std::size_t bytes, const std::string& source) : dev_(dev), bytes_(bytes) {
+    if (bytes_ == 0) return;
+    check_cuda(cudaMalloc(&data_, bytes_), "Allocate GPU memory for tensors", source);
+    try {
+      dev_.register_buffer(data_, bytes_);
+    } catch (...) {
+      (void)cudaFree(data_);
+      throw;
+    }
+  }
+  gpu_buffer(const gpu_buffer&) = delete;
+  gpu_buffer& operator=(const gpu_buffer&) = delete;
+  ~gpu_buffer() {
+    if (data_ == nullptr) return;
+    try {
+      dev_.deregister_buffer(data_);
+    } catch (...) {
+      // Registered in the constructor; nothing else deregisters it.
+    }
+    (void)cudaFree(data_);
+  }
+  [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  device& dev_;
+  std::size_t bytes_;
+  void* data_ = nullptr;
+};
+
+/// Enqueues `plan`'s reads into `buffer` on `stream`.
+inline std::vector<pending_copy> enqueue_reads(device& dev, const read_plan& plan, std::byte* buffer, cudaStream_t stream) {
+  std::vector<pending_copy> copies;
+  copies.reserve(plan.reads.size());
+  for (const block_read& r : plan.reads) copies.push_back(copy_n(dev, r.lba, r.blocks, buffer + r.buffer_offset, stream));
+  return copies;
+}
+
+/// Waits for every copy; throws `host::error` naming the first failure (by LBA).
+inline void wait_all(std::vector<pending_copy>& copies, const std::string& what, const std::string& source) {
+  std::optional<io_result> failed;
+  for (pending_copy& c : copies) {
+    const io_result r = c.wait();
+    if (!r.ok() && (!failed || r.lba < failed->lba)) failed = r;
+  }
+  copies.clear();
+  if (failed) throw host::error(what, source, to_string(*failed));
+}
+
+}  // namespace detail
+
+/// One tensor in GPU memory: its header entry and its first byte. `aligned()` says whether
+/// that byte sits on a multiple of the element size (always, for files whose writer aligned
+/// its tensors, as the reference writer does); kernels must not load a misaligned tensor's
+/// elements directly.
+struct gpu_tensor {
+  const tensor_info* info = nullptr;
+  std::byte* data = nullptr;
+  [[nodiscard]] bool aligned() const noexcept { return reinterpret_cast<std::uintptr_t>(data) % element_bytes(info->type) == 0; }
+  template <class T>
+  [[nodiscard]] T* as() const noexcept {
+    return reinterpret_cast<T*>(data);
+  }
+};
+
+/// Finds `name` among `tensors`, or nullptr.
+[[nodiscard]] inline const gpu_tensor* find_tensor(const std::vector<gpu_tensor>& tensors, std::string_view name) {
+  for (const gpu_tensor& t : tensors) {
+    if (t.info->name == name) return &t;
+  }
+  return nullptr;
+}
+
+/// Tensors read into one GPU buffer they share. The reads are enqueued; `wait()` blocks until
+/// they are done and throws `host::error` for a failed one. Destroying it waits for the reads.
+class loaded_tensors {
+ public:
+  loaded_tensors(std::unique_ptr<detail::gpu_buffer> buffer, std::vector<gpu_tensor> tensors, std::vector<pending_copy> copies, std::string source,
+                 std::uint64_t bytes_read)
+      : buffer_(std::move(buffer)), tensors_(std::move(tensors)), copies_(std::move(copies)), source_(std::move(source)), bytes_read_(bytes_read) {}
+  loaded_tensors(loaded_tensors&&) noexcept = default;
+  // No move assignment: it would free the old buffer without waiting for its reads.
+  loaded_tensors& operator=(loaded_tensors&&) = delete;
+  ~loaded_tensors() {
+    for (pending_copy& c : copies_) (void)c.wait();  // the buffer is freed only after its copies
+  }
+
+  void wait() { detail::wait_all(copies_, "Load tensors", source_); }
+  [[nodiscard]] const std::vector<gpu_tensor>& tensors() const noexcept { return tensors_; }
+  [[nodiscard]] const gpu_tensor* find(std::string_view name) const { return find_tensor(tensors_, name); }
+  /// Whole blocks read (tensors' bytes and the block ends around them).
+  [[nodiscard]] std::uint64_t bytes_read() const noexcept { return bytes_read_; }
+
+ private:
+  std::unique_ptr<detail::gpu_buffer> buffer_;
+  std::vector<gpu_tensor> tensors_;
+  std::vector<pending_copy> copies_;
+  std::string source_;
+  std::uint64_t bytes_read_ = 0;
+};
+
+/// A safetensors file on a device: the header read through `dev` (into GPU memory with
+/// `copy_n`, then to the host) and checked by `parse_header`. Throws `host::error` naming
+/// `source` for a refused file or a failed read.
+class safetensors_file {
+ public:
+  safetensors_file(device& dev, file_placement where, std::string source = "safetensors file")
+      : dev_(dev), where_(std::move(where)), source_(std::move(source)) {
+    if (where_.block_bytes() != dev_.block_bytes()) {
+      throw host::error("Open a safetensors file", source_, "the placement has " + std::to_string(where_.block_bytes()) +
+                                                               "-byte blocks, the device " + std::to_string(dev_.block_bytes()));
+    }
+    const std::vector<std::byte> first8 = read_to_host(0, 8);
+    const std::uint64_t n = header_length(first8.data(), where_.file_bytes(), source_);
+    const std::vector<std::byte> json = read_to_host(8, n);
+    header_ = parse_header(std::string_view(reinterpret_cast<const char*>(json.data()), json.size()), where_.file_bytes(), source_);
+  }
+
+  [[nodiscard]] const safetensors_header& header() const noexcept { return header_; }
+  [[nodiscard]] const file_placement& placement() const noexcept { return where_; }
+  [[nodiscard]] device& dev() const noexcept { return dev_; }
+  [[nodiscard]] const std::string& source() const noexcept { return source_; }
+
+  /// The read plan for tensors `indices` (into `header().tensors`), in that order.
+  [[nodiscard]] read_plan plan(const std::vector<std::size_t>& indices) const {
+    std::vector<byte_range> ranges;
+    ranges.reserve(indices.size());
+    for (std::size_t i : indices) ranges.push_back({header_.file_offset(header_.tensors[i]), header_.tensors[i].bytes()});
+    return plan_reads(where_, ranges);
+  }
+
+  /// Enqueues reads of `names` (every tensor when empty) into one new GPU buffer on `stream`.
+  /// Throws `host::error` for a name the file lacks or a read that cannot be enqueued. The
+  /// buffer is registered with the device (its page table allocated) here: as with
+  /// `device::register_buffer`, best before other copies are in flight.
+  [[nodiscard]] loaded_tensors load(const std::vector<std::string>& names = {}, cudaStream_t stream = nullptr) {
+    std::vector<std::size_t> indices;
+    if (names.empty()) {
+      for (std::size_t i = 0; i < header_.tensors.size(); ++i) indices.push_back(i);
+    }
+    for (const std::string& n : names) {
+      const tensor_info* t = header_.find(n);
+      if (t == nullptr) throw host::error("Load tensors", source_, "no tensor '" + n + "' in the file");
+      indices.push_back(static_cast<std::size_t>(t - header_.tensors.data()));
+    }
+    const read_plan p = plan(indices);
+    auto buffer = std::make_unique<detail::gpu_buffer>(dev_, static_cast<std::size_t>(p.buffer_bytes), source_);
+    std::vector<pending_copy> copies = detail::enqueue_reads(dev_, p, buffer->data(), stream);
+    std::vector<gpu_tensor> tensors;
+    for (std::size_t k = 0; k < indices.size(); ++k) tensors.push_back({&header_.tensors[indices[k]], buffer->data() + p.offsets[k]});
+    std::uint64_t bytes = 0;
+    for (const block_read& r : p.reads) bytes += r.blocks * where_.block_bytes();
+    return loaded_tensors(std::move(buffer), std::move(tensors), std::move(copies), source_, bytes);
+  }
+
+ private:
+  /// File bytes [offset, offset + length) on the host, through GPU memory.
+  [[nodiscard]] std::vector<std::byte> read_to_host(std::uint64_t offset, std::uint64_t length) {
+    const read_plan p = plan_reads(where_, {{offset, length}});
+    detail::gpu_buffer scratch(dev_, static_cast<std::size_t>(p.buffer_bytes), source_);
+    std::vector<pending_copy> copies = detail::enqueue_reads(dev_, p, scratch.data(), nullptr);
+    detail::wait_all(copies, "Read the safetensors header", source_);
+    std::vector<std::byte> out(static_cast<std::size_t>(length));
+    detail::check_cuda(cudaMemcpy(out.data(), scratch.data() + p.offsets[0], out.size(), cudaMemcpyDeviceToHost), "Copy the header to the host",
+                       source_);
+    return out;
+  }
+
+  device& dev_;
+  file_placement where_;
+  std::string source_;
+  safetensors_header header_;
+};
+
+/// One layer handed out by `layer_streamer::next`.
+struct layer {
+  std::string_view key;
+  std::size_t index = 0;
+  std::vector<gpu_tensor> tensors;
+  [[nodiscard]] const gpu_tensor* find(std::string_view name) const { return find_tensor(tensors, name); }
+};
+
+/// A file's layers (`group_by_layer`), double buffered: two GPU buffers the size of the largest
+/// layer; layer k + 1 is read on the streamer's own load stream into one while the caller
+/// computes on layer k in the other. Events order the reuse: layer k + 2's reads wait on the
+/// caller's stream for everything enqueued on layer k before `next` was called again.
+///
+/// So a layer's tensors are valid until `next` has been called twice more, and work on them
+/// must be enqueued on the stream given to the `next` that returned them (or one ordered after
+/// it). The destructor waits for the reads in flight.
+class layer_streamer {
+ public:
+  explicit layer_streamer(safetensors_file& file, const std::function<std::string(std::string_view)>& key = default_layer_key)
+      : file_(file), groups_(group_by_layer(file.header(), key)) {
+    std::uint64_t largest = 0;
+    for (const layer_group& g : groups_) {
+      plans_.push_back(file_.plan(g.tensors));
+      largest = std::max(largest, plans_.back().buffer_bytes);
+    }
+    const std::string& source = file_.source();
+    detail::check_cuda(cudaStreamCreateWithFlags(&load_, cudaStreamNonBlocking), "Create the load stream", source);
+    for (slot& s : slots_) {
+      s.buffer = std::make_unique<detail::gpu_buffer>(file_.dev(), static_cast<std::size_t>(largest), source);
+      detail::check_cuda(cudaEventCreateWithFlags(&s.loaded, cudaEventDisableTiming), "Create an event", source);
+      detail::check_cuda(cudaEventCreateWithFlags(&s.released, cudaEventDisableTiming), "Create an event", source);
+    }
+  }
+  layer_streamer(const layer_streamer&) = delete;
+  layer_streamer& operator=(const layer_streamer&) = delete;
+  ~layer_streamer() {
+    for (slot& s : slots_) {
+      for (pending_copy& c : s.copies) (void)c.wait();
+    }
+    if (load_ != nullptr) (void)cudaStreamSynchronize(load_);
+    for (slot& s : slots_) {
+      if (s.loaded != nullptr) (void)cudaEventDestroy(s.loaded);
+      if (s.released != nullptr) (void)cudaEventDestroy(s.released);
+    }
+    if (load_ != nullptr) (void)cudaStreamDestroy(load_);
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return groups_.size(); }
+  [[nodiscard]] const std::vector<layer_group>& groups() const noexcept { return groups_; }
+  /// Whole blocks read so far.
+  [[nodiscard]] std::uint64_t bytes_read() const noexcept { return bytes_read_; }
+
+  /// The next layer, or nothing past the last: enqueues the reads of the layer after it, waits
+  /// (on the host) for its own reads, and makes `compute` wait for them. Throws `host::error`
+  /// for a failed read.
+  [[nodiscard]] std::optional<layer> next(cudaStream_t compute = nullptr) {
+    const std::string& source = file_.source();
+    if (next_ > 0) {
+      // Everything the caller enqueued on the previous layer is on `compute_` now.
+      slot& done = slots_[(next_ - 1) % 2];
+      detail::check_cuda(cudaEventRecord(done.released, compute_), "Record an event", source);
+      done.released_recorded = true;
+    }
+    if (next_ >= groups_.size()) return std::nullopt;
+    if (next_ == 0) enqueue(0);
+    if (next_ + 1 < groups_.size()) enqueue(next_ + 1);
+    slot& s = slots_[next_ % 2];
+    detail::wait_all(s.copies, "Load layer '" + groups_[next_].key + "'", source);
+    detail::check_cuda(cudaStreamWaitEvent(compute, s.loaded, 0), "Order the compute stream after the load", source);
+    layer l{groups_[next_].key, next_, {}};
+    const read_plan& p = plans_[next_];
+    for (std::size_t k = 0; k < groups_[next_].tensors.size(); ++k) {
+      l.tensors.push_back({&file_.header().tensors[groups_[next_].tensors[k]], s.buffer->data() + p.offsets[k]});
+    }
+    compute_ = compute;
+    ++next_;
+    return l;
+  }
+
+ private:
+  struct slot {
+    std::unique_ptr<detail::gpu_buffer> buffer;
+    std::vector<pending_copy> copies;
+    cudaEvent_t loaded = nullptr;    ///< on the load stream, after the layer's reads
+    cudaEvent_t released = nullptr;  ///< on the caller's stream, after its work on the layer
+    bool released_recorded = false;
+  };
+
+  void enqueue(std::size_t k) {
+    slot& s = slots_[k % 2];
+    const std::string& source = file_.source();
+    if (s.released_recorded) detail::check_cuda(cudaStreamWaitEvent(load_, s.released, 0), "Order the load after the compute", source);
+    s.copies = detail::enqueue_reads(file_.dev(), plans_[k], s.buffer->data(), load_);
+    detail::check_cuda(cudaEventRecord(s.loaded, load_), "Record an event", source);
+    for (const block_read& r : plans_[k].reads) bytes_read_ += r.blocks * file_.placement().block_bytes();
+  }
+
+  safetensors_file& file_;
+  std::vector<layer_group> groups_;
+  std::vector<read_plan> plans_;
+  slot slots_[2];
+  cudaStream_t load_ = nullptr;
+  cudaStream_t compute_ = nullptr;
+  std::size_t next_ = 0;
+  std::uint64_t bytes_read_ = 0;
+};
+
+}  // namespace loader
+CUNVME_NAMESPACE_END

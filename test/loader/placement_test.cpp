@@ -1,0 +1,90 @@
+// File placement (file bytes → LBA ranges), read plans, and layer grouping.
+#include <cunvme/loader/layers.cuh>
+#include <cunvme/loader/placement.cuh>
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loader = cunvme::loader;
+using loader::block_read;
+
+TEST_CASE("a contiguous file maps byte ranges to the blocks holding them") {
+  const auto p = loader::file_placement::contiguous(512, 100, 10 * 512 + 7, 1000);
+  REQUIRE(p.extents().size() == 1);
+  CHECK(p.extents()[0] == loader::file_extent{0, 100, 11});
+  CHECK(p.map(0, 1) == std::vector<block_read>{{100, 1, 0}});
+  CHECK(p.map(511, 2, 4096) == std::vector<block_read>{{100, 2, 4096}});
+  CHECK(p.map(5120, 7) == std::vector<block_read>{{110, 1, 0}});  // the partial last block
+  CHECK(p.map(3, 0).empty());
+  CHECK_THROWS_WITH_AS((void)p.map(5120, 8), doctest::Contains("run past the file"), cunvme::host::error);
+  CHECK_THROWS_AS((void)p.map(~std::uint64_t{0}, 2), cunvme::host::error);
+}
+
+TEST_CASE("a device shorter than the file leaves its tail unreadable, and says how to fix it") {
+  // The emulator backed by a 10.5-block file holds 10 blocks.
+  const auto p = loader::file_placement::contiguous(512, 0, 10 * 512 + 256, 10);
+  CHECK(p.map(0, 5120) == std::vector<block_read>{{0, 10, 0}});
+  CHECK_THROWS_WITH_AS((void)p.map(5000, 200), doctest::Contains("[5120, 5376) lie on no block"), cunvme::host::error);
+  CHECK_THROWS_WITH_AS((void)p.map(5000, 200), doctest::Contains("pad the file"), cunvme::host::error);
+  CHECK(loader::file_placement::contiguous(4096, 5, 100, 5).extents().empty());
+}
+
+TEST_CASE("extents split reads at their boundaries and holes are refused") {
+  const auto p = loader::file_placement::from_extents(4096, 10 * 4096, {{0, 1000, 2}, {2 * 4096, 50, 3}, {7 * 4096, 9, 3}});
+  CHECK(p.map(100, 3 * 4096) == std::vector<block_read>{{1000, 2, 0}, {50, 2, 2 * 4096}});
+  CHECK(p.map(7 * 4096 + 1, 2 * 4096, 8192) == std::vector<block_read>{{9, 3, 8192}});
+  CHECK_THROWS_WITH_AS((void)p.map(4 * 4096, 4096 * 2), doctest::Contains("[20480, 24576) lie on no block"), cunvme::host::error);
+  using E = std::vector<loader::file_extent>;
+  CHECK_THROWS_WITH_AS((void)loader::file_placement::from_extents(4096, 1, E{{1, 0, 1}}), doctest::Contains("does not start on"), cunvme::host::error);
+  CHECK_THROWS_WITH_AS((void)loader::file_placement::from_extents(4096, 1, E{{0, 0, 0}}), doctest::Contains("empty"), cunvme::host::error);
+  CHECK_THROWS_WITH_AS((void)loader::file_placement::from_extents(4096, 1, E{{0, 0, 2}, {4096, 9, 1}}), doctest::Contains("overlaps"), cunvme::host::error);
+  CHECK_THROWS_WITH_AS((void)loader::file_placement::from_extents(4096, 1, E{{0, ~std::uint64_t{0}, 2}}), doctest::Contains("2^64"), cunvme::host::error);
+  CHECK_THROWS_WITH_AS((void)loader::file_placement::contiguous(6, 0, 1, 1), doctest::Contains("multiple of 4"), cunvme::host::error);
+}
+
+TEST_CASE("a plan reads touching ranges once and starts each run on 4 KiB") {
+  const auto p = loader::file_placement::contiguous(512, 0, 1 << 20, 1 << 11);
+  // [100, 600) and [600, 1000) share block 1; [5000, 5004) is a run of its own; [0, 0) joins the first.
+  const auto plan = loader::plan_reads(p, {{600, 400}, {5000, 4}, {100, 500}, {0, 0}});
+  CHECK(plan.reads == std::vector<block_read>{{0, 2, 0}, {9, 1, 4096}});
+  CHECK(plan.offsets == std::vector<std::uint64_t>{600, 4096 + 5000 - 9 * 512, 100, 0});
+  CHECK(plan.buffer_bytes == 4096 + 512);
+  // Each range keeps its file offset modulo 4 KiB in the buffer (aligned elements stay aligned).
+  const auto q = loader::plan_reads(loader::file_placement::contiguous(4096, 0, 1 << 20, 256), {{8192 + 8, 8}, {65536 + 24, 8}});
+  CHECK(q.offsets == std::vector<std::uint64_t>{8, 4096 + 24});
+  CHECK(q.reads == std::vector<block_read>{{2, 1, 0}, {16, 1, 4096}});
+  // A run ending in the file's partial last block reads that block whole.
+  const auto r = loader::plan_reads(loader::file_placement::contiguous(512, 0, 1000, 2), {{900, 100}});
+  CHECK(r.reads == std::vector<block_read>{{1, 1, 0}});
+  CHECK(r.buffer_bytes == 512);
+  CHECK_THROWS_AS((void)loader::plan_reads(p, {{(1 << 20) - 1, 2}}), cunvme::host::error);
+}
+
+TEST_CASE("tensors group by layer, in natural order, the unnumbered ones first") {
+  CHECK(loader::default_layer_key("model.layers.12.attn.q.weight") == "model.layers.12");
+  CHECK(loader::default_layer_key("h.0.w") == "h.0");
+  CHECK(loader::default_layer_key("lm_head.weight") == "");
+  CHECK(loader::default_layer_key("a.b1.c") == "");
+  CHECK(loader::default_layer_key("7") == "7");
+  CHECK(loader::natural_less("layers.9", "layers.10"));
+  CHECK_FALSE(loader::natural_less("layers.10", "layers.9"));
+  CHECK(loader::natural_less("", "a"));
+  CHECK(loader::natural_less("a.2", "b.1"));
+  CHECK(loader::natural_less("x.01", "x.001"));
+  CHECK_FALSE(loader::natural_less("x.1", "x.1"));
+
+  loader::safetensors_header h;
+  for (const char* n : {"m.layers.10.w", "m.layers.2.w", "embed", "m.layers.2.b", "head"}) h.tensors.push_back({n, loader::dtype::U8, {}, 0, 0});
+  const auto groups = loader::group_by_layer(h);
+  REQUIRE(groups.size() == 3);
+  CHECK(groups[0].key == "");
+  CHECK(groups[0].tensors == std::vector<std::size_t>{2, 4});
+  CHECK(groups[1].key == "m.layers.2");
+  CHECK(groups[1].tensors == std::vector<std::size_t>{1, 3});
+  CHECK(groups[2].key == "m.layers.10");
+  const auto one = loader::group_by_layer(h, [](std::string_view) { return std::string("all"); });
+  CHECK(one.size() == 1);
+}
