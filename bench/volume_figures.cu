@@ -311,6 +311,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "volume_figures: --threads is a positive multiple of 256, --seconds positive\n");
     return 2;
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each figure as it comes, also into a file
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
     std::printf("volume_figures: no CUDA GPU: skipped\n");
@@ -378,9 +379,9 @@ int main(int argc, char** argv) {
       constexpr unsigned rounds = 256;
       vol.start();
       // Warm-up: every page of the span once (16384 pages into 16384 slots: nothing evicted).
-      *t = {};
-      touch_pages<<<static_cast<unsigned>(span / 512 / 256), 256>>>(a, span / 512, t);
-      check(cudaDeviceSynchronize(), "warm the cache");
+      // (On a stream of its own and waited for alone: the controllers' kernels never end, so
+      // nothing here may wait for the whole device.)
+      (void)timed(t, seconds, false, [&](cudaStream_t s) { touch_pages<<<static_cast<unsigned>(span / 512 / 256), 256, 0, s>>>(a, span / 512, t); });
       if (t->failed != 0) throw std::runtime_error("warming the cache: " + std::to_string(t->failed) + " reads failed");
       const auto misses = [&] {
         page_cache_counters n{};

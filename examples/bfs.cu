@@ -200,6 +200,7 @@ void write_volume(const cunvme::host::volume& vol, std::uint64_t at, const void*
 }
 
 int run(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress as it comes, also into a file
   const options o = parse(argc, argv);
   std::vector<std::unique_ptr<cunvme::host::controller>> ctrls;
   std::vector<std::unique_ptr<cunvme::host::io_queue>> host_queues, gpu_queues;

@@ -108,6 +108,7 @@ options parse(int argc, char** argv) {
 }
 
 int run(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress as it comes, also into a file
   const options o = parse(argc, argv);
   // Each controller: a host queue pair (the host writes the table) and two for the GPU.
   std::vector<std::unique_ptr<cunvme::host::controller>> ctrls;

@@ -466,3 +466,27 @@ TEST_CASE("members that share a controller (two namespaces on each of two) share
     CHECK(v == 0x7700'0000'0000'0000ull + (page - 1) * 512);
   }
 }
+
+TEST_CASE("a gather whose lanes want more pages at once than the cache has slots completes: no lane holds a page while another waits for a slot") {
+  members_rig r(1, {}, 2s);
+  const auto vol = host::volume::striped(r.members(), 4096);
+  host::page_cache_memory memory(vol, 4096, 2);  // two slots for four lanes wanting four pages each round
+  const cache_t cache(memory.view(), vol.view());
+  const cunvme::array<std::uint64_t, cache_t> a(cache, 0, vol.blocks() * 512 / 8);
+  std::vector<std::uint64_t> indices;
+  for (std::uint64_t k = 0; k < 64; ++k) indices.push_back(k * 512 * 3 + k);  // a page of its own each
+  std::vector<std::uint64_t> out(indices.size(), 0);
+  constexpr unsigned lanes = 4;
+  cunvme::host_group group(lanes);
+  std::vector<io_result> results(lanes);
+  const auto start = std::chrono::steady_clock::now();
+  on_threads(lanes, [&](unsigned t) {
+    auto member = group.member_at(t);
+    results[t] = a.gather(member, indices.data(), indices.size(), out.data());
+  });
+  CHECK(std::chrono::steady_clock::now() - start < 2s);  // no wait ran into the queue's timeout
+  for (unsigned t = 0; t < lanes; ++t) CHECK_MESSAGE(results[t].ok(), cunvme::to_string(results[t]));
+  std::uint64_t bad = 0;
+  for (std::size_t k = 0; k < indices.size(); ++k) bad += out[k] != word_at(indices[k] * 8, 0);
+  CHECK(bad == 0);
+}

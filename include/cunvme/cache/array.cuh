@@ -99,9 +99,10 @@ class array {
   /// The group's threads gather `count` elements, `out[k] = (*this)[indices[k]]`, each thread
   /// taking k = rank, rank + size, …; every thread of the group calls it with the same
   /// arguments. Threads whose elements share a page in a round take it once: the lowest-ranked
-  /// one acquires it and the others copy from its slot, so a warp reading one hot page makes
-  /// one lookup, not 32. Returns this thread's first failure (its `out[k]` is left as it was);
-  /// the others' elements are unaffected.
+  /// one acquires it, copies every such thread's element out and releases it at once — so no
+  /// thread holds a page while another waits for a slot, and a grid of warps needs no more
+  /// slots than pages it reads at one time. Returns this thread's first failure (its `out[k]`
+  /// is left as it was); the others' elements are unaffected.
   CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group>
   [[nodiscard]] CUNVME_HOST_DEVICE io_result gather(Group& g, const cuda::std::uint64_t* indices, cuda::std::uint64_t count, T* out) const {
@@ -113,33 +114,41 @@ class array {
       const cuda::std::uint64_t index = mine ? indices[k] : 0;
       cuda::std::uint64_t within = 0;
       const cuda::std::uint64_t page = mine ? whole_page_of(index, within) : no_page;
-      // The lowest rank wanting the same page leads it.
+      // The lowest rank wanting the same page leads it; the leader notes who else wants it.
       cuda::std::uint32_t leader = me;
+      cuda::std::uint64_t wanting = 0;  // bit s: thread s's element lies on this page (groups of up to 64)
       for (cuda::std::uint32_t s = 0; s < n; ++s) {
-        if (g.broadcast(page, s) == page && s < leader) leader = s;
+        if (g.broadcast(page, s) != page) continue;
+        if (s < leader) leader = s;
+        if (s < 64) wanting |= cuda::std::uint64_t{1} << s;
       }
-      const bool leads = page != no_page && leader == me;
-      cached_page held{};
-      if (leads) held = cache_.acquire(page, page_access::read);
-      const auto shared = leads && held.ok() ? reinterpret_cast<cuda::std::uintptr_t>(held.data) : cuda::std::uintptr_t{0};
-      cuda::std::uintptr_t from = 0;
-      for (cuda::std::uint32_t s = 0; s < n; ++s) {
-        const cuda::std::uint64_t v = g.broadcast(shared, s);
-        if (s == leader) from = static_cast<cuda::std::uintptr_t>(v);
-      }
-      if (mine) {
-        io_result r{};
-        if (page != no_page && from != 0) {
-          cuda::std::memcpy(out + k, reinterpret_cast<const unsigned char*>(from) + within, sizeof(T));
-        } else {
-          // A straddling element, or the leader's acquire failed: this thread's own access gets
-          // its own honest result.
-          r = get(index, out[k]);
+      const bool leads = page != no_page && leader == me && n <= 64;
+      bool served = false;
+      if (leads) {
+        const cached_page held = cache_.acquire(page, page_access::read);
+        if (held.ok()) {
+          for (cuda::std::uint32_t s = 0; s < n; ++s) {
+            if ((wanting >> s & 1) == 0) continue;
+            cuda::std::uint64_t at = 0;
+            (void)whole_page_of(indices[base + s], at);
+            cuda::std::memcpy(out + base + s, held.data + at, sizeof(T));
+          }
+          (void)cache_.release(page);
+          served = true;
         }
-        if (!r.ok() && first.ok()) first = r;
       }
-      g.sync();  // every copy out of the shared slot is done before its leader lets it go
-      if (leads && held.ok()) (void)cache_.release(page);
+      // Whether this thread's leader served it (the leader's own failure is not theirs to report).
+      bool mine_served = false;
+      for (cuda::std::uint32_t s = 0; s < n; ++s) {
+        const bool v = g.broadcast(served ? 1 : 0, s) != 0;
+        if (s == leader) mine_served = v && page != no_page;
+      }
+      if (mine && !mine_served) {
+        // A straddling element, or the leader's acquire failed: this thread's own access gets
+        // its own honest result.
+        if (const io_result r = get(index, out[k]); !r.ok() && first.ok()) first = r;
+      }
+      g.sync();  // the leaders' copies into `out` are visible to the whole group
     }
     return first;
   }
