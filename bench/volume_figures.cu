@@ -3,12 +3,14 @@
 // command path's figures, not a drive's: no PCIe, no host threads):
 //
 //   P7a  random 8-byte gathers through `array<uint64_t>`, every access a hit, ÷ the same gather
-//        from a plain GPU array (per thread `a[i]`, and a warp's `gather`)
+//        from a plain GPU array (per thread `a[i]`, and a warp's `gather`) — on a volume of four
+//        emulators (hits do no I/O; with no endless controller kernel beside them, Nsight
+//        Compute can profile these kernels: `--only p7a`)
 //   P7b  random 4 KiB pages through the cache, (almost) every access a miss, ÷ raw `volume_io`
 //        4 KiB reads on the same volume with the same threads
 //   P7c  raw `volume_io` 4 KiB random reads on 4 controllers ÷ on 1, the same threads
 //
-//   build/bench/volume_figures [--threads N] [--seconds S] [--json FILE]
+//   build/bench/volume_figures [--threads N] [--seconds S] [--only p7a|p7b|p7c]
 //
 // Every read is checked against the namespace's words (`word_at(offset, member)`); a figure
 // whose kernel failed or whose data did not verify is not printed (exit 1).
@@ -16,6 +18,12 @@
 #include <cunvme/cache/page_cache.cuh>
 #include <cunvme/policy/device_group.cuh>
 #include <cunvme/volume/volume.cuh>
+#include <cunvme/host/gpu_queue.cuh>
+#include <cunvme/host/gpu_reach.cuh>
+#include <cunvme/host/open.cuh>
+#include <cunvme/host/page_cache_memory.cuh>
+#include <cunvme/host/uri_options.cuh>
+#include <cunvme/host/volume.cuh>
 
 #include "gpu_null_controller.cuh"
 
@@ -65,6 +73,13 @@ __global__ void fill_words(std::uint64_t* data, std::uint64_t words, std::uint64
 __host__ __device__ std::uint64_t expected(const volume_view& v, std::uint64_t i) {
   const volume_run run = v.locate(i * 8 / v.block_bytes(), 1);
   return word_at(run.lba * v.block_bytes() + i * 8 % v.block_bytes(), run.member);
+}
+
+/// The word volume word `i` of four `emu:pattern` members holds (each member's namespace
+/// holds `pattern_word(its own byte offset)`).
+__host__ __device__ std::uint64_t pattern_expected(const volume_view& v, std::uint64_t i) {
+  const volume_run run = v.locate(i * 8 / v.block_bytes(), 1);
+  return host::pattern_word(run.lba * v.block_bytes() + i * 8 % v.block_bytes());
 }
 
 struct tally {
@@ -207,6 +222,7 @@ __global__ void cached_pages(cache_t c, volume_view shape, std::uint64_t seed, t
 /// `rounds` random 8-byte elements per thread of the first `span`: per thread (`a[i]`) or per warp (`gather`).
 template <bool Warp>
 __global__ void gather_words(words_t a, volume_view shape, std::uint64_t span, unsigned rounds, std::uint64_t seed, std::uint64_t* scratch, tally* t) {
+  // P7a's volume is of `emu:pattern` members: their words are `pattern_expected`.
   __shared__ warp_group::temp_storage storage[8];
   warp_group warp(storage[threadIdx.x / 32]);
   const std::uint64_t thread = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -227,7 +243,7 @@ __global__ void gather_words(words_t a, volume_view shape, std::uint64_t span, u
     }
     if (res.ok()) {
       ++ok;
-      bad += v != expected(shape, i);
+      bad += v != pattern_expected(shape, i);
     } else {
       ++failed;
     }
@@ -249,14 +265,14 @@ __global__ void plain_gather(const std::uint64_t* words, volume_view shape, std:
   for (unsigned r = 0; r < rounds; ++r) {
     const std::uint64_t i = mix(seed ^ (thread << 20) ^ r) % span;
     ++ok;
-    bad += words[i] != expected(shape, i);
+    bad += words[i] != pattern_expected(shape, i);
   }
   atomicAdd(&t->ok, ok), atomicAdd(&t->mismatched, bad);
 }
 
 __global__ void copy_words_out(const volume_view shape, std::uint64_t* words, std::uint64_t span) {
   for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < span; i += std::uint64_t{gridDim.x} * blockDim.x) {
-    words[i] = expected(shape, i);
+    words[i] = pattern_expected(shape, i);
   }
 }
 
@@ -298,20 +314,32 @@ figure timed(tally* t, double seconds, bool until_stopped, Launch launch) {
 int main(int argc, char** argv) {
   unsigned threads = 8192;
   double seconds = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  std::string only;
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "volume_figures: %s needs a value\n", a.c_str());
+      return 2;
+    }
     if (a == "--threads") threads = static_cast<unsigned>(std::strtoul(argv[i + 1], nullptr, 10));
     else if (a == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
+    else if (a == "--only") only = argv[i + 1];
     else {
-      std::fprintf(stderr, "volume_figures: unknown option %s (--threads N, --seconds S)\n", a.c_str());
+      std::fprintf(stderr, "volume_figures: unknown option %s (--threads N, --seconds S, --only p7a|p7b|p7c)\n", a.c_str());
       return 2;
     }
   }
+  if (!only.empty() && only != "p7a" && only != "p7b" && only != "p7c") {
+    std::fprintf(stderr, "volume_figures: --only takes p7a, p7b or p7c\n");
+    return 2;
+  }
+  const auto want = [&](const char* f) { return only.empty() || only == f; };
   if (threads == 0 || threads % 256 != 0 || seconds <= 0) {
     std::fprintf(stderr, "volume_figures: --threads is a positive multiple of 256, --seconds positive\n");
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each figure as it comes, also into a file
+  host::prepare_cuda_environment();          // before any CUDA call: P7a's emulators copy beside kernels
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
     std::printf("volume_figures: no CUDA GPU: skipped\n");
@@ -336,7 +364,7 @@ int main(int argc, char** argv) {
 
     // P7c: raw 4 KiB reads, 1 member then 4.
     figure raw[2];
-    for (unsigned k = 0; k < 2; ++k) {
+    for (unsigned k = 0; k < (want("p7c") ? 2u : 0u); ++k) {
       const unsigned members = k == 0 ? 1 : 4;
       null_volume vol(members, lbas, 8);
       member_buffers<prp::contiguous> bus;
@@ -348,9 +376,9 @@ int main(int argc, char** argv) {
     }
     if (raw[0].ok && raw[1].ok) std::printf("P7c striping 4 / 1: %.2fx (target >= 3.6x)\n", raw[1].per_second / raw[0].per_second);
 
-    null_volume vol(4, lbas, 8);
     // P7b: random pages through a cache of 8192 slots (32 MiB) over 2 GiB: 98 % misses.
-    {
+    if (want("p7b")) {
+      null_volume vol(4, lbas, 8);
       member_buffers<prp::contiguous> bus;
       const auto* buffer = static_cast<const std::uint64_t*>(vol.allocate(std::size_t{threads} * 4096, bus));
       const cache_t c(vol.cache(8192), vol.view());
@@ -365,11 +393,23 @@ int main(int argc, char** argv) {
       report("P7b cached random pages (misses)", miss);
       if (miss.ok && base_same.ok) std::printf("P7b misses / raw, same threads: %.2f (target >= 0.9)\n", miss.per_second / base_same.per_second);
     }
-    // P7a: 8-byte gathers over 64 MiB with 16384 slots: all hits after a warm-up pass.
-    {
+    // P7a: 8-byte gathers over 64 MiB of a volume of four emulators, cached in 16384 slots:
+    // all hits after a warm-up pass.
+    if (want("p7a")) {
+      constexpr auto where = host::tier::host_queues_host_data;
+      std::vector<std::unique_ptr<host::controller>> ctrls;
+      std::vector<std::unique_ptr<host::io_queue>> queues;
+      std::vector<host::volume::member> members;
+      for (int m = 0; m < 4; ++m) {
+        ctrls.push_back(host::open("emu:pattern,blocks=65536,workers=4", {}, host::gpu_reach()));
+        queues.push_back(host::make_gpu_queue(*ctrls.back(), 1024, where));
+        members.push_back({{queues.back().get()}, 1});
+      }
+      const auto vol = host::volume::striped(members, 64 * 1024, host::gpu_bookkeeping(*ctrls[0], where));
+      host::page_cache_memory memory(vol, 4096, 16384, host::gpu_bookkeeping(*ctrls[0], where));
+      const cache_t c(memory.device_view(), vol.device_view());
       const std::uint64_t span = (std::uint64_t{64} << 20) / 8;
-      const cache_t c(vol.cache(16384), vol.view());
-      const words_t a(c, 0, vol.view().blocks * 512 / 8);
+      const words_t a(c, 0, vol.blocks() * 512 / 8);
       std::uint64_t* scratch = nullptr;
       std::uint64_t* words = nullptr;
       check(cudaMalloc(&scratch, std::size_t{threads} * 2 * 8), "scratch");
@@ -377,32 +417,25 @@ int main(int argc, char** argv) {
       copy_words_out<<<264, 256>>>(vol.view(), words, span);
       check(cudaDeviceSynchronize(), "plain words");
       constexpr unsigned rounds = 256;
-      vol.start();
       // Warm-up: every page of the span once (16384 pages into 16384 slots: nothing evicted).
-      // (On a stream of its own and waited for alone: the controllers' kernels never end, so
-      // nothing here may wait for the whole device.)
       (void)timed(t, seconds, false, [&](cudaStream_t s) { touch_pages<<<static_cast<unsigned>(span / 512 / 256), 256, 0, s>>>(a, span / 512, t); });
       if (t->failed != 0) throw std::runtime_error("warming the cache: " + std::to_string(t->failed) + " reads failed");
-      const auto misses = [&] {
-        page_cache_counters n{};
-        check(cudaMemcpy(&n, c.view().counters, sizeof n, cudaMemcpyDeviceToHost), "read the cache's counters");
-        return n.misses;
-      };
-      const std::uint64_t warm_misses = misses();
+      const std::uint64_t warm_misses = memory.counters().misses;
+      const figure plain = timed(t, seconds, false, [&](cudaStream_t s) { plain_gather<<<grid, 256, 0, s>>>(words, vol.view(), span, rounds, 11, t); });
       const figure per_thread = timed(t, seconds, false, [&](cudaStream_t s) { gather_words<false><<<grid, 256, 0, s>>>(a, vol.view(), span, rounds, 11, scratch, t); });
       const figure per_warp = timed(t, seconds, false, [&](cudaStream_t s) { gather_words<true><<<grid, 256, 0, s>>>(a, vol.view(), span, rounds, 11, scratch, t); });
-      const std::uint64_t missed = misses() - warm_misses;
-      vol.stop();
+      const std::uint64_t missed = memory.counters().misses - warm_misses;
       if (missed != 0) {
         std::printf("P7a: %llu misses after the warm-up: not every access was a hit, no figure\n", static_cast<unsigned long long>(missed));
         all_ok = false;
       }
-      const figure plain = timed(t, seconds, false, [&](cudaStream_t s) { plain_gather<<<grid, 256, 0, s>>>(words, vol.view(), span, rounds, 11, t); });
       report("P7a plain GPU array gather", plain);
       report("P7a cached gather a[i] per thread", per_thread);
       report("P7a cached gather, warp gather()", per_warp);
-      if (missed == 0 && plain.ok && per_thread.ok) std::printf("P7a hits / plain, per thread: %.3f; warp gather: %.3f (target >= 0.5)\n", per_thread.per_second / plain.per_second,
-                                                 per_warp.ok ? per_warp.per_second / plain.per_second : 0.0);
+      if (missed == 0 && plain.ok && per_thread.ok) {
+        std::printf("P7a hits / plain, per thread: %.3f; warp gather: %.3f (target >= 0.5)\n", per_thread.per_second / plain.per_second,
+                    per_warp.ok ? per_warp.per_second / plain.per_second : 0.0);
+      }
       cudaFree(scratch), cudaFree(words);
     }
     cudaFreeHost(t);

@@ -156,6 +156,8 @@ TEST_CASE("elements written by every GPU thread reach their members after a flus
   flush_cache<<<1, 1>>>(c, flushed);
   REQUIRE_CUDA(cudaGetLastError());
   REQUIRE_CUDA(cudaDeviceSynchronize());
+  MESSAGE(r.rigs[0]->counts->failed << " failed (" << r.rigs[0]->counts->timeouts << " timeouts, " << r.rigs[0]->counts->nvme_errors
+                                    << " NVMe errors; the rest cache_full or other); flush: " << to_string(*flushed));
   CHECK(r.rigs[0]->counts->ok == std::uint64_t{blocks} * threads);
   CHECK(r.rigs[0]->counts->mismatched == 0);
   CHECK(flushed->ok());
