@@ -10,7 +10,7 @@
 //        4 KiB reads on the same volume with the same threads
 //   P7c  raw `volume_io` 4 KiB random reads on 4 controllers ÷ on 1, the same threads
 //
-//   build/bench/volume_figures [--threads N] [--seconds S] [--only p7a|p7b|p7c]
+//   build/bench/volume_figures [--threads N] [--seconds S] [--only p7a|p7b|p7c] [--controller-blocks N]
 //
 // Every read is checked against the namespace's words (`word_at(offset, member)`); a figure
 // whose kernel failed or whose data did not verify is not printed (exit 1).
@@ -91,7 +91,7 @@ struct tally {
 /// (the null controllers' bus addresses are GPU virtual addresses: one description serves all).
 class null_volume {
  public:
-  null_volume(unsigned members, std::uint64_t lba_count, std::uint32_t queues_each) {
+  null_volume(unsigned members, std::uint64_t lba_count, std::uint32_t queues_each, unsigned controller_blocks = 4) {
     std::vector<volume_member> table;
     for (unsigned m = 0; m < members; ++m) {
       bench::gpu_null_controller::options o;
@@ -99,6 +99,7 @@ class null_volume {
       o.entries = 1024;
       o.lba_count = lba_count;
       o.move_data = true;
+      o.blocks = controller_blocks;
       ctrls_.push_back(std::make_unique<bench::gpu_null_controller>(o));
       fill_words<<<264, 256>>>(reinterpret_cast<std::uint64_t*>(ctrls_.back()->data()), lba_count * 512 / 8, m);
       check(cudaGetLastError(), "fill a namespace");
@@ -315,6 +316,7 @@ int main(int argc, char** argv) {
   unsigned threads = 8192;
   double seconds = 2;
   std::string only;
+  unsigned controller_blocks = 4;  // thread blocks each null controller runs on
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
     if (i + 1 >= argc) {
@@ -324,8 +326,9 @@ int main(int argc, char** argv) {
     if (a == "--threads") threads = static_cast<unsigned>(std::strtoul(argv[i + 1], nullptr, 10));
     else if (a == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
     else if (a == "--only") only = argv[i + 1];
+    else if (a == "--controller-blocks") controller_blocks = static_cast<unsigned>(std::strtoul(argv[i + 1], nullptr, 10));
     else {
-      std::fprintf(stderr, "volume_figures: unknown option %s (--threads N, --seconds S, --only p7a|p7b|p7c)\n", a.c_str());
+      std::fprintf(stderr, "volume_figures: unknown option %s (--threads N, --seconds S, --only p7a|p7b|p7c, --controller-blocks N)\n", a.c_str());
       return 2;
     }
   }
@@ -334,8 +337,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto want = [&](const char* f) { return only.empty() || only == f; };
-  if (threads == 0 || threads % 256 != 0 || seconds <= 0) {
-    std::fprintf(stderr, "volume_figures: --threads is a positive multiple of 256, --seconds positive\n");
+  if (threads == 0 || threads % 256 != 0 || seconds <= 0 || controller_blocks == 0 || controller_blocks > 64) {
+    std::fprintf(stderr, "volume_figures: --threads is a positive multiple of 256, --seconds positive, --controller-blocks 1..64\n");
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each figure as it comes, also into a file
@@ -366,7 +369,7 @@ int main(int argc, char** argv) {
     figure raw[2];
     for (unsigned k = 0; k < (want("p7c") ? 2u : 0u); ++k) {
       const unsigned members = k == 0 ? 1 : 4;
-      null_volume vol(members, lbas, 8);
+      null_volume vol(members, lbas, 8, controller_blocks);
       member_buffers<prp::contiguous> bus;
       const auto* buffer = static_cast<const std::uint64_t*>(vol.allocate(std::size_t{threads} * 4096, bus));
       vol.start();
