@@ -10,16 +10,11 @@
 // targets drawn with density ∝ x^-2/3, so low-numbered vertices are hubs), built as CSR on the
 // host and written through the volume before the kernels run. Exits 0 when every vertex's
 // depth matches, 1 otherwise, 77 (Meson's "skipped") without a CUDA GPU.
-#include "example_support.hpp"
+#include "volume_support.hpp"
 
 #include <cunvme/cache/array.cuh>
 #include <cunvme/cache/page_cache.cuh>
-#include <cunvme/host/gpu_queue.cuh>
-#include <cunvme/host/io_queue.cuh>
-#include <cunvme/host/open.cuh>
 #include <cunvme/host/page_cache_memory.cuh>
-#include <cunvme/host/volume.cuh>
-#include <cunvme/volume/volume.cuh>
 
 #include <thrust/device_vector.h>
 #include <thrust/fill.h>
@@ -36,9 +31,8 @@
 
 namespace {
 
-using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+using queue = example::volume_queue;
 using cache = cunvme::page_cache<queue, cunvme::doorbell::mmio>;
-constexpr cunvme::host::tier where = cunvme::host::tier::host_queues_host_data;
 constexpr std::uint32_t unreached = 0xffffffffu;
 constexpr std::uint32_t edges_at_once = 32;
 
@@ -165,12 +159,7 @@ options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const auto number = [&](std::uint64_t& to) {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a number");
-      char* end = nullptr;
-      to = std::strtoull(argv[++i], &end, 10);
-      if (*end != '\0' || to == 0) throw std::invalid_argument(a + ": '" + argv[i] + "' is not a positive number");
-    };
+    const auto number = [&](std::uint64_t& to) { to = example::positive_number(argc, argv, i); };
     if (a == "--vertices") number(o.vertices);
     else if (a == "--degree") number(o.degree);
     else if (a == "--slots") number(o.slots);
@@ -182,42 +171,13 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-/// Writes `bytes` at byte `at` (block aligned) of the volume from the host.
-void write_volume(const cunvme::host::volume& vol, std::uint64_t at, const void* data, std::uint64_t bytes) {
-  constexpr std::size_t chunk = 1 << 20;
-  cunvme::host::volume_memory staging(vol, chunk);
-  const cunvme::volume_io<queue, cunvme::doorbell::mmio> io(vol.view());
-  for (std::uint64_t done = 0; done < bytes; done += chunk) {
-    const std::uint64_t n = std::min<std::uint64_t>(chunk, bytes - done);
-    std::memset(staging.data(), 0, chunk);
-    std::memcpy(staging.data(), static_cast<const std::byte*>(data) + done, n);
-    const std::uint64_t blocks = (n + vol.block_bytes() - 1) / vol.block_bytes();
-    if (const cunvme::io_result r = io.write((at + done) / vol.block_bytes(), blocks, staging.buffers(), 0); !r.ok()) {
-      throw std::runtime_error("writing the graph: " + cunvme::to_string(r));
-    }
-  }
-  if (const cunvme::io_result r = io.flush(); !r.ok()) throw std::runtime_error("flushing the graph: " + cunvme::to_string(r));
-}
-
 int run(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress as it comes, also into a file
   const options o = parse(argc, argv);
-  std::vector<std::unique_ptr<cunvme::host::controller>> ctrls;
-  std::vector<std::unique_ptr<cunvme::host::io_queue>> host_queues, gpu_queues;
-  std::vector<cunvme::host::volume::member> host_members, gpu_members;
-  for (const std::string& uri : o.uris) {
-    ctrls.push_back(cunvme::host::open(uri, {}, cunvme::host::gpu_reach()));
-    host_queues.push_back(std::make_unique<cunvme::host::io_queue>(*ctrls.back(), 256));
-    host_members.push_back({{host_queues.back().get()}, 1});
-    gpu_members.push_back({});
-    for (int k = 0; k < 2; ++k) {
-      gpu_queues.push_back(cunvme::host::make_gpu_queue(*ctrls.back(), 1024, where));
-      gpu_members.back().queues.push_back(gpu_queues.back().get());
-    }
-  }
   constexpr std::uint64_t stripe = 64 * 1024;
-  const auto host_volume = cunvme::host::volume::striped(host_members, stripe);
-  const auto gpu_volume = cunvme::host::volume::striped(gpu_members, stripe, cunvme::host::gpu_bookkeeping(*ctrls[0], where));
+  const example::striped_volumes volumes(o.uris, stripe);
+  const cunvme::host::volume& host_volume = *volumes.host;
+  const cunvme::host::volume& gpu_volume = *volumes.gpu;
 
   const auto vertices = static_cast<std::uint32_t>(o.vertices);
   const csr g = make_graph(vertices, static_cast<std::uint32_t>(o.degree));
@@ -227,10 +187,10 @@ int run(int argc, char** argv) {
   if (edges_at + edges_bytes > volume_bytes) {
     throw std::invalid_argument("the graph needs " + std::to_string((edges_at + edges_bytes) >> 20) + " MiB; the volume has " + std::to_string(volume_bytes >> 20));
   }
-  write_volume(host_volume, 0, g.offsets.data(), offsets_bytes);
-  write_volume(host_volume, edges_at, g.edges.data(), edges_bytes);
+  example::write_volume(host_volume, 0, g.offsets.data(), offsets_bytes, "graph's offsets");
+  example::write_volume(host_volume, edges_at, g.edges.data(), edges_bytes, "graph's edges");
 
-  cunvme::host::page_cache_memory memory(gpu_volume, 4096, o.slots, cunvme::host::gpu_bookkeeping(*ctrls[0], where));
+  cunvme::host::page_cache_memory memory(gpu_volume, 4096, o.slots, cunvme::host::gpu_bookkeeping(*volumes.ctrls[0], example::where));
   const cache c(memory.device_view(), gpu_volume.device_view());
   const cached_graph on_volume{{c, 0, g.offsets.size()}, {c, edges_at, g.edges.size()}};
   thrust::device_vector<std::uint64_t> d_offsets(g.offsets.begin(), g.offsets.end());

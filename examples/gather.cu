@@ -12,17 +12,12 @@
 // written through the volume from the host before the kernels run (on a real SSD this
 // overwrites the start of each namespace). Exits 0 when every gathered row matches, 1
 // otherwise, 77 (Meson's "skipped") without a CUDA GPU.
-#include "example_support.hpp"
+#include "volume_support.hpp"
 
 #include <cunvme/cache/array.cuh>
 #include <cunvme/cache/page_cache.cuh>
-#include <cunvme/host/gpu_queue.cuh>
-#include <cunvme/host/io_queue.cuh>
-#include <cunvme/host/open.cuh>
 #include <cunvme/host/page_cache_memory.cuh>
-#include <cunvme/host/volume.cuh>
 #include <cunvme/policy/device_group.cuh>
-#include <cunvme/volume/volume.cuh>
 
 #include <thrust/device_vector.h>
 
@@ -46,10 +41,9 @@ __host__ __device__ float value(std::uint64_t r, std::uint32_t c) {
   return static_cast<float>(example::mix(r * dim + c) >> 40) / 16777216.0f;
 }
 
-using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+using queue = example::volume_queue;
 using cache = cunvme::page_cache<queue, cunvme::doorbell::mmio>;
 using table = cunvme::array<row, cache>;
-constexpr cunvme::host::tier where = cunvme::host::tier::host_queues_host_data;
 
 struct outcome {
   unsigned long long failed;
@@ -91,12 +85,7 @@ options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const auto number = [&](std::uint64_t& to) {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a number");
-      char* end = nullptr;
-      to = std::strtoull(argv[++i], &end, 10);
-      if (*end != '\0' || to == 0) throw std::invalid_argument(a + ": '" + argv[i] + "' is not a positive number");
-    };
+    const auto number = [&](std::uint64_t& to) { to = example::positive_number(argc, argv, i); };
     if (a == "--rows") number(o.rows);
     else if (a == "--batch") number(o.batch);
     else if (a == "--slots") number(o.slots);
@@ -110,23 +99,10 @@ options parse(int argc, char** argv) {
 int run(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress as it comes, also into a file
   const options o = parse(argc, argv);
-  // Each controller: a host queue pair (the host writes the table) and two for the GPU.
-  std::vector<std::unique_ptr<cunvme::host::controller>> ctrls;
-  std::vector<std::unique_ptr<cunvme::host::io_queue>> host_queues, gpu_queues;
-  std::vector<cunvme::host::volume::member> host_members, gpu_members;
-  for (const std::string& uri : o.uris) {
-    ctrls.push_back(cunvme::host::open(uri, {}, cunvme::host::gpu_reach()));
-    host_queues.push_back(std::make_unique<cunvme::host::io_queue>(*ctrls.back(), 256));
-    host_members.push_back({{host_queues.back().get()}, 1});
-    gpu_members.push_back({});
-    for (int k = 0; k < 2; ++k) {
-      gpu_queues.push_back(cunvme::host::make_gpu_queue(*ctrls.back(), 1024, where));
-      gpu_members.back().queues.push_back(gpu_queues.back().get());
-    }
-  }
-  constexpr std::uint64_t stripe = 64 * 1024;
-  const auto host_volume = cunvme::host::volume::striped(host_members, stripe);
-  const auto gpu_volume = cunvme::host::volume::striped(gpu_members, stripe, cunvme::host::gpu_bookkeeping(*ctrls[0], where));
+    constexpr std::uint64_t stripe = 64 * 1024;
+  const example::striped_volumes volumes(o.uris, stripe);
+  const cunvme::host::volume& host_volume = *volumes.host;
+  const cunvme::host::volume& gpu_volume = *volumes.gpu;
   const std::uint64_t table_bytes = o.rows * sizeof(row);
   if (table_bytes > host_volume.blocks() * host_volume.block_bytes()) {
     throw std::invalid_argument(std::to_string(o.rows) + " rows need " + std::to_string(table_bytes >> 20) + " MiB; the volume has " +
@@ -137,22 +113,7 @@ int run(int argc, char** argv) {
   std::vector<row> rows(o.rows);
   for (std::uint64_t r = 0; r < o.rows; ++r)
     for (std::uint32_t c = 0; c < dim; ++c) rows[r].v[c] = value(r, c);
-  {
-    constexpr std::size_t chunk = 1 << 20;
-    cunvme::host::volume_memory staging(host_volume, chunk);
-    const cunvme::volume_io<queue, cunvme::doorbell::mmio> io(host_volume.view());
-    const auto* bytes = reinterpret_cast<const std::byte*>(rows.data());
-    for (std::uint64_t at = 0; at < table_bytes; at += chunk) {
-      const std::uint64_t n = std::min<std::uint64_t>(chunk, table_bytes - at);
-      const std::uint64_t blocks = (n + host_volume.block_bytes() - 1) / host_volume.block_bytes();
-      std::memset(staging.data(), 0, chunk);
-      std::memcpy(staging.data(), bytes + at, n);
-      if (const cunvme::io_result r = io.write(at / host_volume.block_bytes(), blocks, staging.buffers(), 0); !r.ok()) {
-        throw std::runtime_error("writing the table: " + cunvme::to_string(r));
-      }
-    }
-    if (const cunvme::io_result r = io.flush(); !r.ok()) throw std::runtime_error("flushing the table: " + cunvme::to_string(r));
-  }
+  example::write_volume(host_volume, 0, rows.data(), table_bytes, "table");
   thrust::device_vector<row> in_memory(rows.begin(), rows.end());
 
   std::vector<std::uint64_t> idx(o.batch);
@@ -160,7 +121,7 @@ int run(int argc, char** argv) {
   thrust::device_vector<std::uint64_t> d_idx(idx.begin(), idx.end());
   thrust::device_vector<row> cached_out(o.batch), memory_out(o.batch);
 
-  cunvme::host::page_cache_memory memory(gpu_volume, 4096, o.slots, cunvme::host::gpu_bookkeeping(*ctrls[0], where));
+  cunvme::host::page_cache_memory memory(gpu_volume, 4096, o.slots, cunvme::host::gpu_bookkeeping(*volumes.ctrls[0], example::where));
   const table t(cache(memory.device_view(), gpu_volume.device_view()), 0, o.rows);
   outcome* out = nullptr;
   unsigned long long* differ = nullptr;

@@ -67,18 +67,6 @@ std::uint64_t mismatches_in(const unsigned char* data, std::uint64_t page, std::
   return bad;
 }
 
-/// Runs `body(thread index)` on `threads` threads released together, and joins them.
-template <class Body>
-void on_threads(unsigned threads, Body body) {
-  std::latch start(threads);
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) pool.emplace_back([&, t] {
-    start.arrive_and_wait();
-    body(t);
-  });
-  for (auto& th : pool) th.join();
-}
-
 }  // namespace
 
 TEST_CASE("a miss reads the page from the namespace and a hit returns the same bytes from its slot") {

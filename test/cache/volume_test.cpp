@@ -70,17 +70,6 @@ struct shared_buffer : host::volume_memory {
   }
 };
 
-template <class Body>
-void on_threads(unsigned threads, Body body) {
-  std::latch start(threads);
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) pool.emplace_back([&, t] {
-    start.arrive_and_wait();
-    body(t);
-  });
-  for (auto& th : pool) th.join();
-}
-
 }  // namespace
 
 // ---- Where blocks are --------------------------------------------------------------------------

@@ -14,10 +14,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <latch>
 #include <memory>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace test {
 
@@ -110,5 +113,17 @@ class poller_thread {
   std::uint64_t consumed_ = 0;
   std::thread thread_;
 };
+
+/// Runs `body(thread index)` on `threads` threads released together, and joins them.
+template <class Body>
+void on_threads(unsigned threads, Body body) {
+  std::latch start(threads);
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) pool.emplace_back([&, t] {
+    start.arrive_and_wait();
+    body(t);
+  });
+  for (auto& th : pool) th.join();
+}
 
 }  // namespace test
