@@ -88,3 +88,16 @@ TEST_CASE("tensors group by layer, in natural order, the unnumbered ones first")
   const auto one = loader::group_by_layer(h, [](std::string_view) { return std::string("all"); });
   CHECK(one.size() == 1);
 }
+
+TEST_CASE("an extent map taken by the extent_map tool places the file it describes, and its holes are refused") {
+  const std::string text =
+      "cunvme-extent-map 1\nfile_size 20000\nfs_block_bytes 4096\ndevice_block_bytes 512\ndevice -\npartition - 0\n"
+      "sha256 " + std::string(64, '0') + "\nextents 2\n0 1000 16\n10240 5000 20\nend\n";
+  const cunvme::host::extent_map m = cunvme::host::parse_extent_map(text, "test map");
+  const loader::file_placement where = loader::file_placement::from_extent_map(m);
+  CHECK(where.block_bytes() == 512);
+  CHECK(where.file_bytes() == 20000);
+  CHECK(where.map(7000, 1000) == std::vector<block_read>{{1013, 3, 0}});
+  CHECK(where.map(10340, 600) == std::vector<block_read>{{5000, 2, 0}});
+  CHECK_THROWS_AS((void)where.map(9000, 10), cunvme::host::error);  // bytes 8192..10239 are a hole
+}

@@ -3,8 +3,9 @@
 //
 // A file on the emulator backed by it (`emu:file=PATH`) starts at LBA 0 and runs on
 // contiguously: `file_placement::contiguous`. A file in a filesystem on a real controller is a
-// list of extents (FIEMAP's answer, mapped to LBAs): `file_placement::from_extents`. Both
-// answer `map`, which is all the loader asks.
+// list of extents (FIEMAP's answer, mapped to LBAs): `file_placement::from_extents`, or
+// `from_extent_map` over a map the `extent_map` tool took (host/extent_map.cuh). All answer
+// `map`, which is all the loader asks.
 //
 // ```
 // auto where = cunvme::loader::file_placement::contiguous(512, /*first_lba*/ 0, file_bytes, dev_blocks);
@@ -17,6 +18,7 @@
 #include <cunvme/config.cuh>
 #include <cunvme/detail/checked.cuh>
 #include <cunvme/host/error.cuh>
+#include <cunvme/host/extent_map.cuh>
 
 #include <algorithm>
 #include <cstdint>
@@ -30,12 +32,9 @@ namespace loader {
 
 /// `blocks` blocks of the file from byte `file_offset` (a multiple of the block size) lie at
 /// `lba` on, one after another.
-struct file_extent {
-  std::uint64_t file_offset = 0;
-  std::uint64_t lba = 0;
-  std::uint64_t blocks = 0;
-  friend bool operator==(const file_extent&, const file_extent&) = default;
-};
+/// Bytes [file_offset, file_offset + blocks × block size) of the file are blocks [lba, lba +
+/// blocks) of the namespace: the extent maps' own type, so a map's extents serve as they are.
+using file_extent = host::extent;
 
 /// A run of blocks to read and where it goes in the destination buffer.
 struct block_read {
@@ -82,6 +81,14 @@ class file_placement {
       next = end;
     }
     return file_placement(block_bytes, file_bytes, std::move(extents));
+  }
+
+  /// The file an extent map describes (`host::read_extent_map_file`), on the namespace it was
+  /// taken for. The map's holes — which its own reader returns as zeros — are refused here when a
+  /// tensor's bytes fall in one (`map` throws); its SHA-256 is not checked by the loader: verify
+  /// the file with `read_by_extent_map` (or `extent_map verify`) before trusting loads by it.
+  [[nodiscard]] static file_placement from_extent_map(const host::extent_map& m) {
+    return from_extents(m.device_block_bytes, m.file_size, m.extents);
   }
 
   [[nodiscard]] std::uint64_t block_bytes() const noexcept { return block_bytes_; }
