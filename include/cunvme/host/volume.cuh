@@ -28,6 +28,9 @@ CUNVME_NAMESPACE_BEGIN
 namespace host {
 
 /// Namespaces on one or more controllers as one volume, and the queue pairs its threads use.
+/// The member table holds copies of the queue pairs' views: make the volume again after a
+/// queue pair is made again (a controller reset, say), and keep the queue pairs alive as long
+/// as the volume.
 ///
 /// ```
 /// auto a = cunvme::host::open("emu"), b = cunvme::host::open("emu");
