@@ -277,7 +277,7 @@ struct plain_memory {
     REQUIRE(p != MAP_FAILED);
     data = static_cast<std::byte*>(p);
     std::memset(data, 1, n);  // a private page of its own each, not the shared zero page
-    if (lock) REQUIRE(::mlock(data, n) == 0);
+    if (lock) REQUIRE(host::lock_memory(data, n) == 0);
     if (dontfork) REQUIRE(::madvise(data, n, MADV_DONTFORK) == 0);
     if (prot != (PROT_READ | PROT_WRITE)) REQUIRE(::mprotect(data, n, prot) == 0);
   }
@@ -361,7 +361,7 @@ TEST_CASE("pagemap map_host refuses file-backed memory, whose pages the page cac
   void* p = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   ::close(fd);
   REQUIRE(p != MAP_FAILED);
-  (void)::mlock(p, 8192);
+  (void)host::lock_memory(p, 8192);
   (void)::madvise(p, 8192, MADV_DONTFORK);
   CHECK_THROWS_WITH_AS((void)memory.map_host(p, 8192), doctest::Contains("file-backed"), host::error);
   ::munmap(p, 8192);
