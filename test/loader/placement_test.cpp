@@ -101,3 +101,14 @@ TEST_CASE("an extent map taken by the extent_map tool places the file it describ
   CHECK(where.map(10340, 600) == std::vector<block_read>{{5000, 2, 0}});
   CHECK_THROWS_AS((void)where.map(9000, 10), cunvme::host::error);  // bytes 8192..10239 are a hole
 }
+
+TEST_CASE("an empty range lands inside the plan's buffer, whatever its offset in the file") {
+  const auto where = loader::file_placement::contiguous(512, 0, 167, 1);
+  const loader::read_plan alone = loader::plan_reads(where, {{117, 0}});
+  REQUIRE(alone.offsets.size() == 1);
+  CHECK(alone.offsets[0] <= alone.buffer_bytes);
+  const loader::read_plan among = loader::plan_reads(where, {{100, 10}, {117, 0}, {150, 17}});
+  for (std::size_t i = 0; i < 3; ++i) CHECK(among.offsets[i] + std::vector<std::uint64_t>{10, 0, 17}[i] <= among.buffer_bytes);
+  CHECK(among.offsets[0] == 100);
+  CHECK(among.offsets[2] == 150);
+}

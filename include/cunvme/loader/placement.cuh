@@ -192,8 +192,14 @@ inline constexpr std::uint64_t run_alignment = 4096;
     if (cunvme::detail::add_overflows(r.offset, r.length, end) || end > where.file_bytes()) {
       throw host::error("Plan reads", "loader", "file bytes [" + std::to_string(r.offset) + ", +" + std::to_string(r.length) + ") run past the file");
     }
+    if (r.length == 0) {
+      // Nothing to read: an empty tensor is handed out at the buffer's start, never past its
+      // end (its file offset may lie in no run at all).
+      plan.offsets[i] = 0;
+      continue;
+    }
     const std::uint64_t first = r.offset / block;
-    const std::uint64_t stop = r.length == 0 ? first : (end + block - 1) / block;
+    const std::uint64_t stop = (end + block - 1) / block;
     if (!open || first > run_end) {
       close_run();
       std::uint64_t at = plan.buffer_bytes;
