@@ -99,7 +99,7 @@ options parse(int argc, char** argv) {
 int run(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress as it comes, also into a file
   const options o = parse(argc, argv);
-    constexpr std::uint64_t stripe = 64 * 1024;
+  constexpr std::uint64_t stripe = 64 * 1024;
   const example::striped_volumes volumes(o.uris, stripe);
   const cunvme::host::volume& host_volume = *volumes.host;
   const cunvme::host::volume& gpu_volume = *volumes.gpu;
