@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/volume/volume.cuh>
 
 #include <cstdint>
 
@@ -20,6 +21,13 @@ namespace test {
   x *= 0xff51afd7ed558ccdull;
   x ^= x >> 33;
   return x;
+}
+
+/// Word `i` of a volume whose member m was filled with `word_at(offset, m)` (round m): the member
+/// and the place there that the volume's layout gives.
+[[nodiscard]] CUNVME_HOST_DEVICE inline std::uint64_t volume_word_at(const cunvme::volume_view& v, std::uint64_t i) noexcept {
+  const cunvme::volume_run run = v.locate(i * 8 / v.block_bytes(), 1);
+  return word_at(run.lba * v.block_bytes() + i * 8 % v.block_bytes(), run.member);
 }
 
 }  // namespace test

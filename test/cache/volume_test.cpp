@@ -332,8 +332,7 @@ TEST_CASE("array<T> over a striped volume: elements read as the layout stores th
   for (const std::uint64_t i : std::vector<std::uint64_t>{0, 1, 511, 512, 4097, a.size() - 1}) {
     const auto x = a[i];
     REQUIRE(x.ok());
-    const cunvme::volume_run run = vol.view().locate(i * 8 / 512, 1);
-    CHECK(x.value == word_at(run.lba * 512 + i * 8 % 512, run.member));
+    CHECK(x.value == volume_word_at(vol.view(), i));
   }
   CHECK(a[a.size()].result.error == io_error::invalid_request);
   REQUIRE(a.set(777, 42).ok());
@@ -393,8 +392,7 @@ TEST_CASE("a group's gather returns every element, takes a page shared by the gr
   for (std::size_t k = 0; k < indices.size(); ++k) {
     if (k == 40) continue;
     const std::uint64_t i = indices[k];
-    const cunvme::volume_run run = vol.view().locate(i * 8 / 512, 1);
-    CHECK(out[k] == word_at(run.lba * 512 + i * 8 % 512, run.member));
+    CHECK(out[k] == volume_word_at(vol.view(), i));
   }
   CHECK(out[40] == 0);
   // Indices 5000..5031 lie in one page (5000 × 8 = 40000 = page 9): four lanes, one acquire a round.
@@ -412,9 +410,7 @@ TEST_CASE("array<T>::copy brings a run of elements across pages and stripes, and
   REQUIRE(a.copy(1234, out.size(), out.data()).ok());
   std::uint64_t bad = 0;
   for (std::uint64_t k = 0; k < out.size(); ++k) {
-    const std::uint64_t word = 100 + 1234 + k;  // of the volume
-    const cunvme::volume_run run = vol.view().locate(word * 8 / 512, 1);
-    bad += out[k] != word_at(run.lba * 512 + word * 8 % 512, run.member);
+    bad += out[k] != volume_word_at(vol.view(), 100 + 1234 + k);  // element k is volume word 100 + 1234 + k
   }
   CHECK(bad == 0);
   CHECK(memory.counters().misses == (1234 + 100 + 2999) * 8 / 4096 - (1234 + 100) * 8 / 4096 + 1);

@@ -29,18 +29,13 @@ using test::count;
 using test::gpu_rig;
 using test::mix;
 using test::tally;
+using test::volume_word_at;
 using test::word_at;
 using host::tier;
 
 using cache_queue = queue<slots::multi_producer, completion::cooperative>;
 using volume_cache = page_cache<cache_queue, doorbell::mmio>;
 using words = array<std::uint64_t, volume_cache>;
-
-/// The word element `i` of a volume of `word_at(member offset, member)` words holds.
-__host__ __device__ std::uint64_t expected(const volume_view& v, std::uint64_t i) {
-  const volume_run run = v.locate(i * 8 / v.block_bytes(), 1);
-  return word_at(run.lba * v.block_bytes() + i * 8 % v.block_bytes(), run.member);
-}
 
 /// Each warp gathers `rounds` × 32 random elements (of the first `span` when non-zero) and
 /// checks each.
@@ -57,7 +52,7 @@ __global__ void gather_words(words a, volume_view shape, std::uint64_t span, uns
     __syncwarp();
     const io_result res = a.gather(warp, indices, 32, out);
     account(res, t);
-    if (res.ok() && out[warp.rank()] != expected(shape, indices[warp.rank()])) count(t->mismatched);
+    if (res.ok() && out[warp.rank()] != volume_word_at(shape, indices[warp.rank()])) count(t->mismatched);
     __syncwarp();
   }
 }

@@ -23,7 +23,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <string>
 
@@ -95,24 +94,9 @@ class page_cache_memory {
     controller& first = vol.controller_of(0);
     data_ = first.memory().allocate(data_bytes_of(what, slots, page_bytes), controller_page);
     // Each member reaches the slots through its controller's own mapping (one per controller).
+    mappings_ = member_mappings(vol, data_, what);
     std::vector<const dma_buffer*> reach;
-    std::vector<const controller*> mapped_for;
-    for (std::uint32_t m = 0; m < vol.member_count(); ++m) {
-      const controller* c = &vol.controller_of(m);
-      if (c == &first) {
-        reach.push_back(&data_);
-        continue;
-      }
-      const auto known = std::find(mapped_for.begin(), mapped_for.end(), c);
-      if (known != mapped_for.end()) {
-        reach.push_back(&mapped_[static_cast<std::size_t>(known - mapped_for.begin())]);
-        continue;
-      }
-      if (data_.data() == nullptr) throw error(what, device_, "member 0's DMA memory is not host memory the other controllers can map");
-      mapped_.push_back(vol.controller_of(m).memory().map_host(data_.data(), data_.size()));
-      mapped_for.push_back(c);
-      reach.push_back(&mapped_.back());
-    }
+    for (std::uint32_t m = 0; m < vol.member_count(); ++m) reach.push_back(&mappings_.of(m));
     view_.nsid = 0;
     view_.members = vol.member_count();
     view_.blocks_per_page = static_cast<std::uint32_t>(page_bytes / vol.block_bytes());
@@ -263,7 +247,7 @@ class page_cache_memory {
 
   std::string device_;
   dma_buffer data_;
-  std::deque<dma_buffer> mapped_;  // data_ as the volume's other controllers reach it; released before data_
+  member_mappings mappings_;  // data_ as the volume's other controllers reach it; released before data_
   dma_buffer bookkeeping_;
   unsigned data_page_shift_ = 12;
   page_cache_layout layout_{};

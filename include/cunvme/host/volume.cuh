@@ -200,32 +200,51 @@ class volume {
   dma_buffer gpu_table_;
 };
 
+/// Host memory that member 0's controller handed out, as each member of a volume reaches it:
+/// the memory itself on member 0's controller, and one `dma_allocator::map_host` mapping for
+/// each other controller, shared by the members on it. Owns the mappings (release it before
+/// the memory); `of(m)` may be the memory itself, so use it while the memory stays where it is.
+class member_mappings {
+ public:
+  member_mappings() = default;
+  /// Throws `host::error` (as `what`) where a controller cannot map the memory, or where the
+  /// memory is not host memory and another controller needs it.
+  member_mappings(const volume& vol, const dma_buffer& memory, const std::string& what) {
+    std::vector<const controller*> seen{&vol.controller_of(0)};  // seen[k] reaches it as mapping[k]
+    std::vector<const dma_buffer*> mapping{&memory};
+    for (std::uint32_t m = 0; m < vol.member_count(); ++m) {
+      const controller* c = &vol.controller_of(m);
+      const auto known = std::find(seen.begin(), seen.end(), c);
+      if (known != seen.end()) {
+        reach_.push_back(mapping[static_cast<std::size_t>(known - seen.begin())]);
+        continue;
+      }
+      if (memory.data() == nullptr) throw error(what, vol.name(), "member 0's DMA memory is not host memory the other controllers can map");
+      mapped_.push_back(vol.controller_of(m).memory().map_host(memory.data(), memory.size()));
+      seen.push_back(c);
+      mapping.push_back(&mapped_.back());
+      reach_.push_back(&mapped_.back());
+    }
+  }
+  /// The memory as member `m`'s controller reaches it.
+  [[nodiscard]] const dma_buffer& of(std::uint32_t m) const { return *reach_.at(m); }
+  [[nodiscard]] std::uint32_t members() const noexcept { return static_cast<std::uint32_t>(reach_.size()); }
+
+ private:
+  std::deque<dma_buffer> mapped_;  // deque: the pointers in reach_ stay valid as it grows
+  std::vector<const dma_buffer*> reach_;
+};
+
 /// DMA memory that every member of a volume reaches, for `volume_io` from CPU threads: allocated
 /// from member 0's controller and mapped for each other controller (`dma_allocator::map_host`).
 /// `buffers()` describes it page by page as each member addresses it.
 class volume_memory {
  public:
-  volume_memory(const volume& vol, std::size_t bytes) : own_(vol.controller_of(0).memory().allocate(bytes)) {
-    if (own_.data() == nullptr) throw error("Allocate volume memory", vol.name(), "member 0's DMA memory is not host memory the others can map");
-    // One mapping per controller (`seen[k]` reaches the memory as `mapping[k]`), one entry per member.
-    std::vector<const controller*> seen{&vol.controller_of(0)};
-    std::vector<const dma_buffer*> mapping{&own_};
-    std::vector<const dma_buffer*> reach{&own_};
-    for (std::uint32_t m = 1; m < vol.member_count(); ++m) {
-      const controller* c = &vol.controller_of(m);
-      const auto known = std::find(seen.begin(), seen.end(), c);
-      if (known != seen.end()) {
-        reach.push_back(mapping[static_cast<std::size_t>(known - seen.begin())]);
-        continue;
-      }
-      mapped_.push_back(vol.controller_of(m).memory().map_host(own_.data(), own_.size()));
-      seen.push_back(c);
-      mapping.push_back(&mapped_.back());
-      reach.push_back(&mapped_.back());
-    }
-    pages_.resize(reach.size());
-    for (std::size_t m = 0; m < reach.size(); ++m) {
-      pages_[m] = reach[m]->bus_pages(4096);
+  volume_memory(const volume& vol, std::size_t bytes)
+      : own_(vol.controller_of(0).memory().allocate(bytes)), mappings_(vol, own_, "Allocate volume memory") {
+    pages_.resize(mappings_.members());
+    for (std::uint32_t m = 0; m < mappings_.members(); ++m) {
+      pages_[m] = mappings_.of(m).bus_pages(4096);
       if (pages_[m].empty()) throw error("Allocate volume memory", vol.name(), "member " + std::to_string(m) + " reaches the memory in pieces not aligned to 4 KiB");
     }
     for (const auto& p : pages_) lists_.push_back(prp::page_list{p.data(), 12});
@@ -237,7 +256,7 @@ class volume_memory {
 
  private:
   dma_buffer own_;
-  std::deque<dma_buffer> mapped_;  // released before own_
+  member_mappings mappings_;  // released before own_
   std::vector<std::vector<std::uint64_t>> pages_;
   std::vector<prp::page_list> lists_;
 };
