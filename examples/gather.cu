@@ -103,11 +103,12 @@ int run(int argc, char** argv) {
   const example::striped_volumes volumes(o.uris, stripe);
   const cunvme::host::volume& host_volume = *volumes.host;
   const cunvme::host::volume& gpu_volume = *volumes.gpu;
-  const std::uint64_t table_bytes = o.rows * sizeof(row);
-  if (table_bytes > host_volume.blocks() * host_volume.block_bytes()) {
-    throw std::invalid_argument(std::to_string(o.rows) + " rows need " + std::to_string(table_bytes >> 20) + " MiB; the volume has " +
-                                std::to_string(host_volume.blocks() * host_volume.block_bytes() >> 20));
+  // Compared before multiplying: a row count near 2^64 must not wrap into a small table.
+  if (o.rows > volumes.bytes() / sizeof(row)) {
+    throw std::invalid_argument(std::to_string(o.rows) + " rows of " + std::to_string(sizeof(row)) + " bytes do not fit the volume's " +
+                                std::to_string(volumes.bytes() >> 20) + " MiB");
   }
+  const std::uint64_t table_bytes = o.rows * sizeof(row);
 
   // The table: generated on the host, written through the volume, and copied to the GPU for the check.
   std::vector<row> rows(o.rows);
