@@ -118,11 +118,9 @@ __global__ void cache_flush(gpu_cache c, io_result* out) { *out = c.flush(); }
 /// Each thread's slice of the data buffer: 8 blocks and room for a 60-byte offset.
 constexpr std::uint64_t slice_bytes = 4096 + 64;
 
-/// Each thread reads `reads` random ranges of 1–8 blocks into its own slice and checks them.
+/// Thread `id` reads `reads` random ranges of 1–8 blocks into its own slice and checks them.
 template <class Reader>
-__global__ void thread_reads(Reader r, prp::contiguous buf, std::uint64_t* data, unsigned reads, std::uint64_t seed, tally* t, grid_poller p) {
-  if (p.here()) return p.poll();
-  const std::uint64_t id = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+__device__ void random_reads_checked(const Reader& r, prp::contiguous buf, std::uint64_t* data, std::uint64_t id, unsigned reads, std::uint64_t seed, tally* t) {
   for (unsigned i = 0; i < reads; ++i) {
     const std::uint64_t h = mix(seed ^ (id << 20) ^ i);
     const std::uint32_t blocks = 1 + h % 8;
@@ -140,7 +138,21 @@ __global__ void thread_reads(Reader r, prp::contiguous buf, std::uint64_t* data,
       if (bad) atomicAdd(&t->mismatched, bad);
     }
   }
+}
+
+/// Each thread reads `reads` random ranges of 1–8 blocks into its own slice and checks them.
+template <class Reader>
+__global__ void thread_reads(Reader r, prp::contiguous buf, std::uint64_t* data, unsigned reads, std::uint64_t seed, tally* t, grid_poller p) {
+  if (p.here()) return p.poll();
+  random_reads_checked(r, buf, data, std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x, reads, seed, t);
   p.block_done();
+}
+
+/// `thread_reads` with the even lanes of every warp on one queue pair and the odd lanes on
+/// another: lanes that submit together do not share a queue.
+template <class Reader>
+__global__ void reads_on_two_queues(Reader even, Reader odd, prp::contiguous buf, std::uint64_t* data, unsigned reads, std::uint64_t seed, tally* t) {
+  random_reads_checked(threadIdx.x % 2 == 0 ? even : odd, buf, data, std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x, reads, seed, t);
 }
 
 /// Each warp reads `blocks` blocks at a random LBA into its slice, split between its lanes.
@@ -565,6 +577,26 @@ TEST_CASE("132 × 2048 threads each read once through one shared queue") {
     thread_reads<<<threads / 256, 256, 0, s>>>(r, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 1, 1, rig.counts, grid_poller{});
   });
   require_clean(*rig.counts, threads);
+}
+
+TEST_CASE_TEMPLATE("lanes of one warp submitting together to two queue pairs each land in their own queue, verified", T, combo_wa_coop_coalescing,
+                   combo_mp_coop_mmio) {
+  // warp_aggregated takes a warp's SQ slots at once: only lanes submitting to the same queue
+  // pair may share that reservation and its doorbell.
+  gpu_rig rig(tier::host_queues_gpu_data);
+  auto even = rig.queue(256, std::chrono::seconds(3));
+  auto odd = rig.queue(256, std::chrono::seconds(3));
+  auto buf = rig.data(std::size_t{scaled(32)} * 256 * slice_bytes);
+  typename T::reader r0(even->view(), even->namespace_view(1)), r1(odd->view(), odd->namespace_view(1));
+  run_kernel<completion::cooperative>(even->view(), [&](cudaStream_t s, const grid_poller&) {
+    reads_on_two_queues<<<scaled(32), 256, 0, s>>>(r0, r1, prp::contiguous{buf.bus()}, static_cast<std::uint64_t*>(buf.device_data()), 4u, 5, rig.counts);
+  });
+  INFO("even queue: " << describe(*even, rig, 0) << "; odd queue: " << describe(*odd, rig, 0));
+  require_clean(*rig.counts, scaled(32) * 256 * 4);
+  CHECK(even->counters().sq_reserved == scaled(32) * 128 * 4);
+  CHECK(odd->counters().sq_reserved == scaled(32) * 128 * 4);
+  CHECK(even->cids_in_use() == 0);
+  CHECK(odd->cids_in_use() == 0);
 }
 
 TEST_CASE("an injected read error reaches exactly the thread whose range holds the bad LBA") {
