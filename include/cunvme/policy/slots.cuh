@@ -224,7 +224,7 @@ struct warp_aggregated {
 #if defined(CUNVME_DEVICE_COMPILATION)
     if constexpr (cuda::std::is_same_v<Group, single_thread>) {
       namespace cg = cooperative_groups;
-      const auto lanes = cg::coalesced_threads();
+      const auto lanes = lanes_on(q);
       const cuda::std::uint32_t total = cg::reduce(lanes, count, cg::plus<cuda::std::uint32_t>());
       const cuda::std::uint32_t below = cg::exclusive_scan(lanes, count, cg::plus<cuda::std::uint32_t>());
       cuda::std::uint64_t base = ~cuda::std::uint64_t{0};
@@ -251,7 +251,7 @@ struct warp_aggregated {
 #if defined(CUNVME_DEVICE_COMPILATION)
     if constexpr (cuda::std::is_same_v<Group, single_thread>) {
       namespace cg = cooperative_groups;
-      const auto lanes = cg::coalesced_threads();
+      const auto lanes = lanes_on(q);
       const cuda::std::uint32_t total = cg::reduce(lanes, count, cg::plus<cuda::std::uint32_t>());
       if (lanes.thread_rank() == 0 && total != 0) detail::ring_after_publish<Doorbell>(q, total);
       return;
@@ -266,6 +266,18 @@ struct warp_aggregated {
   CUNVME_HOST_DEVICE static void ensure_rung(const queue_view& q, cuda::std::uint64_t ticket) noexcept {
     multi_producer::ensure_rung<Doorbell>(q, ticket);
   }
+
+ private:
+#if defined(CUNVME_DEVICE_COMPILATION)
+  /// The lanes of this warp here now that submit to `q`'s queue pair: only they may share one
+  /// reservation and one doorbell. Coalesced lanes may each be on another queue (a volume's
+  /// members, a queue chosen per lane), and a ticket of one queue is no slot of another.
+  [[nodiscard]] __device__ static cooperative_groups::coalesced_group lanes_on(const queue_view& q) {
+    namespace cg = cooperative_groups;
+    // The counters are the queue's own (every copy of its view points at them).
+    return cg::labeled_partition(cg::coalesced_threads(), reinterpret_cast<unsigned long long>(q.counters));
+  }
+#endif
 };
 
 static_assert(policy<exclusive>);
