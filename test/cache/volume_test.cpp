@@ -11,6 +11,7 @@
 #include "../policies/policy_fixture.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -450,6 +451,116 @@ TEST_CASE("members that share a controller (two namespaces on each of two) share
     REQUIRE(cache.read(page * 4096, 8, &v).ok());
     CHECK(v == 0x7700'0000'0000'0000ull + (page - 1) * 512);
   }
+}
+
+namespace {
+
+/// Emulators whose `memory_kind::device` regions are host memory reached through a counting
+/// copier: "GPU memory" that CPU threads can also address, to drive the GPU-memory paths here.
+std::vector<emu::controller_config> device_memory_configs(unsigned n, std::atomic<std::uint64_t>& device_copies) {
+  std::vector<emu::controller_config> configs;
+  for (unsigned m = 0; m < n; ++m) {
+    auto c = small_config();
+    c.memory.device_copy.copy = [&device_copies](void* dst, const void* src, std::uint64_t bytes, bool) {
+      std::memcpy(dst, src, bytes);
+      device_copies.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    };
+    c.memory.device_copy.wait = [] { return true; };
+    configs.push_back(std::move(c));
+  }
+  return configs;
+}
+
+/// A slot allocator handing out such "GPU memory", mapped for the controller as GPU memory is.
+host::slot_allocator fake_gpu_slots(std::size_t give_bytes_less = 0) {
+  return [give_bytes_less](host::controller& ctrl, std::size_t bytes) {
+    const std::size_t rounded = (bytes + 65535) / 65536 * 65536;
+    void* p = std::aligned_alloc(65536, rounded);
+    REQUIRE(p != nullptr);
+    std::memset(p, 0, rounded);
+    auto mapped = std::make_shared<host::dma_buffer>(ctrl.memory().map_gpu(p, bytes - give_bytes_less));
+    std::vector<std::uint64_t> pages = mapped->pages();
+    return host::dma_buffer(nullptr, p, bytes - give_bytes_less, mapped->page_size(), std::move(pages), host::memory_location::gpu, [mapped, p]() mutable {
+      mapped.reset();
+      std::free(p);
+    });
+  };
+}
+
+/// Bookkeeping that both sides address (as mapped pinned memory is), so `device_view()` works here.
+host::io_queue_memory shared_bookkeeping() {
+  host::io_queue_memory m;
+  m.bookkeeping = [](std::size_t bytes) {
+    const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, rounded));
+    REQUIRE(p != nullptr);
+    std::memset(p, 0, rounded);
+    return host::dma_buffer(p, p, bytes, 4096, {}, host::memory_location::pinned_host, [p] { std::free(p); });
+  };
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("a cache's slots in GPU memory are mapped for every member's controller, filled by DMA there, and refused to CPU threads") {
+  std::atomic<std::uint64_t> device_copies{0};
+  members_rig r(4, device_memory_configs(4, device_copies));
+  const auto vol = host::volume::striped(r.members(), 8192);
+  host::page_cache_memory memory(vol, 4096, 16, shared_bookkeeping(), fake_gpu_slots());
+  CHECK_THROWS_WITH_AS((void)memory.view(), doctest::Contains("slots are in GPU memory"), host::error);
+  // The device view's pointers are host addresses here: CPU threads stand in for GPU threads.
+  const cache_t cache(memory.device_view(), vol.view());
+  std::vector<std::uint64_t> bad(4), failed(4);
+  on_threads(4, [&](unsigned t) {
+    std::mt19937_64 rng(t + 21);
+    for (int i = 0; i < 200; ++i) {
+      const std::uint64_t page = rng() % 256;
+      std::uint64_t v = 0;
+      const std::uint64_t word = page * 512 + rng() % 512;
+      if (!cache.read(word * 8, 8, &v).ok()) {
+        ++failed[t];
+        continue;
+      }
+      bad[t] += v != volume_word_at(vol.view(), word);
+    }
+  });
+  for (unsigned t = 0; t < 4; ++t) {
+    CHECK(bad[t] == 0);
+    CHECK(failed[t] == 0);
+  }
+  for (unsigned m = 0; m < 4; ++m) CHECK(r.io_commands(m) > 0);  // every member filled slots, each through its own mapping
+  CHECK(device_copies.load() >= memory.counters().fills);
+  CHECK(memory.counters().fills > 16);  // more pages than slots: evicted and refilled
+}
+
+TEST_CASE("written pages in GPU-memory slots reach the members on flush and read back after eviction") {
+  std::atomic<std::uint64_t> device_copies{0};
+  members_rig r(2, device_memory_configs(2, device_copies));
+  const auto vol = host::volume::mirrored(r.members());
+  host::page_cache_memory memory(vol, 4096, 4, shared_bookkeeping(), fake_gpu_slots());
+  const cache_t cache(memory.device_view(), vol.view());
+  for (std::uint64_t page = 0; page < 8; ++page) {
+    const std::uint64_t v = 0x5100 + page;
+    REQUIRE(cache.write(page * 4096 + 16, 8, &v).ok());
+  }
+  REQUIRE(cache.flush().ok());
+  for (std::uint64_t page = 0; page < 8; ++page) {
+    for (unsigned m = 0; m < 2; ++m) CHECK(r.stored(m, page * 4096 + 16) == 0x5100 + page);
+    std::uint64_t v = 0;
+    REQUIRE(cache.read(page * 4096 + 16, 8, &v).ok());
+    CHECK(v == 0x5100 + page);
+  }
+}
+
+TEST_CASE("a slot allocator that gives less than asked is refused, naming it") {
+  std::atomic<std::uint64_t> device_copies{0};
+  members_rig r(2, device_memory_configs(2, device_copies));
+  const auto vol = host::volume::striped(r.members(), 8192);
+  CHECK_THROWS_WITH_AS((void)host::page_cache_memory(vol, 4096, 16, shared_bookkeeping(), fake_gpu_slots(4096)),
+                       doctest::Contains("slot allocator gave"), host::error);
+  CHECK_THROWS_WITH_AS((void)host::page_cache_memory(*r.rigs[0]->ctrl, r.queues[0]->namespace_view(1), 4096, 16, {}, fake_gpu_slots(4096)),
+                       doctest::Contains("slot allocator gave"), host::error);
 }
 
 TEST_CASE("a gather whose lanes want more pages at once than the cache has slots completes: no lane holds a page while another waits for a slot") {

@@ -93,11 +93,18 @@ struct volume_rig {
   std::unique_ptr<host::volume> vol;
 };
 
+/// Where a test's cache slots go: GPU memory (`host::allocate_gpu`) or the controller's DMA memory.
+host::slot_allocator slots_in(bool gpu) { return gpu ? host::slot_allocator(host::allocate_gpu) : host::slot_allocator{}; }
+
 }  // namespace
 
 TEST_CASE("warps gather random words through a cache over a striped volume of four controllers: every word from its member") {
+  // Each member's DMA reaches the slots in pinned host memory, or in GPU memory (peer-to-peer).
+  bool gpu_slots = false;
+  SUBCASE("slots in pinned host memory") {}
+  SUBCASE("slots in GPU memory") { gpu_slots = true; }
   volume_rig r(16384);
-  host::page_cache_memory memory(*r.vol, 4096, 512, host::gpu_bookkeeping(*r.rigs[0]->ctrl, tier::host_queues_host_data));
+  host::page_cache_memory memory(*r.vol, 4096, 512, host::gpu_bookkeeping(*r.rigs[0]->ctrl, tier::host_queues_host_data), slots_in(gpu_slots));
   const volume_cache c(memory.device_view(), r.vol->device_view());
   const words a(c, 0, r.vol->blocks() * 512 / 8);
   constexpr unsigned blocks = 66, threads = 256, rounds = 8;
@@ -138,8 +145,11 @@ TEST_CASE("a grid gathering from eight hot pages of a striped volume reads each 
 }
 
 TEST_CASE("elements written by every GPU thread reach their members after a flush from the GPU") {
+  bool gpu_slots = false;
+  SUBCASE("slots in pinned host memory") {}
+  SUBCASE("slots in GPU memory") { gpu_slots = true; }
   volume_rig r(8192);
-  host::page_cache_memory memory(*r.vol, 4096, 128, host::gpu_bookkeeping(*r.rigs[0]->ctrl, tier::host_queues_host_data));
+  host::page_cache_memory memory(*r.vol, 4096, 128, host::gpu_bookkeeping(*r.rigs[0]->ctrl, tier::host_queues_host_data), slots_in(gpu_slots));
   const volume_cache c(memory.device_view(), r.vol->device_view());
   const words a(c, 0, r.vol->blocks() * 512 / 8);
   constexpr unsigned blocks = 16, threads = 128;

@@ -4,8 +4,10 @@
 // beside them, so one allocation serves CPU threads and, where the controller was opened with
 // `gpu_reach()`, GPU threads — or, for kernels, from GPU memory (`gpu_bookkeeping`): a grid's
 // lookups, clock sweeps and reference counts are then atomics in the GPU's L2, not round trips
-// over PCIe that starve the cache's own I/O. `view()` and `device_view()` are what
-// `page_cache` takes.
+// over PCIe that starve the cache's own I/O. For kernels the slots too belong in GPU memory
+// (`slot_allocator`, e.g. `host::allocate_gpu`): the controller's DMA puts pages there
+// (peer-to-peer), and every hit reads the GPU's own memory instead of crossing PCIe.
+// `view()` and `device_view()` are what `page_cache` takes.
 #pragma once
 
 #include <cunvme/cache/page_table.cuh>
@@ -29,6 +31,10 @@
 CUNVME_NAMESPACE_BEGIN
 namespace host {
 
+/// Where a page cache's slots come from: `bytes` of memory that `ctrl` reaches, zeroed (GPU
+/// memory from `host::allocate_gpu`, say). Empty: `ctrl`'s DMA memory (pinned host memory).
+using slot_allocator = std::function<dma_buffer(controller& ctrl, std::size_t bytes)>;
+
 /// A page cache's memory: `slots` pages of `page_bytes` each over the namespace `ns` addresses.
 /// Page p is blocks [p × blocks per page, (p + 1) × blocks per page); blocks at the namespace's
 /// end that do not fill a whole page are not covered. The page table takes 8 bytes per page of
@@ -51,8 +57,9 @@ class page_cache_memory {
   /// sizes that do not fit memory, or DMA memory that cannot be had. `bookkeeping`: where the
   /// page table, owners, clock bits and counters go (`io_queue_memory::bookkeeping`, with its
   /// `copy_in`/`copy_out` where the host cannot address it); empty: the controller's DMA memory.
+  /// `slot_memory`: where the slots go; empty: the controller's DMA memory.
   page_cache_memory(controller& ctrl, const cunvme::namespace_view& ns, std::uint64_t page_bytes, std::uint64_t slots,
-                    io_queue_memory bookkeeping = {})
+                    io_queue_memory bookkeeping = {}, const slot_allocator& slot_memory = {})
       : device_(ctrl.name()), copy_in_(std::move(bookkeeping.copy_in)), copy_out_(std::move(bookkeeping.copy_out)) {
     const std::string what = "Create page cache";
     const unsigned shift = page_shift_of(what, page_bytes);
@@ -65,18 +72,19 @@ class page_cache_memory {
     }
     const std::uint64_t pages = ns.lba_count / (page_bytes / ns.block_bytes());
     check_slots(what, slots, pages, page_bytes, "namespace " + std::to_string(ns.nsid) + "'s");
-    data_ = ctrl.memory().allocate(data_bytes_of(what, slots, page_bytes), ctrl.page_bytes());
+    data_ = allocate_slots(what, ctrl, data_bytes_of(what, slots, page_bytes), ctrl.page_bytes(), slot_memory);
     view_.nsid = ns.nsid;
     view_.blocks_per_page = static_cast<std::uint32_t>(page_bytes / ns.block_bytes());
     lay_out(what, pages, slots, shift, {&data_}, ctrl.page_bytes(), std::move(bookkeeping.bookkeeping), ctrl.memory());
   }
 
-  /// A cache over a volume (`host::volume`): the slots are allocated from member 0's
-  /// controller and mapped for each other controller (`dma_allocator::map_host`), so every
-  /// member reads into and writes from the same slots. Throws `host::error` as above, and
-  /// where a striped volume's stripe is smaller than a page (a page must lie on one member)
-  /// or a member's controller cannot map the slots.
-  page_cache_memory(const volume& vol, std::uint64_t page_bytes, std::uint64_t slots, io_queue_memory bookkeeping = {})
+  /// A cache over a volume (`host::volume`): the slots are allocated for member 0's
+  /// controller and mapped for each other controller (`member_mappings`), so every member
+  /// reads into and writes from the same slots. Throws `host::error` as above, and where a
+  /// striped volume's stripe is smaller than a page (a page must lie on one member) or a
+  /// member's controller cannot map the slots.
+  page_cache_memory(const volume& vol, std::uint64_t page_bytes, std::uint64_t slots, io_queue_memory bookkeeping = {},
+                    const slot_allocator& slot_memory = {})
       : device_(vol.name()), copy_in_(std::move(bookkeeping.copy_in)), copy_out_(std::move(bookkeeping.copy_out)) {
     const std::string what = "Create page cache over a volume";
     const unsigned shift = page_shift_of(what, page_bytes);
@@ -92,7 +100,7 @@ class page_cache_memory {
     std::size_t controller_page = 0;
     for (std::uint32_t m = 0; m < vol.member_count(); ++m) controller_page = std::max(controller_page, vol.controller_of(m).page_bytes());
     controller& first = vol.controller_of(0);
-    data_ = first.memory().allocate(data_bytes_of(what, slots, page_bytes), controller_page);
+    data_ = allocate_slots(what, first, data_bytes_of(what, slots, page_bytes), controller_page, slot_memory);
     // Each member reaches the slots through its controller's own mapping (one per controller).
     mappings_ = member_mappings(vol, data_, what);
     std::vector<const dma_buffer*> reach;
@@ -103,11 +111,14 @@ class page_cache_memory {
     lay_out(what, pages, slots, shift, reach, controller_page, std::move(bookkeeping.bookkeeping), first.memory());
   }
 
-  /// The cache as CPU threads address it; throws `host::error` where its bookkeeping lies in
-  /// memory only GPU threads address.
+  /// The cache as CPU threads address it; throws `host::error` where its bookkeeping or its
+  /// slots lie in memory only GPU threads address.
   [[nodiscard]] const page_cache_view& view() const {
     if (host_view_.table == nullptr) {
       throw error("Page cache for CPU threads", device_, "its bookkeeping is in GPU memory: CPU threads cannot use this cache");
+    }
+    if (host_view_.data == nullptr) {
+      throw error("Page cache for CPU threads", device_, "its slots are in GPU memory: CPU threads cannot use this cache");
     }
     return host_view_;
   }
@@ -158,6 +169,20 @@ class page_cache_memory {
       throw error(what, device_, "the page size " + std::to_string(page_bytes) + " is outside 4 KiB..64 KiB");
     }
     return shift;
+  }
+  /// The slots' memory: from `slot_memory` where given, else `ctrl`'s DMA memory; starting on
+  /// a `controller_page` boundary of the bus, as PRP entries of whole pages need.
+  [[nodiscard]] dma_buffer allocate_slots(const std::string& what, controller& ctrl, std::size_t bytes, std::size_t controller_page,
+                                          const slot_allocator& slot_memory) const {
+    if (!slot_memory) return ctrl.memory().allocate(bytes, controller_page);
+    dma_buffer b = slot_memory(ctrl, bytes);
+    if (b.size() < bytes || b.pages().empty()) {
+      throw error(what, device_, "the slot allocator gave " + std::to_string(b.size()) + " bytes for " + std::to_string(bytes));
+    }
+    if (b.bus() % controller_page != 0) {
+      throw error(what, device_, "the slot allocator's memory does not start on a " + std::to_string(controller_page) + "-byte controller page");
+    }
+    return b;
   }
   void check_slots(const std::string& what, std::uint64_t slots, std::uint64_t pages, std::uint64_t page_bytes, const std::string& whose) const {
     if (slots == 0) throw error(what, device_, "a cache needs at least one slot");

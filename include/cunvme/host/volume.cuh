@@ -200,15 +200,16 @@ class volume {
   dma_buffer gpu_table_;
 };
 
-/// Host memory that member 0's controller handed out, as each member of a volume reaches it:
-/// the memory itself on member 0's controller, and one `dma_allocator::map_host` mapping for
-/// each other controller, shared by the members on it. Owns the mappings (release it before
-/// the memory); `of(m)` may be the memory itself, so use it while the memory stays where it is.
+/// Memory that member 0's controller reaches, as each member of a volume reaches it: the
+/// memory itself on member 0's controller, and one mapping for each other controller, shared
+/// by the members on it — `dma_allocator::map_host` for host memory, `map_gpu` for GPU memory.
+/// Owns the mappings (release it before the memory); `of(m)` may be the memory itself, so use
+/// it while the memory stays where it is.
 class member_mappings {
  public:
   member_mappings() = default;
-  /// Throws `host::error` (as `what`) where a controller cannot map the memory, or where the
-  /// memory is not host memory and another controller needs it.
+  /// Throws `host::error` (as `what`) where a controller cannot map the memory, or where
+  /// another controller needs memory that neither the host nor a GPU addresses (a CMB).
   member_mappings(const volume& vol, const dma_buffer& memory, const std::string& what) {
     std::vector<const controller*> seen{&vol.controller_of(0)};  // seen[k] reaches it as mapping[k]
     std::vector<const dma_buffer*> mapping{&memory};
@@ -219,8 +220,14 @@ class member_mappings {
         reach_.push_back(mapping[static_cast<std::size_t>(known - seen.begin())]);
         continue;
       }
-      if (memory.data() == nullptr) throw error(what, vol.name(), "member 0's DMA memory is not host memory the other controllers can map");
-      mapped_.push_back(vol.controller_of(m).memory().map_host(memory.data(), memory.size()));
+      dma_allocator& other = vol.controller_of(m).memory();
+      if (memory.location() == memory_location::gpu && memory.device_data() != nullptr) {
+        mapped_.push_back(other.map_gpu(memory.device_data(), memory.size()));
+      } else if (memory.location() == memory_location::pinned_host && memory.data() != nullptr) {
+        mapped_.push_back(other.map_host(memory.data(), memory.size()));
+      } else {
+        throw error(what, vol.name(), "member 0's DMA memory is neither host nor GPU memory the other controllers can map");
+      }
       seen.push_back(c);
       mapping.push_back(&mapped_.back());
       reach_.push_back(&mapped_.back());
