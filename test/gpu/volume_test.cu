@@ -98,11 +98,10 @@ host::slot_allocator slots_in(bool gpu) { return gpu ? host::slot_allocator(host
 
 }  // namespace
 
-TEST_CASE("warps gather random words through a cache over a striped volume of four controllers: every word from its member") {
-  // Each member's DMA reaches the slots in pinned host memory, or in GPU memory (peer-to-peer).
-  bool gpu_slots = false;
-  SUBCASE("slots in pinned host memory") {}
-  SUBCASE("slots in GPU memory") { gpu_slots = true; }
+namespace {
+/// Warps gather random words through 512 slots over a striped volume of four controllers.
+void gather_random_words(bool gpu_slots) {
+  CAPTURE(gpu_slots);
   volume_rig r(16384);
   host::page_cache_memory memory(*r.vol, 4096, 512, host::gpu_bookkeeping(*r.rigs[0]->ctrl, tier::host_queues_host_data), slots_in(gpu_slots));
   const volume_cache c(memory.device_view(), r.vol->device_view());
@@ -122,6 +121,12 @@ TEST_CASE("warps gather random words through a cache over a striped volume of fo
   for (auto& rig : r.rigs) CHECK(rig->emulator->stats().io_commands > 0);
   MESSAGE(n.hits << " hits, " << n.misses << " misses, " << n.evictions << " evictions over 4 controllers");
   cudaFree(scratch);
+}
+}  // namespace
+
+TEST_CASE("warps gather random words through a cache over a striped volume of four controllers: every word from its member") {
+  // Each member's DMA reaches the slots in pinned host memory, then in GPU memory (peer-to-peer).
+  for (const bool gpu_slots : {false, true}) gather_random_words(gpu_slots);
 }
 
 TEST_CASE("a grid gathering from eight hot pages of a striped volume reads each page once") {
@@ -144,10 +149,10 @@ TEST_CASE("a grid gathering from eight hot pages of a striped volume reads each 
   cudaFree(scratch);
 }
 
-TEST_CASE("elements written by every GPU thread reach their members after a flush from the GPU") {
-  bool gpu_slots = false;
-  SUBCASE("slots in pinned host memory") {}
-  SUBCASE("slots in GPU memory") { gpu_slots = true; }
+namespace {
+/// Every GPU thread writes a word of its own through 128 slots; a flush from the GPU; each checked in its member.
+void write_and_flush_words(bool gpu_slots) {
+  CAPTURE(gpu_slots);
   volume_rig r(8192);
   host::page_cache_memory memory(*r.vol, 4096, 128, host::gpu_bookkeeping(*r.rigs[0]->ctrl, tier::host_queues_host_data), slots_in(gpu_slots));
   const volume_cache c(memory.device_view(), r.vol->device_view());
@@ -175,6 +180,11 @@ TEST_CASE("elements written by every GPU thread reach their members after a flus
   }
   CHECK(wrong == 0);
   cudaFreeHost(flushed);
+}
+}  // namespace
+
+TEST_CASE("elements written by every GPU thread reach their members after a flush from the GPU") {
+  for (const bool gpu_slots : {false, true}) write_and_flush_words(gpu_slots);
 }
 
 int main(int argc, char** argv) {
