@@ -10,7 +10,10 @@
 // threads of one block share one queue (block b uses queue b % queues). Latency is each
 // command's submit-to-seen-complete time from %globaltimer (nanoseconds) into a log-linear
 // histogram (16 buckets per octave: ±3 %); IOPS and bandwidth use the CUDA-event time of the
-// whole kernel. `--json` prints one object (with the histogram) for bench/sweep.py.
+// whole kernel. `--json` prints one object (with the histogram) for bench/sweep.py; a run whose
+// commands failed or whose reads did not verify prints no figure and exits 1 (its object holds
+// "error" instead). The options and their checks: cunvme_bench_options.hpp; the record:
+// cunvme_bench_report.hpp.
 //
 // Devices: `emu[:keys]` (the emulator on host threads, see host/open.cuh; `--devices N` opens N
 // of them, the queues spread over them), `gpu-null` (the on-GPU null controller: the command
@@ -22,6 +25,8 @@
 #include <cunvme/host/open.cuh>
 #include <cunvme/io/reader.cuh>
 
+#include "cunvme_bench_options.hpp"
+#include "cunvme_bench_report.hpp"
 #include "gpu_null_controller.cuh"
 
 #include <cuda/std/bit>
@@ -39,6 +44,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -48,6 +54,9 @@ namespace {
 
 using namespace cunvme;
 using u64 = std::uint64_t;
+using bench::usage_error;
+using bench::cunvme_bench::max_qd;
+using bench::cunvme_bench::options;
 
 // ---- latency histogram ---------------------------------------------------------------------
 
@@ -100,8 +109,6 @@ struct lane_queue {
   std::uint64_t* data;  ///< GPU-usable address of the buffer (for --verify)
   u64 slots;            ///< buffer slots of bs bytes
 };
-
-constexpr unsigned max_qd = 32;
 
 __device__ u64 mix(u64 x) {
   x ^= x >> 33;
@@ -230,91 +237,6 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-[[noreturn]] void usage(const std::string& problem) {
-  std::fprintf(stderr,
-               "cunvme_bench: %s\n"
-               "usage: cunvme_bench [--rw read|randread|write|randwrite] [--bs BYTES] [--qd N] [--threads N] [--block-threads N]\n"
-               "                    [--queues N] [--entries N] [--slots exclusive|warp_aggregated|multi_producer]\n"
-               "                    [--completion cooperative|dedicated_poller] [--doorbell mmio|coalescing] [--tier 1|2|3]\n"
-               "                    [--size BYTES | --time SECONDS] [--device URI] [--devices N] [--null-blocks N]\n"
-               "                    [--buffer BYTES] [--verify] [--json] [--seed N]\n"
-               "       cunvme_bench --baseline h2d|pingpong [--size BYTES] [--json]\n",
-               problem.c_str());
-  std::exit(2);
-}
-
-u64 parse_size(const std::string& text, const char* option) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || value < 0) usage(std::string("bad value for ") + option + ": '" + text + "'");
-  const std::string unit(end);
-  double scale = 1;
-  if (unit == "k" || unit == "K") scale = 1024.0;
-  else if (unit == "m" || unit == "M") scale = 1024.0 * 1024;
-  else if (unit == "g" || unit == "G") scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) usage(std::string("bad unit for ") + option + ": '" + text + "'");
-  return static_cast<u64>(value * scale);
-}
-
-struct options {
-  std::string rw = "randread", slots = "warp_aggregated", completion = "cooperative", doorbell = "coalescing";
-  std::string device = "emu", baseline;
-  u64 bs = 4096, size = 0, buffer = u64{1} << 30, seed = 1;
-  double time = 0;
-  unsigned qd = 1, threads = 1024, block_threads = 128, queues = 1, entries = 1024, tier = 2, devices = 1, null_blocks = 4;
-  bool json = false, verify = false;
-};
-
-options parse(int argc, char** argv) {
-  options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    auto number = [&]() -> unsigned {
-      const std::string v = value();
-      char* end = nullptr;
-      const unsigned long n = std::strtoul(v.c_str(), &end, 10);
-      if (end == v.c_str() || *end != '\0' || n > 0xffffffffu) usage("bad number for " + a + ": '" + v + "'");
-      return static_cast<unsigned>(n);
-    };
-    if (a == "--rw") o.rw = value();
-    else if (a == "--bs") o.bs = parse_size(value(), "--bs");
-    else if (a == "--qd") o.qd = number();
-    else if (a == "--threads") o.threads = number();
-    else if (a == "--block-threads") o.block_threads = number();
-    else if (a == "--queues") o.queues = number();
-    else if (a == "--entries") o.entries = number();
-    else if (a == "--slots") o.slots = value();
-    else if (a == "--completion") o.completion = value();
-    else if (a == "--doorbell") o.doorbell = value();
-    else if (a == "--tier") o.tier = number();
-    else if (a == "--size") o.size = parse_size(value(), "--size");
-    else if (a == "--time") o.time = std::strtod(value().c_str(), nullptr);
-    else if (a == "--device") o.device = value();
-    else if (a == "--devices") o.devices = number();
-    else if (a == "--null-blocks") o.null_blocks = number();
-    else if (a == "--buffer") o.buffer = parse_size(value(), "--buffer");
-    else if (a == "--seed") o.seed = number();
-    else if (a == "--baseline") o.baseline = value();
-    else if (a == "--verify") o.verify = true;
-    else if (a == "--json") o.json = true;
-    else if (a == "--help" || a == "-h") usage("help");
-    else usage("unknown option '" + a + "'");
-  }
-  if (o.rw != "read" && o.rw != "randread" && o.rw != "write" && o.rw != "randwrite") usage("--rw must be read, randread, write or randwrite");
-  if (o.qd == 0 || o.qd > max_qd) usage("--qd must be 1.." + std::to_string(max_qd));
-  if (o.threads == 0 || o.block_threads == 0 || o.block_threads > 256 || o.block_threads % 32 != 0) usage("--threads ≥ 1 and --block-threads a multiple of 32 up to 256");
-  if (o.queues == 0 || o.devices == 0 || o.queues < o.devices) usage("--queues must be ≥ --devices ≥ 1");
-  if (o.tier < 1 || o.tier > 3) usage("--tier must be 1, 2 or 3");
-  if (o.size != 0 && o.time != 0) usage("give --size or --time, not both");
-  if (o.size == 0 && o.time == 0) o.time = 2;
-  if (o.baseline != "" && o.baseline != "h2d" && o.baseline != "pingpong") usage("--baseline must be h2d or pingpong");
-  return o;
-}
-
 std::string now_text() {
   const std::time_t t = std::time(nullptr);
   char text[32];
@@ -365,11 +287,8 @@ class progress_bar {
   u64 last_done_ = 0;
 };
 
-struct percentiles {
-  double p50 = 0, p99 = 0, p999 = 0, mean = 0;
-};
-percentiles summarize(const counts& c) {
-  percentiles p;
+bench::cunvme_bench::latency_summary summarize(const counts& c) {
+  bench::cunvme_bench::latency_summary p;
   u64 total = 0;
   double sum = 0;
   for (unsigned b = 0; b < latency_bins; ++b) {
@@ -433,7 +352,7 @@ void open_target(const options& o, target& t) {
       fill_pattern<<<1024, 256>>>(reinterpret_cast<std::uint64_t*>(t.null->data()), (n.lba_count << n.lba_shift) / 8);
       check(cudaDeviceSynchronize(), "fill the null controller's namespace");
     }
-    t.buffer_bytes = o.buffer;
+    t.buffer_bytes = o.buffer_per_device();
     check(cudaMalloc(&t.null_buffer, t.buffer_bytes), "allocate the data buffer");
     for (unsigned q = 0; q < o.queues; ++q) {
       t.views.push_back(t.null->views()[q]);
@@ -446,7 +365,7 @@ void open_target(const options& o, target& t) {
     return;
   }
   const auto tier = static_cast<host::tier>(o.tier);
-  t.buffer_bytes = o.buffer / o.devices;
+  t.buffer_bytes = o.buffer_per_device();
   for (unsigned d = 0; d < o.devices; ++d) {
     t.controllers.push_back(host::open(o.device, {}, host::gpu_reach()));
     host::controller& ctrl = *t.controllers.back();
@@ -480,13 +399,10 @@ result run_io(const options& o, target& t) {
   using lq = lane_queue<reader, writer>;
   const namespace_view ns = t.namespaces[0];
   const u64 bs_blocks = o.bs >> ns.lba_shift;
-  if (bs_blocks == 0 || (bs_blocks << ns.lba_shift) != o.bs) usage("--bs must be a multiple of the LBA size (" + std::to_string(ns.lba_size()) + ")");
-  if (bs_blocks > ns.max_blocks) usage("--bs is larger than one command may carry (" + std::to_string(u64{ns.max_blocks} << ns.lba_shift) + " bytes)");
+  // What only the opened device can tell; the checks of the options alone ran when they parsed.
+  if (bs_blocks == 0 || (bs_blocks << ns.lba_shift) != o.bs) throw usage_error("--bs must be a multiple of the LBA size (" + std::to_string(ns.lba_size()) + ")");
+  if (bs_blocks > ns.max_blocks) throw usage_error("--bs is larger than one command may carry (" + std::to_string(u64{ns.max_blocks} << ns.lba_shift) + " bytes)");
   const u64 slots = t.buffer_bytes / o.bs;
-  if (slots == 0) usage("--buffer is smaller than --bs");
-  if (o.verify && slots < u64{o.threads} * o.qd) usage("--verify needs a buffer slot per command in flight: raise --buffer");
-  // An exclusive queue has one submitter: one thread per queue.
-  if (std::is_same_v<Slots, slots::exclusive> && o.threads > o.queues) usage("--slots exclusive: one thread per queue (--threads ≤ --queues)");
 
   std::vector<lq> table;
   for (unsigned q = 0; q < o.queues; ++q) table.push_back(lq{reader(t.views[q], t.namespaces[q]), writer(t.views[q], t.namespaces[q]), t.bufs[q], t.data[q], slots});
@@ -583,28 +499,46 @@ template <class Slots, class Completion>
 result pick_doorbell(const options& o, target& t) {
   if (o.doorbell == "mmio") return run_io<Slots, Completion, doorbell::mmio>(o, t);
   if (o.doorbell == "coalescing") return run_io<Slots, Completion, doorbell::coalescing<doorbell::mmio>>(o, t);
-  usage("--doorbell must be mmio or coalescing");
+  throw usage_error("--doorbell must be mmio or coalescing");
 }
 template <class Slots>
 result pick_completion(const options& o, target& t) {
   if (o.completion == "cooperative") return pick_doorbell<Slots, completion::cooperative>(o, t);
   if (o.completion == "dedicated_poller") return pick_doorbell<Slots, completion::dedicated_poller>(o, t);
-  usage("--completion must be cooperative or dedicated_poller");
+  throw usage_error("--completion must be cooperative or dedicated_poller");
 }
 result pick(const options& o, target& t) {
   if (o.slots == "warp_aggregated") return pick_completion<slots::warp_aggregated>(o, t);
   if (o.slots == "multi_producer") return pick_completion<slots::multi_producer>(o, t);
   if (o.slots == "exclusive") return pick_completion<slots::exclusive>(o, t);
-  usage("--slots must be exclusive, warp_aggregated or multi_producer");
+  throw usage_error("--slots must be exclusive, warp_aggregated or multi_producer");
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
+/// The kernel's counters and the emulators' as the report takes them.
+bench::cunvme_bench::measurement measured(const result& r, const target& t, u64 timer_step_ns) {
+  bench::cunvme_bench::measurement m;
+  m.seconds = r.seconds;
+  m.cpu_seconds = r.cpu;
+  m.ops = r.c.ops;
+  m.bytes = r.c.bytes;
+  m.errors = r.c.errors;
+  m.timeouts = r.c.timeouts;
+  m.mismatches = r.c.mismatches;
+  if (r.c.first_error != 0) {
+    m.first_error = std::string(to_string(static_cast<io_error>(r.c.first_error >> 16))) + ", NVMe status " + std::to_string(r.c.first_error & 0xffff);
   }
-  return out + "\"";
+  m.latency = summarize(r.c);
+  m.max_ns = r.c.max_ns;
+  for (unsigned b = 0; b < latency_bins; ++b) {
+    if (r.c.hist[b] != 0) m.histogram.emplace_back(bin_low(b), r.c.hist[b]);
+  }
+  m.timer_step_ns = timer_step_ns;
+  m.emulated = !t.emulators.empty();
+  m.emulator_commands = r.emulator_commands;
+  m.emulator_doorbell_errors = r.doorbell_errors;
+  m.emulator_dma_faults = r.dma_faults;
+  m.emulator_completions_dropped = r.completions_dropped;
+  return m;
 }
 
 int run_benchmark(const options& o) {
@@ -616,57 +550,33 @@ int run_benchmark(const options& o) {
   check(cudaDeviceSynchronize(), "measure the timer");
   const u64 timer_ns = *step;
   cudaFree(step);
-  const result r = pick(o, t);
-  const percentiles lat = summarize(r.c);
-  const double iops = r.c.ops / r.seconds, gbps = r.c.bytes / r.seconds / 1e9;
-  const double cpu_per_million = r.emulator_commands != 0 ? r.cpu / (r.emulator_commands / 1e6) : 0;
+  const bench::cunvme_bench::measurement m = measured(pick(o, t), t, timer_ns);
+  const bench::cunvme_bench::run_context ran{now_text(), gpu_name(), t.null ? 3u : o.tier, t.notes};
+  // Nothing below prints a figure of a run that failed: `failure` decides for the text and the JSON alike.
+  const std::string failed = bench::cunvme_bench::failure(m);
   if (o.json) {
-    std::printf("{\"tool\":\"cunvme_bench\",\"date\":%s,\"gpu\":%s,\"device\":%s,\"devices\":%u,\"rw\":%s,\"bs\":%llu,\"qd\":%u,\"threads\":%u,"
-                "\"block_threads\":%u,\"queues\":%u,\"entries\":%u,\"slots\":%s,\"completion\":%s,\"doorbell\":%s,\"tier\":%u,",
-                json_string(now_text()).c_str(), json_string(gpu_name()).c_str(), json_string(o.device).c_str(), o.devices, json_string(o.rw).c_str(),
-                static_cast<unsigned long long>(o.bs), o.qd, o.threads, o.block_threads, o.queues, o.entries, json_string(o.slots).c_str(),
-                json_string(o.completion).c_str(), json_string(o.doorbell).c_str(), t.null ? 3u : o.tier);
-    std::printf("\"seconds\":%.6f,\"ops\":%llu,\"iops\":%.1f,\"gb_per_s\":%.4f,\"errors\":%llu,\"timeouts\":%llu,\"mismatches\":%llu,"
-                "\"lat_ns\":{\"p50\":%.0f,\"p99\":%.0f,\"p999\":%.0f,\"mean\":%.0f,\"max\":%llu},\"timer_step_ns\":%llu,"
-                "\"cpu_seconds\":%.4f,\"emulator_commands\":%llu,\"cpu_s_per_million_ios\":%.4f,\"first_error\":%s,\"emulator_doorbell_errors\":%llu,\"emulator_dma_faults\":%llu,\"emulator_completions_dropped\":%llu,\"notes\":[",
-                r.seconds, r.c.ops, iops, gbps, r.c.errors, r.c.timeouts, r.c.mismatches, lat.p50, lat.p99, lat.p999, lat.mean, r.c.max_ns,
-                static_cast<unsigned long long>(timer_ns), r.cpu, static_cast<unsigned long long>(r.emulator_commands), cpu_per_million,
-                json_string(r.c.first_error == 0 ? "" : std::string(to_string(static_cast<io_error>(r.c.first_error >> 16))) + ", NVMe status " +
-                                                            std::to_string(r.c.first_error & 0xffff)).c_str(),
-                static_cast<unsigned long long>(r.doorbell_errors), static_cast<unsigned long long>(r.dma_faults),
-                static_cast<unsigned long long>(r.completions_dropped));
-    for (std::size_t i = 0; i < t.notes.size(); ++i) std::printf("%s%s", i ? "," : "", json_string(t.notes[i]).c_str());
-    std::printf("],\"hist\":[");
-    bool first = true;
-    for (unsigned b = 0; b < latency_bins; ++b) {
-      if (r.c.hist[b] == 0) continue;
-      std::printf("%s[%llu,%llu]", first ? "" : ",", static_cast<unsigned long long>(bin_low(b)), r.c.hist[b]);
-      first = false;
-    }
-    std::printf("]}\n");
+    std::printf("%s\n", bench::one_line(bench::cunvme_bench::report(o, ran, m)).c_str());
   } else {
-    std::printf("%s: bs=%llu qd=%u threads=%u queues=%u entries=%u slots=%s completion=%s doorbell=%s tier=%u device=%s x%u\n", o.rw.c_str(),
+    std::printf("%s: bs=%llu qd=%u threads=%u queues=%u entries=%u slots=%s completion=%s doorbell=%s tier=%u device=%s x%u%s\n", o.rw.c_str(),
                 static_cast<unsigned long long>(o.bs), o.qd, o.threads, o.queues, o.entries, o.slots.c_str(), o.completion.c_str(), o.doorbell.c_str(),
-                t.null ? 3u : o.tier, o.device.c_str(), o.devices);
+                ran.tier, o.device.c_str(), o.devices, o.verify ? " verify" : "");
     for (const auto& n : t.notes) std::printf("  note: %s\n", n.c_str());
-    std::printf("  %llu ops in %.3f s: IOPS=%.4g, BW=%.3f GB/s, errors=%llu (timeouts %llu), mismatches=%llu\n", r.c.ops, r.seconds, iops, gbps, r.c.errors,
-                r.c.timeouts, r.c.mismatches);
-    std::printf("  lat (ns): p50=%.0f p99=%.0f p99.9=%.0f mean=%.0f max=%llu (globaltimer step %llu ns; histogram ±3%%)\n", lat.p50, lat.p99, lat.p999,
-                lat.mean, r.c.max_ns, static_cast<unsigned long long>(timer_ns));
-    if (!t.emulators.empty()) {
-      std::printf("  host CPU: %.3f s for %llu emulated I/Os = %.3f CPU-s per million I/Os\n", r.cpu, static_cast<unsigned long long>(r.emulator_commands),
-                  cpu_per_million);
-      if (r.doorbell_errors + r.dma_faults + r.completions_dropped != 0) {
-        std::printf("  emulator: %llu rejected doorbell writes, %llu DMA faults, %llu completions dropped\n",
-                    static_cast<unsigned long long>(r.doorbell_errors), static_cast<unsigned long long>(r.dma_faults),
-                    static_cast<unsigned long long>(r.completions_dropped));
+    if (failed.empty()) {
+      std::printf("  %llu ops in %.3f s: IOPS=%.4g, BW=%.3f GB/s, errors=0, mismatches=0%s\n", static_cast<unsigned long long>(m.ops), m.seconds, m.iops(),
+                  m.gb_per_s(), o.verify ? " (every read checked)" : "");
+      std::printf("  lat (ns): p50=%.0f p99=%.0f p99.9=%.0f mean=%.0f max=%llu (globaltimer step %llu ns; histogram ±3%%)\n", m.latency.p50, m.latency.p99,
+                  m.latency.p999, m.latency.mean, static_cast<unsigned long long>(m.max_ns), static_cast<unsigned long long>(timer_ns));
+      if (m.emulated) {
+        std::printf("  host CPU: %.3f s for %llu emulated I/Os = %.3f CPU-s per million I/Os\n", m.cpu_seconds,
+                    static_cast<unsigned long long>(m.emulator_commands), m.cpu_s_per_million_ios());
       }
     }
-    if (r.c.first_error != 0) {
-      std::printf("  first error: %s, NVMe status 0x%llx\n", to_string(static_cast<io_error>(r.c.first_error >> 16)), r.c.first_error & 0xffff);
-    }
   }
-  return r.c.errors == 0 && r.c.mismatches == 0 ? 0 : 1;
+  if (!failed.empty()) {
+    std::fprintf(stderr, "cunvme_bench: the run failed, no figures reported: %s\n", failed.c_str());
+    return 1;
+  }
+  return 0;
 }
 
 int run_h2d(const options& o) {
@@ -689,9 +599,7 @@ int run_h2d(const options& o) {
   check(cudaEventElapsedTime(&ms, begin, end), "time");
   const double gbps = moved / (ms / 1e3) / 1e9;
   if (o.json) {
-    std::printf("{\"tool\":\"cunvme_bench\",\"baseline\":\"h2d\",\"date\":%s,\"gpu\":%s,\"bytes\":%llu,\"chunk\":%llu,\"seconds\":%.6f,\"gb_per_s\":%.4f}\n",
-                json_string(now_text()).c_str(), json_string(gpu_name()).c_str(), static_cast<unsigned long long>(moved),
-                static_cast<unsigned long long>(chunk), ms / 1e3, gbps);
+    std::printf("%s\n", bench::one_line(bench::cunvme_bench::h2d_report(now_text(), gpu_name(), moved, chunk, ms / 1e3)).c_str());
   } else {
     std::printf("h2d: pinned cudaMemcpy host → GPU, %llu bytes in %llu-byte copies: %.2f GB/s\n", static_cast<unsigned long long>(moved),
                 static_cast<unsigned long long>(chunk), gbps);
@@ -728,8 +636,7 @@ int run_pingpong(const options& o) {
   for (const double t : trips) sum += t;
   const double p50 = trips[trips.size() / 2], p99 = trips[trips.size() * 99 / 100], mean = sum / trips.size();
   if (o.json) {
-    std::printf("{\"tool\":\"cunvme_bench\",\"baseline\":\"pingpong\",\"date\":%s,\"gpu\":%s,\"rounds\":%u,\"rtt_ns\":{\"p50\":%.0f,\"p99\":%.0f,\"mean\":%.0f}}\n",
-                json_string(now_text()).c_str(), json_string(gpu_name()).c_str(), rounds, p50, p99, mean);
+    std::printf("%s\n", bench::one_line(bench::cunvme_bench::pingpong_report(now_text(), gpu_name(), rounds, p50, p99, mean)).c_str());
   } else {
     std::printf("pingpong: CPU → GPU → CPU through one pinned word, %u rounds: p50 %.0f ns, p99 %.0f ns, mean %.0f ns\n", rounds, p50, p99, mean);
   }
@@ -742,12 +649,19 @@ int main(int argc, char** argv) {
   // Pollers and the null controller spin beside the I/O kernel, and the emulator's copies
   // must not queue behind it (see prepare_cuda_environment).
   emu::prepare_cuda_environment();
-  const options o = parse(argc, argv);
+  options o;
+  if (const std::optional<int> exit_code = bench::parse_command_line(*bench::cunvme_bench::make_app(o), argc, argv)) return *exit_code;
+  // In --json mode every ending prints one object: sweep.py records the reason with the figure's row.
+  const auto refuse = [&o](const std::string& why, int exit_code) {
+    if (o.json) {
+      std::printf("%s\n", bench::one_line(bench::cunvme_bench::error_report(o, now_text(), why)).c_str());
+    } else {
+      std::fprintf(stderr, "cunvme_bench: %s\n", why.c_str());
+    }
+    return exit_code;
+  };
   int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
-    std::printf("no CUDA GPU: cunvme_bench needs one\n");
-    return 77;
-  }
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) return refuse("no CUDA GPU: cunvme_bench needs one", 77);
   try {
     // The waiting host thread sleeps instead of spinning: the CPU time reported is the emulator's.
     // LmemResizeToMax: local memory once reserved stays (see prepare_kernels_to_run_beside).
@@ -755,8 +669,9 @@ int main(int argc, char** argv) {
     if (o.baseline == "h2d") return run_h2d(o);
     if (o.baseline == "pingpong") return run_pingpong(o);
     return run_benchmark(o);
+  } catch (const usage_error& e) {
+    return refuse(e.what(), 2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "cunvme_bench: %s\n", e.what());
-    return 1;
+    return refuse(e.what(), 1);
   }
 }

@@ -24,8 +24,13 @@
 // file's device and the end of the cuFile log. --cufile-buffered skips O_DIRECT, so cuFile's
 // compat mode reads from the page cache like the others. A cuFile that cannot run is reported
 // ("failed: …") without failing the run. Exits 0; 1 when a checksum differs or another method
-// fails; 2 for bad arguments; 77 (Meson's "skipped") without a CUDA GPU.
+// fails, and then prints no figure (its --json object holds "error" instead); 2 for bad
+// arguments; 77 (Meson's "skipped") without a CUDA GPU. The options: file_peers_options.hpp; the
+// record: file_peers_report.hpp.
 #include <cunvme/facade/copy.cuh>
+
+#include "file_peers_options.hpp"
+#include "file_peers_report.hpp"
 
 #ifdef FILE_PEERS_WITH_CUFILE
 #include <cufile.h>
@@ -65,6 +70,13 @@
 #include <vector>
 
 namespace {
+
+namespace bench = cunvme::bench;
+using bench::usage_error;
+using bench::file_peers::all_methods;
+using bench::file_peers::hex;
+using bench::file_peers::options;
+using bench::file_peers::outcome;
 
 // ---- the checksum (the one examples/file_to_gpu.cu uses) ------------------------------------------
 
@@ -106,10 +118,6 @@ std::uint64_t host_checksum(const unsigned char* data, std::size_t size, std::ui
 }
 
 // ---- small tools ------------------------------------------------------------------------------------
-
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 /// A method left bytes in GPU memory that are not the file's: always an error.
 struct wrong_bytes : std::runtime_error {
@@ -196,119 +204,6 @@ void run_threads(unsigned count, piece_queue& queue, const std::function<void(un
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-std::string hex(std::uint64_t v) {
-  char s[17];
-  std::snprintf(s, sizeof s, "%016llx", static_cast<unsigned long long>(v));
-  return s;
-}
-
-// ---- options ------------------------------------------------------------------------------------------
-
-const std::vector<std::string> all_methods = {"cunvme", "cufile", "pread", "mmap"};
-
-struct options {
-  std::string file;
-  std::optional<std::uint64_t> create_size;
-  std::vector<std::string> methods = all_methods;
-  unsigned threads = 4;
-  std::uint64_t chunk = 8u << 20;
-  unsigned workers = 8;
-  unsigned repeat = 1;
-  bool json = false;
-  bool cufile_buffered = false;
-  std::string cufile_trace;
-};
-
-constexpr const char* usage =
-    "usage: file_peers --file PATH [--create-size BYTES] [--methods cunvme,cufile,pread,mmap] [--threads T]\n"
-    "                  [--chunk BYTES] [--workers N] [--repeat N] [--json] [--cufile-trace DIR] [--cufile-buffered]\n"
-    "  sizes take a K, M, G or T suffix (powers of 1024)\n";
-
-/// "4G" → 4 GiB; digits with an optional K, M, G or T.
-std::uint64_t parse_size(const std::string& text, const std::string& flag) {
-  std::size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  const std::string suffix = text.substr(digits);
-  const std::string units = "KMGT";
-  const std::size_t unit = suffix.size() == 1 ? units.find(static_cast<char>(std::toupper(suffix[0]))) : std::string::npos;
-  if (digits == 0 || digits > 15 || (!suffix.empty() && unit == std::string::npos)) {
-    throw usage_error(flag + " needs a size such as 67108864, 64M or 4G, not '" + text + "'");
-  }
-  const std::uint64_t value = std::stoull(text.substr(0, digits)) << (suffix.empty() ? 0 : 10 * (unit + 1));
-  if (value == 0) throw usage_error(flag + " must be more than 0");
-  return value;
-}
-
-unsigned parse_count(const std::string& text, const std::string& flag, unsigned most) {
-  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos || std::stoul(text) == 0 ||
-      std::stoul(text) > most) {
-    throw usage_error(flag + " needs a whole number from 1 to " + std::to_string(most) + ", not '" + text + "'");
-  }
-  return static_cast<unsigned>(std::stoul(text));
-}
-
-options parse(int argc, char** argv) {
-  options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") throw usage_error("");  // no message: just the usage
-    if (flag == "--json" || flag == "--cufile-buffered") {
-      (flag == "--json" ? o.json : o.cufile_buffered) = true;
-      continue;
-    }
-    if (i + 1 >= argc) throw usage_error(flag + " needs a value (or is unknown)");
-    const std::string value = argv[++i];
-    if (flag == "--file") {
-      o.file = value;
-    } else if (flag == "--create-size") {
-      o.create_size = parse_size(value, flag);
-      if (*o.create_size % 4096 != 0) throw usage_error("--create-size must be a multiple of 4096 bytes");
-    } else if (flag == "--methods") {
-      o.methods.clear();
-      for (std::size_t from = 0; from <= value.size();) {
-        const std::size_t comma = std::min(value.find(',', from), value.size());
-        const std::string name = value.substr(from, comma - from);
-        if (std::find(all_methods.begin(), all_methods.end(), name) == all_methods.end()) {
-          throw usage_error("unknown method '" + name + "': choose from cunvme, cufile, pread, mmap");
-        }
-        o.methods.push_back(name);
-        from = comma + 1;
-      }
-    } else if (flag == "--threads") {
-      o.threads = parse_count(value, flag, 256);
-    } else if (flag == "--chunk") {
-      o.chunk = parse_size(value, flag);
-    } else if (flag == "--workers") {
-      o.workers = parse_count(value, flag, 64);
-    } else if (flag == "--repeat") {
-      o.repeat = parse_count(value, flag, 1000);
-    } else if (flag == "--cufile-trace") {
-      o.cufile_trace = value;
-    } else {
-      throw usage_error("unknown option: " + flag);
-    }
-  }
-  if (o.file.empty()) throw usage_error("--file PATH is required");
-  return o;
 }
 
 // ---- the file and the page cache ----------------------------------------------------------------------
@@ -643,7 +538,7 @@ void configure_cufile_trace(const std::string& dir) {
   const std::string absolute = std::filesystem::absolute(dir).string();
   const std::string config = absolute + "/cufile.json";
   std::ofstream out(config);
-  out << "{\n  \"logging\": { \"dir\": " << json_string(absolute) << ", \"level\": \"TRACE\" },\n"
+  out << "{\n  \"logging\": { \"dir\": " << bench::one_line(bench::json(absolute)) << ", \"level\": \"TRACE\" },\n"
       << "  \"profile\": { \"cufile_stats\": 3 },\n"
       << "  \"properties\": { \"allow_compat_mode\": true, \"use_poll_mode\": false },\n"
       << "  \"fs\": { \"generic\": { \"posix_unaligned_writes\": false } }\n}\n";
@@ -709,13 +604,6 @@ void print_cufile_diagnostics(const std::string& path, const std::string& trace_
 
 // ---- running and reporting ----------------------------------------------------------------------------
 
-struct outcome {
-  std::string name, status = "ok", reason, note;
-  double setup_s = 0;
-  std::vector<double> runs;  // seconds
-  std::uint64_t checksum = 0;
-};
-
 std::unique_ptr<method> make_method(const std::string& name, const target& t, const options& o) {
   if (name == "cunvme") return std::make_unique<cunvme_method>(t, o.workers);
   if (name == "pread") return std::make_unique<pread_method>(t, o.threads, o.chunk);
@@ -765,57 +653,30 @@ outcome measure(const std::string& name, const target& t, const options& o, std:
   return r;
 }
 
-double best_s(const outcome& r) { return *std::min_element(r.runs.begin(), r.runs.end()); }
-double median_s(std::vector<double> runs) {
-  std::sort(runs.begin(), runs.end());
-  const std::size_t n = runs.size();
-  return n % 2 == 1 ? runs[n / 2] : (runs[n / 2 - 1] + runs[n / 2]) / 2;
+std::string now_text() {
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return date;
 }
-double gb_per_s(std::uint64_t bytes, double seconds) { return static_cast<double>(bytes) / seconds / 1e9; }
 
-void report(const options& o, const std::string& gpu_name, std::uint64_t bytes, double resident, const std::vector<outcome>& results) {
-  const outcome* best_peer = nullptr;
-  const outcome* ours = nullptr;
-  for (const outcome& r : results) {
-    if (r.status != "ok") continue;
-    if (r.name == "cunvme") {
-      ours = &r;
-    } else if (!best_peer || best_s(r) < best_s(*best_peer)) {
-      best_peer = &r;
-    }
-  }
-  const double ratio = ours && best_peer ? best_s(*best_peer) / best_s(*ours) : 0;
+/// The table, or the JSON record; neither holds a figure when a method failed the run.
+void print_report(const options& o, const bench::file_peers::run_context& ran, const std::vector<outcome>& results) {
+  using bench::file_peers::best_s;
+  using bench::file_peers::gb_per_s;
+  using bench::file_peers::median_s;
   if (o.json) {
-    char date[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    std::printf("{\"date\":\"%s\",\"device\":%s,\"file\":%s,\"bytes\":%llu,\"page_cache_warm\":%s,\"page_cache_resident\":%.4f,"
-                "\"threads\":%u,\"chunk\":%llu,\"workers\":%u,\"repeat\":%u,\"methods\":[",
-                date, json_string(gpu_name).c_str(), json_string(o.file).c_str(), static_cast<unsigned long long>(bytes), resident >= 0.99 ? "true" : "false",
-                resident, o.threads, static_cast<unsigned long long>(o.chunk), o.workers, o.repeat);
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      const outcome& r = results[i];
-      std::printf("%s{\"name\":\"%s\",\"status\":\"%s\",\"reason\":%s,\"note\":%s", i ? "," : "", r.name.c_str(), r.status.c_str(),
-                  json_string(r.reason).c_str(), json_string(r.note).c_str());
-      if (r.status == "ok") {
-        std::printf(",\"setup_seconds\":%.6f,\"seconds\":%.6f,\"gb_per_s\":%.4f,\"median_gb_per_s\":%.4f,\"checksum\":\"%s\"", r.setup_s, best_s(r),
-                    gb_per_s(bytes, best_s(r)), gb_per_s(bytes, median_s(r.runs)), hex(r.checksum).c_str());
-      } else {
-        std::printf(",\"seconds\":null,\"gb_per_s\":null,\"checksum\":null");
-      }
-      std::printf("}");
-    }
-    std::printf("],\"best_peer\":%s,\"cunvme_over_best_peer\":", best_peer ? json_string(best_peer->name).c_str() : "null");
-    if (ratio > 0) {
-      std::printf("%.4f}\n", ratio);
-    } else {
-      std::printf("null}\n");
-    }
+    std::printf("%s\n", bench::one_line(bench::file_peers::report(o, ran, results)).c_str());
     return;
   }
-  std::printf("file_peers: '%s', %llu bytes, into %s\n", o.file.c_str(), static_cast<unsigned long long>(bytes), gpu_name.c_str());
-  std::printf("page cache: warmed by one untimed pass; %.1f%% of the file resident%s\n", resident * 100,
-              resident < 0.99 ? " (NOT all: the file may not fit in memory)" : "");
+  const std::string failed = bench::file_peers::failure(results);
+  std::printf("file_peers: '%s', %llu bytes, into %s\n", o.file.c_str(), static_cast<unsigned long long>(ran.bytes), ran.gpu.c_str());
+  std::printf("page cache: warmed by one untimed pass; %.1f%% of the file resident%s\n", ran.resident * 100,
+              ran.resident < 0.99 ? " (NOT all: the file may not fit in memory)" : "");
+  if (!failed.empty()) {
+    for (const outcome& r : results) std::printf("%-8s %s%s%s\n", r.name.c_str(), r.status.c_str(), r.reason.empty() ? "" : ": ", r.reason.c_str());
+    return;  // main says why on stderr; the methods that ran report no figure beside a failed one
+  }
   std::printf("timed: the transfer and a final cudaDeviceSynchronize (best and median of %u); setup apart, untimed\n\n", o.repeat);
   std::printf("%-8s %-8s %9s %9s %10s %12s  %-16s\n", "method", "status", "setup s", "best s", "best GB/s", "median GB/s", "checksum");
   for (const outcome& r : results) {
@@ -823,16 +684,20 @@ void report(const options& o, const std::string& gpu_name, std::uint64_t bytes, 
       std::printf("%-8s %s: %s\n", r.name.c_str(), r.status.c_str(), r.reason.c_str());
       continue;
     }
-    std::printf("%-8s %-8s %9.3f %9.3f %10.2f %12.2f  %s\n", r.name.c_str(), "ok", r.setup_s, best_s(r), gb_per_s(bytes, best_s(r)),
-                gb_per_s(bytes, median_s(r.runs)), hex(r.checksum).c_str());
+    std::printf("%-8s %-8s %9.3f %9.3f %10.2f %12.2f  %s\n", r.name.c_str(), "ok", r.setup_s, best_s(r), gb_per_s(ran.bytes, best_s(r)),
+                gb_per_s(ran.bytes, median_s(r.runs)), hex(r.checksum).c_str());
   }
   std::printf("\n");
   for (const outcome& r : results) {
     if (!r.note.empty()) std::printf("  %-7s %s\n", r.name.c_str(), r.note.c_str());
   }
-  if (best_peer) std::printf("best peer: %s at %.2f GB/s", best_peer->name.c_str(), gb_per_s(bytes, best_s(*best_peer)));
-  if (ratio > 0) std::printf("; cunvme / best peer = %.2f", ratio);
-  if (best_peer) std::printf("\n");
+  const outcome* best_peer = bench::file_peers::best_peer(results);
+  const auto ours = std::find_if(results.begin(), results.end(), [](const outcome& r) { return r.name == "cunvme" && r.status == "ok"; });
+  if (best_peer) {
+    std::printf("best peer: %s at %.2f GB/s", best_peer->name.c_str(), gb_per_s(ran.bytes, best_s(*best_peer)));
+    if (ours != results.end()) std::printf("; cunvme / best peer = %.2f", best_s(*best_peer) / best_s(*ours));
+    std::printf("\n");
+  }
 }
 
 int run(const options& o) {
@@ -854,7 +719,6 @@ int run(const options& o) {
   check(cudaMalloc(&t.gpu, t.capacity), "allocate " + std::to_string(t.capacity) + " bytes of GPU memory");
   check(cudaMalloc(&sum, sizeof *sum), "allocate the checksum");
 
-  int exit_code = 0;
   std::vector<outcome> results;
   for (const std::string& name : all_methods) {
     if (std::find(o.methods.begin(), o.methods.end(), name) == o.methods.end()) continue;
@@ -869,21 +733,22 @@ int run(const options& o) {
       failed.reason = e.what();
       std::fprintf(stderr, "file_peers: %s failed: %s\n", name.c_str(), e.what());
       // cuFile may simply not work here: reported, not fatal. Wrong bytes are always fatal.
-      if (name == "cufile" && !wrong) {
-        print_cufile_diagnostics(o.file, o.cufile_trace);
-      } else {
-        exit_code = 1;
-      }
+      failed.fails_the_run = name != "cufile" || wrong;
+      if (!failed.fails_the_run) print_cufile_diagnostics(o.file, o.cufile_trace);
       (void)cudaGetLastError();
     }
   }
   if (!o.cufile_trace.empty() && std::find(o.methods.begin(), o.methods.end(), "cufile") != o.methods.end()) {
     std::fprintf(stderr, "file_peers: cuFile ran with TRACE logging: its timing is not representative\n");
   }
-  report(o, props.name, bytes, resident, results);
+  print_report(o, bench::file_peers::run_context{now_text(), props.name, bytes, resident}, results);
   (void)cudaFree(sum);
   (void)cudaFree(t.gpu);
-  return exit_code;
+  if (const std::string failed = bench::file_peers::failure(results); !failed.empty()) {
+    std::fprintf(stderr, "file_peers: the run failed, no figures reported: %s\n", failed.c_str());
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -891,25 +756,25 @@ int run(const options& o) {
 int main(int argc, char** argv) {
   cunvme::emu::prepare_cuda_environment();  // before any CUDA call: kernels wait for emulated I/O
   options o;
-  try {
-    o = parse(argc, argv);
-  } catch (const usage_error& e) {
-    if (*e.what() != '\0') std::fprintf(stderr, "file_peers: %s\n", e.what());
-    std::fprintf(stderr, "%s", usage);
-    return *e.what() != '\0' ? 2 : 0;
-  }
+  if (const std::optional<int> exit_code = bench::parse_command_line(*bench::file_peers::make_app(o), argc, argv)) return *exit_code;
+  // In --json mode every ending prints one object: sweep.py records the reason with the figure's row.
+  const auto refuse = [&o](const std::string& why, int exit_code) {
+    if (o.json) {
+      std::printf("%s\n", bench::one_line(bench::file_peers::error_report(o, now_text(), why)).c_str());
+    } else {
+      std::fprintf(stderr, "file_peers: %s\n", why.c_str());
+    }
+    return exit_code;
+  };
   int gpus = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&gpus); e != cudaSuccess || gpus == 0) {
-    std::fprintf(o.json ? stderr : stdout, "no CUDA GPU: file_peers needs one (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
-    return 77;
+    return refuse(std::string("no CUDA GPU: file_peers needs one (") + (e != cudaSuccess ? cudaGetErrorString(e) : "none found") + ")", 77);
   }
   try {
     return run(o);
   } catch (const usage_error& e) {
-    std::fprintf(stderr, "file_peers: %s\n", e.what());
-    return 2;
+    return refuse(e.what(), 2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "file_peers: %s\n", e.what());
-    return 1;
+    return refuse(e.what(), 1);
   }
 }

@@ -4,6 +4,10 @@ taken in one run: `python3 bench/sweep.py --build build --out results/`. Writes 
 per measurement to OUT/results.jsonl (each tagged with its figure and the exact command line)
 and prints a one-line summary per run. `bench/plot.py OUT` then draws the plots and tables.
 
+Every run that moves data reads a namespace filled with the pattern and passes --verify
+(`moves_data` checks the list): a run whose commands failed or whose data did not verify
+prints a record with "error" and no figure, and counts as a failure here.
+
 Only the standard library: the GPU machine has python3 but no extra packages.
 """
 import argparse
@@ -15,6 +19,18 @@ import sys
 import time
 
 SMS = 132  # H100 SXM/PCIe SM count; only sizes the thread sweeps
+
+
+def moves_data(args):
+    """Whether a cunvme_bench run moves data (an emulator without nodata, the null controller
+    with copy): such a run must check what it read."""
+    if "--baseline" in args:
+        return False
+    device = args[args.index("--device") + 1] if "--device" in args else "emu"
+    if device.startswith("gpu-null"):
+        return device == "gpu-null:copy"
+    scheme, _, options = device.partition(":")
+    return scheme != "emu" or "nodata" not in options.split(",")
 
 
 def figures(quick):
@@ -45,25 +61,29 @@ def figures(quick):
     # P3: 128 KiB sequential reads into GPU memory through the emulator.
     for workers, queues, threads, qd in [(8, 8, 1024, 2), (12, 12, 1536, 2), (14, 14, 2048, 2)]:
         runs.append(("P3", f"emu 128K seqread tier2 {workers} workers {threads} thr qd{qd}",
-                     ["--device", f"emu:workers={workers},blocks=2097152", "--queues", str(queues), "--rw", "read", "--bs", "128K",
-                      "--threads", str(threads), "--block-threads", "128", "--qd", str(qd), "--time", t, "--tier", "2", "--buffer", "1G"]))
-    # Bandwidth against block size (plot), tier 2.
+                     ["--device", f"emu:workers={workers},blocks=2097152,pattern", "--queues", str(queues), "--rw", "read", "--bs", "128K",
+                      "--threads", str(threads), "--block-threads", "128", "--qd", str(qd), "--time", t, "--tier", "2", "--buffer", "1G",
+                      "--verify"]))
+    # Bandwidth against block size (plot), tier 2. 2 GiB of buffer: --verify needs a slot per
+    # command in flight (1536 threads x qd 2 x 512 KiB = 1.5 GiB at the largest size).
     for bs in ["4K", "16K", "64K", "128K", "256K", "512K"]:
         runs.append(("BW", f"emu seqread tier2 bs {bs}",
-                     ["--device", "emu:workers=12,blocks=2097152", "--queues", "12", "--rw", "read", "--bs", bs, "--threads", "1536",
-                      "--block-threads", "128", "--qd", "2", "--time", t, "--tier", "2", "--buffer", "1G"]))
+                     ["--device", "emu:workers=12,blocks=2097152,pattern", "--queues", "12", "--rw", "read", "--bs", bs, "--threads", "1536",
+                      "--block-threads", "128", "--qd", "2", "--time", t, "--tier", "2", "--buffer", "2G", "--verify"]))
     # P4: QD1 4 KiB read latency, tier 1, one thread.
-    runs.append(("P4", "emu 4K randread QD1 tier1", ["--device", "emu", "--rw", "randread", "--bs", "4096", "--threads", "1", "--block-threads", "32",
-                                                     "--qd", "1", "--time", t, "--tier", "1", "--buffer", "64M"]))
-    runs.append(("P4", "emu 4K randread QD1 tier1 exclusive mmio", ["--device", "emu", "--rw", "randread", "--bs", "4096", "--threads", "1", "--block-threads", "32",
-                                                                   "--qd", "1", "--time", t, "--tier", "1", "--buffer", "64M", "--slots", "exclusive", "--doorbell", "mmio"]))
-    runs.append(("P4", "emu:spin 4K randread QD1 tier1 exclusive mmio", ["--device", "emu:spin", "--rw", "randread", "--bs", "4096", "--threads", "1", "--block-threads", "32",
-                                                                        "--qd", "1", "--time", t, "--tier", "1", "--buffer", "64M", "--slots", "exclusive", "--doorbell", "mmio"]))
-    runs.append(("P4", "emu 4K randread QD1 tier2", ["--device", "emu", "--rw", "randread", "--bs", "4096", "--threads", "1", "--block-threads", "32",
-                                                     "--qd", "1", "--time", t, "--tier", "2", "--buffer", "64M"]))
+    runs.append(("P4", "emu 4K randread QD1 tier1", ["--device", "emu:pattern", "--rw", "randread", "--bs", "4096", "--threads", "1", "--block-threads", "32",
+                                                     "--qd", "1", "--time", t, "--tier", "1", "--buffer", "64M", "--verify"]))
+    runs.append(("P4", "emu 4K randread QD1 tier1 exclusive mmio", ["--device", "emu:pattern", "--rw", "randread", "--bs", "4096", "--threads", "1", "--block-threads", "32",
+                                                                   "--qd", "1", "--time", t, "--tier", "1", "--buffer", "64M", "--slots", "exclusive", "--doorbell", "mmio",
+                                                                   "--verify"]))
+    runs.append(("P4", "emu:spin 4K randread QD1 tier1 exclusive mmio", ["--device", "emu:spin,pattern", "--rw", "randread", "--bs", "4096", "--threads", "1", "--block-threads", "32",
+                                                                        "--qd", "1", "--time", t, "--tier", "1", "--buffer", "64M", "--slots", "exclusive", "--doorbell", "mmio",
+                                                                        "--verify"]))
+    runs.append(("P4", "emu 4K randread QD1 tier2", ["--device", "emu:pattern", "--rw", "randread", "--bs", "4096", "--threads", "1", "--block-threads", "32",
+                                                     "--qd", "1", "--time", t, "--tier", "2", "--buffer", "64M", "--verify"]))
     # P6: host CPU per million emulated I/Os, with data (tier 2, 4 KiB) and without (nodata).
-    runs.append(("P6", "emu 4K randread tier2 data", ["--device", "emu:workers=8", "--queues", "8", "--rw", "randread", "--bs", "4096", "--threads", "4096",
-                                                      "--block-threads", "128", "--qd", "2", "--time", t, "--tier", "2", "--buffer", "256M"]))
+    runs.append(("P6", "emu 4K randread tier2 data", ["--device", "emu:workers=8,pattern", "--queues", "8", "--rw", "randread", "--bs", "4096", "--threads", "4096",
+                                                      "--block-threads", "128", "--qd", "2", "--time", t, "--tier", "2", "--buffer", "256M", "--verify"]))
     runs.append(("P6", "emu 4K randread tier2 nodata", ["--device", "emu:workers=8,nodata", "--queues", "8", "--rw", "randread", "--bs", "4096",
                                                         "--threads", "4096", "--block-threads", "128", "--qd", "2", "--time", t, "--tier", "2",
                                                         "--buffer", "256M"]))
@@ -89,6 +109,9 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     bench = os.path.join(a.build, "bench", "cunvme_bench")
     only = set(filter(None, a.only.split(",")))
+    unchecked = [label for _, label, args in figures(a.quick) if moves_data(args) and "--verify" not in args]
+    if unchecked:
+        sys.exit(f"sweep.py: runs that move data without --verify: {unchecked}")
     out = open(os.path.join(a.out, "results.jsonl"), "a")
     failures = 0
     for fig, label, args in figures(a.quick):
@@ -105,6 +128,10 @@ def main():
             record = json.loads(line)
         except json.JSONDecodeError:
             record = {"error": (p.stderr or p.stdout)[-2000:]}
+        # A failed run reports no figure: its record holds "error" (plot.py leaves it out).
+        if p.returncode != 0 and "error" not in record:
+            record = {"error": f"exit code {p.returncode}: " + (p.stderr or p.stdout)[-2000:]}
+        if "error" in record:
             failures += 1
         record.update({"figure": fig, "label": label, "command": " ".join(shlex.quote(c) for c in ["cunvme_bench"] + args), "rc": p.returncode,
                        "wall_s": round(time.time() - started, 2)})
@@ -129,6 +156,9 @@ def main():
             record = json.loads(p.stdout.strip().splitlines()[-1])
         except (json.JSONDecodeError, IndexError):
             record = {"error": (p.stderr + p.stdout)[-3000:]}
+        if p.returncode != 0 and "error" not in record:
+            record = {"error": f"exit code {p.returncode}: " + (p.stderr + p.stdout)[-3000:]}
+        if "error" in record:
             failures += 1
         record.update({"figure": "P5", "label": "4 GiB file into GPU memory",
                        "command": " ".join(["file_peers", "--file", "FILE", "--create-size", "4G", "--json"] + (["--cufile-trace", "DIR"] if a.cufile_trace else [])),
