@@ -217,7 +217,8 @@ class emu_backend final : public register_backend {
 
 namespace detail {
 
-/// `emu:` options: lba=512|4096, blocks=N, namespaces=1..1024, file=PATH, cmb_mb=0..4095,
+/// `emu:` options: lba=512|4096, blocks=N, namespaces=1..1024, file=PATH (the namespaces'
+/// bytes: ⌈size / block⌉ blocks unless `blocks` is given, `emu::namespace_config::from_file`), cmb_mb=0..4095,
 /// timing=none|gen4-tlc|datacenter-gen4|scm, workers=1..1024, mpsmin=0..15 (CAP.MPSMIN: the
 /// smallest controller page is 2^(12 + mpsmin) bytes), and the flags (bare, =1/true or
 /// =0/false) pattern, readonly (a file namespace opened read-only: writes fail with Write
@@ -301,8 +302,8 @@ namespace detail {
   if (fill_pattern) {
     for (std::uint32_t nsid = 1; nsid <= backend->controller().config().namespaces.size(); ++nsid) {
       auto& store = backend->controller().store(nsid);
-      store.with_write_access(0, store.size(), [&](std::byte* p) {
-        for (std::uint64_t o = 0; o + 8 <= store.size(); o += 8) {
+      store.with_write_access(0, store.file_bytes(), [&](std::byte* p) {
+        for (std::uint64_t o = 0; o + 8 <= store.file_bytes(); o += 8) {
           const std::uint64_t w = pattern_word(o);
           std::memcpy(p + o, &w, 8);
         }
