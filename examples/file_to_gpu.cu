@@ -5,14 +5,13 @@
 //   build/examples/file_to_gpu model.bin kmod:0000:01:00.0         through a real controller: the file's
 //   build/examples/file_to_gpu model.bin kmod:0000:01:00.0 2048    bytes at LBA 0 (or 2048) of namespace 1
 //
-// With the emulator ("emu:file=PATH") the file *is* the namespace: 512-byte blocks, as many as
-// fit whole in the file. A file whose size is not a multiple of 512 has a partial last block
-// that no NVMe command can address; its bytes are read on the host and copied in after the
-// blocks (the output says how many). The emulator maps the file read-write (nothing is written).
+// With the emulator ("emu:file=PATH") the file *is* the namespace: 512-byte blocks, enough to
+// hold the whole file, the last one's bytes past the file's end reading as zeros. The emulator
+// maps the file read-write (nothing is written).
 //
 // With a real controller the file must already be on the raw namespace (for instance
-// `dd if=model.bin of=/dev/nvme0n1 oflag=direct` before the device is handed to cunvme); the
-// last block is read whole and its bytes past the file's end are ignored.
+// `dd if=model.bin of=/dev/nvme0n1 oflag=direct` before the device is handed to cunvme).
+// Either way the last block is read whole and its bytes past the file's end are ignored.
 //
 // Exits 0 when the checksums agree, 1 otherwise, 77 (Meson's "skipped") without a CUDA GPU.
 #include "example_support.hpp"
@@ -76,18 +75,16 @@ int run(const std::string& path, const std::string& uri_arg, std::uint64_t start
   const auto size = static_cast<std::uint64_t>(end);
 
   const bool emulated = uri_arg.empty();
-  // The emulator's URI separates options with ','; a file under one 512-byte block has nothing for NVMe to read.
-  if (emulated && (path.find(',') != std::string::npos || size < 512)) {
-    return std::fprintf(stderr, "file_to_gpu: the emulator needs a path without ',' and at least 512 bytes ('%s')\n", path.c_str()), 1;
+  // The emulator's URI separates options with ','.
+  if (emulated && path.find(',') != std::string::npos) {
+    return std::fprintf(stderr, "file_to_gpu: the emulator needs a path without ',' ('%s')\n", path.c_str()), 1;
   }
   const std::string uri = emulated ? "emu:file=" + path : uri_arg;
   cunvme::device dev(uri);
   const std::uint64_t block = dev.block_bytes();
   const std::uint64_t padded = (size + block - 1) / block * block;  // whole blocks around the file
-  // The emulator's namespace holds the file's whole blocks; a real one holds whole blocks too,
-  // the last one partly beyond the file.
-  const std::uint64_t blocks = emulated ? size / block : padded / block;
-  const std::uint64_t tail = emulated ? size % block : 0;  // bytes no command can address
+  // The last block is partly beyond the file on the emulator and on a real namespace alike.
+  const std::uint64_t blocks = padded / block;
   if (start_lba > dev.ns().lba_count || blocks > dev.ns().lba_count - start_lba) {
     return std::fprintf(stderr, "file_to_gpu: %llu blocks from LBA %llu do not fit in %s (%llu blocks)\n", static_cast<unsigned long long>(blocks),
                         static_cast<unsigned long long>(start_lba), uri.c_str(), static_cast<unsigned long long>(dev.ns().lba_count)), 1;
@@ -102,15 +99,6 @@ int run(const std::string& path, const std::string& uri_arg, std::uint64_t start
     return std::fprintf(stderr, "file_to_gpu: reading %s failed: %s\n", uri.c_str(), cunvme::to_string(r).c_str()), 1;
   }
   const double read_s = timer.seconds();
-  if (tail != 0) {
-    // The partial last block: from the file, by the host.
-    std::vector<unsigned char> rest(tail);
-    std::fseek(file.get(), static_cast<long>(blocks * block), SEEK_SET);
-    if (std::fread(rest.data(), 1, tail, file.get()) != tail) throw std::runtime_error("reading the file's last bytes failed");
-    std::rewind(file.get());
-    auto* at = reinterpret_cast<unsigned char*>(thrust::raw_pointer_cast(gpu.data())) + blocks * block;
-    example::check(cudaMemcpyAsync(at, rest.data(), tail, cudaMemcpyHostToDevice, stream), "copy the last bytes");
-  }
 
   thrust::device_vector<unsigned long long> sum(1, 0);
   checksum<<<1024, 256, 0, stream>>>(thrust::raw_pointer_cast(gpu.data()), size, thrust::raw_pointer_cast(sum.data()));
@@ -123,7 +111,6 @@ int run(const std::string& path, const std::string& uri_arg, std::uint64_t start
   std::printf("  NVMe:  %llu blocks of %llu bytes from LBA %llu in %.1f ms: %.2f GB/s\n", static_cast<unsigned long long>(blocks),
               static_cast<unsigned long long>(block), static_cast<unsigned long long>(start_lba), read_s * 1e3,
               static_cast<double>(blocks * block) / read_s / 1e9);
-  if (tail != 0) std::printf("  host:  the last %llu bytes (a partial block, outside the namespace)\n", static_cast<unsigned long long>(tail));
   std::printf("  checksum on the GPU  %016llx\n  checksum on the host %016llx\n", static_cast<unsigned long long>(on_gpu),
               static_cast<unsigned long long>(on_host));
   if (on_gpu != on_host) return std::fprintf(stderr, "file_to_gpu: FAILED: the bytes in GPU memory are not the file's\n"), 1;

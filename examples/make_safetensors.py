@@ -11,9 +11,9 @@ F32; ``lm_head.weight`` [dim, dim] F16. Values are seeded normal numbers, so the
 write the same bytes.
 
 The header is padded with spaces (the format allows it) so that the data starts on a 4 KiB
-boundary; with dim a multiple of 1024 every layer is then whole 4 KiB blocks, and so is the file:
-the emulator backed by it (``emu:file=PATH``, which holds a file's size rounded down to whole
-blocks) reaches every byte. ``write_safetensors`` is the writer, for tests.
+boundary; with dim a multiple of 1024 every layer is then whole 4 KiB blocks, and so is the file,
+so a layer's reads (``emu:file=PATH``, or the file written raw onto a namespace) bring no bytes of
+its neighbours. ``write_safetensors`` is the writer, for tests.
 """
 
 import argparse

@@ -45,9 +45,8 @@ class Placement:
     @classmethod
     def contiguous(cls, dev, file_size, first_lba=0, source="file"):
         """The file from ``first_lba`` on, one block after another, on ``dev``'s namespace: the
-        emulator backed by the file (``emu:file=PATH``) holds it from LBA 0. That emulator holds
-        the file's size rounded down to whole blocks: a partial last block is not readable, so
-        files meant for it are padded (``make_safetensors.py`` pads its header)."""
+        emulator backed by the file (``emu:file=PATH``) holds it from LBA 0, every byte of it:
+        the last block's bytes past the file's end read as zeros."""
         extents = _cunvme.contiguous_extents(dev.block_size, first_lba, file_size, dev.blocks)
         return cls(dev.block_size, file_size, extents, source)
 

@@ -334,6 +334,48 @@ TEST_CASE("a directory cannot back a store") {
                        doctest::Contains("not a regular file"), std::invalid_argument);
 }
 
+TEST_CASE("a file store rounded up to whole blocks covers the file's partial last block, the bytes past its end reading as zeros") {
+  temp_dir dir;
+  const auto path = dir.file("partial.img");
+  write_file(path, std::string(3 * 4096 + 100, 'p'));
+  for (const bool read_only : {true, false}) {
+    CAPTURE(read_only);
+    auto store = emu::backing_store::from_file(path, 0, read_only, 4096);
+    CHECK(store.size() == 4 * 4096);
+    CHECK(store.file_bytes() == 3 * 4096 + 100);
+    std::string last(4096, 'x');
+    store.read(3 * 4096, last.data(), last.size());
+    CHECK(last == std::string(100, 'p') + std::string(4096 - 100, '\0'));
+  }
+  CHECK(read_file(path) == std::string(3 * 4096 + 100, 'p'));
+}
+
+TEST_CASE("a file store's padding past the file's last page reads as zeros (the file is not mapped there)") {
+  temp_dir dir;
+  const auto path = dir.file("padded.img");
+  write_file(path, std::string(100, 'p'));
+  auto store = emu::backing_store::from_file(path, 0, /*read_only=*/true, 3 * 4096);
+  CHECK(store.size() == 3 * 4096);
+  std::string all(3 * 4096, 'x');
+  store.read(0, all.data(), all.size());
+  CHECK(all == std::string(100, 'p') + std::string(3 * 4096 - 100, '\0'));
+}
+
+TEST_CASE("a file store refuses writes past the file's end, and zero leaves them be, so the file keeps its size and bytes") {
+  temp_dir dir;
+  const auto path = dir.file("refuse.img");
+  write_file(path, std::string(4096 + 100, 'p'));
+  auto store = emu::backing_store::from_file(path, 0, /*read_only=*/false, 4096);
+  CHECK_THROWS_WITH_AS(store.write(4096 + 99, "ab", 2), doctest::Contains("reaches past the end"), std::out_of_range);
+  CHECK_THROWS_AS(store.with_write_access(4096, 4096, [](std::byte*) {}), std::out_of_range);
+  store.zero(0, 10);
+  store.zero(4096, 4096);
+  store.write(4096 + 98, "ab", 2);  // the file's last two bytes
+  store.flush();
+  const std::string expected = std::string(10, '\0') + std::string(4096 - 10, 'p') + std::string(98, '\0') + "ab";
+  CHECK(read_file(path) == expected);
+}
+
 // ---- read-only stores --------------------------------------------------------------------------
 
 TEST_CASE("a read-only store reads its file and refuses every kind of write") {

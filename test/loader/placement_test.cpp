@@ -23,12 +23,12 @@ TEST_CASE("a contiguous file maps byte ranges to the blocks holding them") {
   CHECK_THROWS_AS((void)p.map(~std::uint64_t{0}, 2), cunvme::host::error);
 }
 
-TEST_CASE("a device shorter than the file leaves its tail unreadable, and says how to fix it") {
-  // The emulator backed by a 10.5-block file holds 10 blocks.
+TEST_CASE("a device shorter than the file leaves its tail unreadable, and says why") {
+  // A 10.5-block file on a device of 10 blocks.
   const auto p = loader::file_placement::contiguous(512, 0, 10 * 512 + 256, 10);
   CHECK(p.map(0, 5120) == std::vector<block_read>{{0, 10, 0}});
   CHECK_THROWS_WITH_AS((void)p.map(5000, 200), doctest::Contains("[5120, 5376) lie on no block"), cunvme::host::error);
-  CHECK_THROWS_WITH_AS((void)p.map(5000, 200), doctest::Contains("pad the file"), cunvme::host::error);
+  CHECK_THROWS_WITH_AS((void)p.map(5000, 200), doctest::Contains("a device shorter than the file"), cunvme::host::error);
   CHECK(loader::file_placement::contiguous(4096, 5, 100, 5).extents().empty());
 }
 

@@ -51,18 +51,23 @@ class backing_store {
     if (bytes == 0) throw std::invalid_argument("backing_store::in_memory: a store of 0 bytes");
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) os_error("mmap ", bytes, " bytes of memory");
-    return backing_store(static_cast<std::byte*>(p), bytes, -1, std::string(), false);
+    return backing_store(static_cast<std::byte*>(p), bytes, bytes, -1, std::string(), false);
   }
 
   /// The file at `path`, mapped MAP_SHARED so writes land in the file (durably after `flush`).
   ///
-  /// `bytes == 0`: the store is the whole file, which must not be empty. `bytes` below the
-  /// file's size: the store is the file's first `bytes`. Above it: the file is extended with
-  /// zeros (std::invalid_argument instead when `read_only`). A missing file is created only
-  /// when `bytes` is given and the store is writable. The file must not shrink while mapped
+  /// `bytes == 0`: the store is the whole file, which must not be empty, its size rounded up
+  /// to a multiple of `whole` (a namespace's block): the bytes after the file's end, fewer
+  /// than `whole`, read as zeros and are not the file's (`file_bytes`): `write` and
+  /// `with_write_access` refuse them and `zero` leaves them be, so the file is never
+  /// extended or changed by a store that merely covers it. `bytes` below the file's size: the
+  /// store is the file's first `bytes`. Above it: the file is extended with zeros
+  /// (std::invalid_argument instead when `read_only`). A missing file is created only when
+  /// `bytes` is given and the store is writable. The file must not shrink while mapped
   /// (another process truncating it makes accesses fault with SIGBUS).
   [[nodiscard]] static backing_store from_file(const std::string& path, std::uint64_t bytes = 0,
-                                               bool read_only = false) {
+                                               bool read_only = false, std::uint64_t whole = 1) {
+    if (whole == 0) throw std::invalid_argument("backing_store: '" + path + "' rounded up to a multiple of 0 bytes");
     if (bytes > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
       throw std::invalid_argument("backing_store: " + std::to_string(bytes) + " bytes for '" + path +
                                   "' exceed the largest file offset");
@@ -83,9 +88,14 @@ class backing_store {
     // A directory opens read-only, and a device's st_size is 0: neither can be sized or mapped.
     if (!S_ISREG(st.st_mode)) throw std::invalid_argument("backing_store: '" + path + "' is not a regular file");
     const auto file_size = static_cast<std::uint64_t>(st.st_size);
-    const std::uint64_t size = bytes == 0 ? file_size : bytes;
-    if (size == 0) throw std::invalid_argument("backing_store: '" + path + "' is empty and no size was given");
-    if (size > file_size) {
+    if (bytes == 0 && file_size == 0) throw std::invalid_argument("backing_store: '" + path + "' is empty and no size was given");
+    const std::uint64_t padding = file_size % whole == 0 ? 0 : whole - file_size % whole;
+    if (bytes == 0 && padding > std::numeric_limits<std::uint64_t>::max() - file_size) {
+      throw std::invalid_argument("backing_store: '" + path + "' rounded up to a multiple of " + std::to_string(whole) + " bytes exceeds 2^64 bytes");
+    }
+    const std::uint64_t size = bytes == 0 ? file_size + padding : bytes;
+    const std::uint64_t backed = std::min(size, std::max(bytes, file_size));
+    if (bytes > file_size) {  // not for padding: that is never the file's
       if (read_only) {
         throw std::invalid_argument("backing_store: '" + path + "' has " + std::to_string(file_size) + " bytes, " +
                                     std::to_string(size) + " were asked for, and a read-only store cannot extend it");
@@ -95,15 +105,35 @@ class backing_store {
         os_error("extend '", path, "' from ", file_size, " to ", size, " bytes");
       }
     }
-    void* p = ::mmap(nullptr, size, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) os_error("mmap '", path, "' (", size, " bytes)");
+    const int protection = read_only ? PROT_READ : PROT_READ | PROT_WRITE;
+    const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE) > 0 ? ::sysconf(_SC_PAGESIZE) : 4096);
+    const std::uint64_t file_pages = (backed + page - 1) / page * page;
+    void* p = nullptr;
+    if ((size + page - 1) / page * page <= file_pages) {
+      // The padding lies in the file's last page: past the end of a file, mapped memory in
+      // that page reads as zeros (mmap(2)).
+      p = ::mmap(nullptr, size, protection, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED) os_error("mmap '", path, "' (", size, " bytes)");
+    } else {
+      // The padding reaches pages past the file's last, which fault (SIGBUS) in a mapping of
+      // the file: reserve zero pages for the whole store and map the file over its start.
+      p = ::mmap(nullptr, size, protection, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) os_error("mmap ", size, " bytes for '", path, "'");
+      if (::mmap(p, file_pages, protection, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        const int error = errno;
+        ::munmap(p, size);
+        errno = error;
+        os_error("mmap '", path, "' (", backed, " bytes)");
+      }
+    }
     guard.fd = -1;
-    return backing_store(static_cast<std::byte*>(p), size, fd, path, read_only);
+    return backing_store(static_cast<std::byte*>(p), size, backed, fd, path, read_only);
   }
 
   backing_store(backing_store&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
+        file_bytes_(std::exchange(other.file_bytes_, 0)),
         fd_(std::exchange(other.fd_, -1)),
         page_bytes_(other.page_bytes_),
         read_only_(other.read_only_),
@@ -116,6 +146,7 @@ class backing_store {
       release();
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
+      file_bytes_ = std::exchange(other.file_bytes_, 0);
       fd_ = std::exchange(other.fd_, -1);
       page_bytes_ = other.page_bytes_;
       read_only_ = other.read_only_;
@@ -131,6 +162,10 @@ class backing_store {
   ~backing_store() { release(); }
 
   [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
+  /// The bytes at the store's start that can be written: all of them, but for a file that
+  /// `from_file` rounded up to whole blocks, whose bytes from its end to `size()` read as
+  /// zeros and are refused to writers (a write there would not reach the file).
+  [[nodiscard]] std::uint64_t file_bytes() const noexcept { return file_bytes_; }
   [[nodiscard]] bool read_only() const noexcept { return read_only_; }
   [[nodiscard]] bool file_backed() const noexcept { return fd_ >= 0; }
 
@@ -156,10 +191,10 @@ class backing_store {
   }
 
   /// Copies `len` bytes from `src` to [offset, offset + len). Throws std::logic_error on a
-  /// read-only store and std::out_of_range outside the store.
+  /// read-only store and std::out_of_range outside the store's `file_bytes()`.
   void write(std::uint64_t offset, const void* src, std::uint64_t len) {
     check_writable("write");
-    check_range(offset, len, "write");
+    check_write_range(offset, len, "write");
     const auto* in = static_cast<const std::byte*>(src);
     for_each_piece(offset, len, [&](std::uint64_t at, std::uint64_t n) {
       range_lock<lock_mode::exclusive> lock(locks_.get(), at, n);
@@ -171,10 +206,13 @@ class backing_store {
   /// are handed back — a hole punched in a file, fresh zero pages in RAM — so deallocating
   /// a large range frees space instead of writing zeros over it; the partial pages at either
   /// end are cleared by hand (all of it, while the pages are pinned: `set_pages_pinned`).
-  /// Same errors as `write`.
+  /// Bytes past `file_bytes()` read as zeros already and are left alone. Throws
+  /// std::logic_error on a read-only store and std::out_of_range outside the store.
   void zero(std::uint64_t offset, std::uint64_t len) {
     check_writable("zero");
     check_range(offset, len, "zero");
+    if (offset >= file_bytes_) return;
+    len = std::min(len, file_bytes_ - offset);
     for_each_piece(offset, len, [&](std::uint64_t at, std::uint64_t n) {
       range_lock<lock_mode::exclusive> lock(locks_.get(), at, n);
       clear(at, n);
@@ -185,7 +223,7 @@ class backing_store {
   /// store. Throws std::system_error naming the file.
   void flush() {
     if (fd_ < 0 || read_only_) return;
-    if (::msync(data_, size_, MS_SYNC) != 0) os_error("msync '", path_, "'");
+    if (::msync(data_, file_bytes_, MS_SYNC) != 0) os_error("msync '", path_, "'");
   }
 
   /// Calls `f(const std::byte* p)`, `p` pointing at byte `offset`, while no writer can touch
@@ -208,12 +246,13 @@ class backing_store {
   }
 
   /// As `with_read_access`, calling `f(std::byte* p)` while no other access can touch the
-  /// range. Throws std::logic_error on a read-only store.
+  /// range. Throws std::logic_error on a read-only store and std::out_of_range outside
+  /// `file_bytes()`.
   template <class F>
     requires std::invocable<F&, std::byte*>
   void with_write_access(std::uint64_t offset, std::uint64_t len, F&& f) {
     check_writable("write");
-    check_range(offset, len, "write");
+    check_write_range(offset, len, "write");
     range_lock<lock_mode::exclusive> lock(locks_.get(), offset, len);
     f(data_ + offset);
   }
@@ -235,8 +274,8 @@ class backing_store {
     requires std::invocable<F&, std::byte*, std::byte*>
   void with_write_access(std::uint64_t offset, std::uint64_t len, std::uint64_t offset2, std::uint64_t len2, F&& f) {
     check_writable("write");
-    check_range(offset, len, "write");
-    check_range(offset2, len2, "write");
+    check_write_range(offset, len, "write");
+    check_write_range(offset2, len2, "write");
     range_lock<lock_mode::exclusive> lock(locks_.get(), offset, len, offset2, len2);
     f(data_ + offset, data_ + offset2);
   }
@@ -300,9 +339,10 @@ class backing_store {
   }
 
  private:
-  backing_store(std::byte* data, std::uint64_t size, int fd, std::string path, bool read_only)
+  backing_store(std::byte* data, std::uint64_t size, std::uint64_t file_bytes, int fd, std::string path, bool read_only)
       : data_(data),
         size_(size),
+        file_bytes_(file_bytes),
         fd_(fd),
         page_bytes_(::sysconf(_SC_PAGESIZE) > 0 ? static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) : 4096),
         read_only_(read_only),
@@ -333,6 +373,16 @@ class backing_store {
     if (offset > size_ || len > size_ - offset) {
       throw std::out_of_range(std::string("backing_store: ") + operation + " of " + std::to_string(len) +
                               " bytes at offset " + std::to_string(offset) + " is outside " + describe());
+    }
+  }
+
+  /// As `check_range`, and the range must lie in `file_bytes()`.
+  void check_write_range(std::uint64_t offset, std::uint64_t len, const char* operation) const {
+    check_range(offset, len, operation);
+    if (offset > file_bytes_ || len > file_bytes_ - offset) {
+      throw std::out_of_range(std::string("backing_store: ") + operation + " of " + std::to_string(len) + " bytes at offset " +
+                              std::to_string(offset) + " reaches past the end of " + describe() + ", which holds " +
+                              std::to_string(file_bytes_) + " (the rest reads as zeros and cannot be written)");
     }
   }
 
@@ -391,6 +441,7 @@ class backing_store {
 
   std::byte* data_ = nullptr;
   std::uint64_t size_ = 0;
+  std::uint64_t file_bytes_ = 0;  // <= size_: see file_bytes()
   int fd_ = -1;
   std::uint64_t page_bytes_ = 4096;
   bool read_only_ = false;

@@ -45,8 +45,10 @@ struct namespace_config {
     return n;
   }
 
-  /// A namespace backed by `path`, its capacity the file's size (rounded down to whole
-  /// blocks) unless `lba_count` is given.
+  /// A namespace backed by `path`, its capacity the file's size rounded up to whole blocks
+  /// (the last one's bytes past the file's end read as zeros, and a Write that would store
+  /// bytes there fails with Write Fault: the file is never extended by it) unless `lba_count`
+  /// is given (then the file is cut to, or extended to, that many blocks).
   [[nodiscard]] static namespace_config from_file(std::string path, std::uint32_t lba_size = 512,
                                                   std::uint64_t lba_count = 0) {
     namespace_config n;

@@ -173,6 +173,14 @@ class controller_state {
     [[nodiscard]] bool separate_metadata() const noexcept { return ms != 0 && !extended; }
     /// Separate metadata lives after all the data in the store (namespace_config says why).
     [[nodiscard]] std::uint64_t metadata_offset(std::uint64_t lba) const noexcept { return lba_count * lba_size + lba * ms; }
+    /// Whether Write may store blocks [slba, slba + blocks): all their bytes, data and separate
+    /// metadata, lie in the file (`backing_store::file_bytes`), not in the zeros padding a
+    /// file's partial last block.
+    [[nodiscard]] bool writable(std::uint64_t slba, std::uint64_t blocks) const noexcept {
+      const std::uint64_t end = store.file_bytes();
+      if ((slba + blocks) * data_stride() > end) return false;
+      return !separate_metadata() || metadata_offset(slba + blocks) <= end;
+    }
     /// Write Zeroes and deallocation: data and metadata of the blocks read back as zeros.
     void zero_blocks(std::uint64_t slba, std::uint64_t blocks) {
       store.zero(slba * data_stride(), blocks * data_stride());
@@ -228,14 +236,13 @@ class controller_state {
   void open_namespaces() {
     for (const auto& n : config_.namespaces) {
       const std::uint64_t per_block = n.stored_block_bytes();
+      // A file sized by itself (lba_count 0) holds every byte of it: its size is rounded up to
+      // whole blocks, the last one's bytes past the file's end reading as zeros, and Writes
+      // that reach them fail (nvm_commands::read_write), since they could not reach the file.
       backing_store store = n.file.empty()
                                 ? backing_store::in_memory(n.lba_count * per_block)
-                                : backing_store::from_file(n.file, n.lba_count * per_block, n.read_only);
+                                : backing_store::from_file(n.file, n.lba_count * per_block, n.read_only, per_block);
       const std::uint64_t blocks = store.size() / per_block;
-      if (blocks == 0) {
-        throw std::invalid_argument("emu::controller: namespace file '" + n.file + "' is smaller than one " +
-                                    std::to_string(per_block) + "-byte block");
-      }
       const std::uint8_t lbads = n.lba_size == 512 ? 9 : 12;
       namespace_state& added = namespaces_.emplace_back(
           namespace_state{std::move(store), n.lba_size, lbads, blocks, n.read_only, n.metadata_size, n.extended_lba && n.metadata_size != 0, {}});

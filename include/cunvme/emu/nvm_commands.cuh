@@ -239,6 +239,9 @@ class nvm_commands : public queues {
     }
     o.status = e.walker.walk(mem, sqe.prp1, sqe.prp2, bytes, page_size_, config_.cmb_mixed_data_locations);
     if (o.status != spec::status::successful_completion) return o;
+    // The zeros after a file's partial last block are not the file's: data written there
+    // could never reach it, so the command fails whole, as a write the medium refuses.
+    if (is_write && !n->writable(slba, blocks)) return failed(spec::status::write_fault);
     // Without data movement every check above has run and the command completes as it
     // would have; only the copies (which, not attempted, cannot fail) are left out.
     if (config_.move_data) {

@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 
 CUNVME_NAMESPACE_BEGIN
@@ -27,6 +28,11 @@ namespace host {
 
 /// DMA memory of an emulated controller: ordinary (or, with CUDA hooks, pinned and mapped)
 /// host memory registered with the emulator's IOMMU, so each buffer is one bus range.
+///
+/// Every method fails with `host::error` naming "emu", as a real backend's do: what the
+/// emulator's `dma_space` throws (std::invalid_argument, std::length_error) goes through
+/// `map_range`, the one place this class registers a range, and a buffer's release never
+/// throws (`unmap_quietly`): it runs in `dma_buffer`'s noexcept destructor.
 class emu_allocator final : public dma_allocator {
  public:
   explicit emu_allocator(emu::controller& c) : ctrl_(c) {}
@@ -41,9 +47,9 @@ class emu_allocator final : public dma_allocator {
   /// its page, and the emulator's IOMMU lets the controller reach exactly these bytes.
   [[nodiscard]] dma_buffer map_gpu_range(void* gpu, std::size_t bytes) override {
     if (gpu == nullptr || bytes == 0) throw error("Map GPU memory", "emu", "empty range");
-    const std::uint64_t bus = ctrl_.dma().map(gpu, bytes, emu::memory_kind::device);
+    const std::uint64_t bus = map_range("Map GPU memory", gpu, bytes, emu::memory_kind::device);
     emu::controller* ctrl = &ctrl_;
-    return dma_buffer(nullptr, gpu, bytes, 4096, pages_of(bus, bytes), memory_location::gpu, [ctrl, bus] { ctrl->dma().unmap(bus); });
+    return dma_buffer(nullptr, gpu, bytes, 4096, pages_of(bus, bytes), memory_location::gpu, [ctrl, bus] { unmap_quietly(*ctrl, bus); });
   }
 
   /// The emulator reaches any host memory the process has: the range is registered with its
@@ -51,16 +57,10 @@ class emu_allocator final : public dma_allocator {
   [[nodiscard]] dma_buffer map_host(void* host, std::size_t bytes) override {
     if (host == nullptr || bytes == 0) throw error("Map host memory", "emu", "empty range");
     if (reinterpret_cast<std::uintptr_t>(host) % 4096 != 0) throw error("Map host memory", "emu", "host memory must start on a 4 KiB boundary");
-    std::uint64_t bus = 0;
-    try {
-      bus = ctrl_.dma().map(host, bytes, emu::memory_kind::host);
-    } catch (const std::exception& e) {
-      // The bus cannot hold the range (dma_space's std::invalid_argument, std::length_error).
-      throw error("Map host memory", "emu", e.what());
-    }
+    const std::uint64_t bus = map_range("Map host memory", host, bytes, emu::memory_kind::host);
     emu::controller* ctrl = &ctrl_;
     return dma_buffer(static_cast<std::byte*>(host), nullptr, bytes, 4096, pages_of(bus, bytes), memory_location::pinned_host,
-                      [ctrl, bus] { ctrl->dma().unmap(bus); });
+                      [ctrl, bus] { unmap_quietly(*ctrl, bus); });
   }
 
  protected:
@@ -94,18 +94,33 @@ class emu_allocator final : public dma_allocator {
     std::uint64_t bus = 0;
     try {
       // The bus address aligned as the pointer is: controller pages may exceed 2 MiB (MPSMIN 10..15).
-      bus = ctrl_.dma().map(p, rounded, emu::memory_kind::host, alignment);
-    } catch (const std::exception& e) {
+      bus = map_range("Allocate DMA memory", p, rounded, emu::memory_kind::host, alignment);
+    } catch (...) {
       release();
-      throw error("Allocate DMA memory", "emu", e.what());
+      throw;
     }
     return dma_buffer(p, hooks.allocate ? p : nullptr, bytes, 4096, pages_of(bus, rounded), memory_location::pinned_host, [ctrl, bus, release] {
-      ctrl->dma().unmap(bus);
+      unmap_quietly(*ctrl, bus);
       release();
     });
   }
 
  private:
+  /// Registers [pointer, pointer + bytes) with the emulator's IOMMU; what it refuses (a range
+  /// the bus cannot hold, an exhausted bus) comes back as `host::error` naming `operation`.
+  [[nodiscard]] std::uint64_t map_range(const char* operation, void* pointer, std::size_t bytes, emu::memory_kind kind,
+                                        std::uint64_t alignment = emu::dma_space::bus_granule) {
+    try {
+      return ctrl_.dma().map(pointer, bytes, kind, alignment);
+    } catch (const std::exception& e) {
+      throw error(operation, "emu", e.what());
+    }
+  }
+  /// Takes a buffer's range out of the IOMMU. It is gone already only if someone unmapped it
+  /// through `emu_backend::controller().dma()`; then there is nothing left to do, and a
+  /// release must not throw.
+  static void unmap_quietly(emu::controller& ctrl, std::uint64_t bus) noexcept { (void)ctrl.dma().try_unmap(bus); }
+
   static std::vector<std::uint64_t> pages_of(std::uint64_t bus, std::size_t bytes) {
     std::vector<std::uint64_t> pages((bytes + 4095) / 4096);
     for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = bus + 4096 * i;
@@ -160,8 +175,22 @@ class emu_backend final : public register_backend {
   [[nodiscard]] std::size_t bar_size() const override { return ctrl_.bar_size(); }
   // Registers go through the emulator's register file (read-only ones never show a write);
   // doorbells land in bar(), where GPU threads store them too.
-  [[nodiscard]] std::uint32_t read32(std::uint32_t offset) const override { return ctrl_.read_register(offset); }
-  void write32(std::uint32_t offset, std::uint32_t value) const override { device_->write_register(offset, value); }
+  // An offset outside BAR0 or not 4-byte aligned is the emulator's std::out_of_range,
+  // reported as the host's error.
+  [[nodiscard]] std::uint32_t read32(std::uint32_t offset) const override {
+    try {
+      return ctrl_.read_register(offset);
+    } catch (const std::out_of_range& e) {
+      throw error("Read register", "emu", e.what());
+    }
+  }
+  void write32(std::uint32_t offset, std::uint32_t value) const override {
+    try {
+      device_->write_register(offset, value);
+    } catch (const std::out_of_range& e) {
+      throw error("Write register", "emu", e.what());
+    }
+  }
   [[nodiscard]] std::byte* cmb() const override { return cmb_mapped_ ? ctrl_.cmb() : nullptr; }
   [[nodiscard]] std::size_t cmb_size() const override { return cmb_mapped_ ? ctrl_.cmb_size() : 0; }
   [[nodiscard]] std::uint64_t cmb_bus_address() const override { return cmb_mapped_ ? emu::controller::suggested_cmb_address : 0; }
@@ -188,7 +217,8 @@ class emu_backend final : public register_backend {
 
 namespace detail {
 
-/// `emu:` options: lba=512|4096, blocks=N, namespaces=1..1024, file=PATH, cmb_mb=0..4095,
+/// `emu:` options: lba=512|4096, blocks=N, namespaces=1..1024, file=PATH (the namespaces'
+/// bytes: ⌈size / block⌉ blocks unless `blocks` is given, `emu::namespace_config::from_file`), cmb_mb=0..4095,
 /// timing=none|gen4-tlc|datacenter-gen4|scm, workers=1..1024, mpsmin=0..15 (CAP.MPSMIN: the
 /// smallest controller page is 2^(12 + mpsmin) bytes), and the flags (bare, =1/true or
 /// =0/false) pattern, readonly (a file namespace opened read-only: writes fail with Write
@@ -229,6 +259,8 @@ namespace detail {
   fill_pattern = o.flag("pattern");
   config.move_data = !o.flag("nodata");
   ns.read_only = o.flag("readonly");
+  // The pattern is written into the namespace when it opens: a read-only file cannot take it.
+  if (fill_pattern && ns.read_only) o.refuse("pattern", "'pattern' writes the namespace, which 'readonly' forbids");
   if (const auto ms = o.number("ms", 0, 4096)) ns.metadata_size = static_cast<std::uint16_t>(*ms);
   if (const auto mset = o.number("mset", 0, 1)) {
     if (ns.metadata_size == 0) o.refuse("mset", "'mset' needs metadata: give 'ms' (bytes per block) too");
@@ -247,7 +279,8 @@ namespace detail {
 
 /// The emulator an `emu:` URI's options describe (`host::open`'s "emu" scheme), its namespaces
 /// filled with `pattern_word` where the options say `pattern`. Throws `host::error` naming the
-/// URI for a bad option or a combination the emulator cannot build.
+/// URI for a bad option or a combination the emulator cannot build, and for whatever else
+/// stops it being built (a file that cannot be opened or mapped: the error keeps the OS's code).
 [[nodiscard]] inline std::unique_ptr<emu_backend> open_emulator(std::string_view options, std::string_view uri, const memory_reach& reach) {
   const std::string_view rest = options;
   bool fill_pattern = false;
@@ -256,15 +289,21 @@ namespace detail {
   std::unique_ptr<emu_backend> backend;
   try {
     backend = std::make_unique<emu_backend>(std::move(config));
-  } catch (const std::invalid_argument& e) {
-    // A combination of in-range values the emulator cannot build (a file too short, say).
+  } catch (const error&) {
+    throw;
+  } catch (const std::system_error& e) {
+    // The OS refused: the file cannot be opened, sized or mapped, a thread cannot start.
+    throw error("Open", std::string(uri), e.code(), e.what());
+  } catch (const std::exception& e) {
+    // A combination of in-range values the emulator cannot build (a file too short, say:
+    // std::invalid_argument), memory the hooks could not get (std::bad_alloc, cuda_error).
     throw error("Open", std::string(uri), e.what());
   }
   if (fill_pattern) {
     for (std::uint32_t nsid = 1; nsid <= backend->controller().config().namespaces.size(); ++nsid) {
       auto& store = backend->controller().store(nsid);
-      store.with_write_access(0, store.size(), [&](std::byte* p) {
-        for (std::uint64_t o = 0; o + 8 <= store.size(); o += 8) {
+      store.with_write_access(0, store.file_bytes(), [&](std::byte* p) {
+        for (std::uint64_t o = 0; o + 8 <= store.file_bytes(); o += 8) {
           const std::uint64_t w = pattern_word(o);
           std::memcpy(p + o, &w, 8);
         }

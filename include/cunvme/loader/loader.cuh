@@ -38,6 +38,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,32 @@ inline void check_cuda(cudaError_t e, const char* what, const std::string& sourc
     (void)cudaGetLastError();
     throw host::error(what, source, std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")");
   }
+}
+
+/// A CUDA stream or event owned by the object holding it: destroyed with it, however the
+/// object goes — a constructor that throws after creating some releases exactly those.
+/// (Destroying a stream or event with work pending is allowed: the driver releases it once
+/// the work is done.)
+struct stream_destroyer {
+  void operator()(cudaStream_t s) const noexcept { (void)cudaStreamDestroy(s); }
+};
+struct event_destroyer {
+  void operator()(cudaEvent_t e) const noexcept { (void)cudaEventDestroy(e); }
+};
+using owned_stream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, stream_destroyer>;
+using owned_event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, event_destroyer>;
+
+/// A non-blocking stream, or `host::error` naming `what` and `source`.
+[[nodiscard]] inline owned_stream make_stream(const char* what, const std::string& source) {
+  cudaStream_t s = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), what, source);
+  return owned_stream(s);
+}
+/// An event without timing, or `host::error` naming `what` and `source`.
+[[nodiscard]] inline owned_event make_event(const char* what, const std::string& source) {
+  cudaEvent_t e = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), what, source);
+  return owned_event(e);
 }
 
 /// GPU memory registered with the device for as long as it lives (copies into it map nothing).
@@ -256,26 +283,25 @@ class layer_streamer {
       plans_.push_back(file_.plan(g.tensors));
       largest = std::max(largest, plans_.back().buffer_bytes);
     }
+    // Every handle is owned by a member as soon as it exists: a throw part-way (no GPU memory
+    // for the second buffer, say) releases what was made, as members are destroyed.
     const std::string& source = file_.source();
-    detail::check_cuda(cudaStreamCreateWithFlags(&load_, cudaStreamNonBlocking), "Create the load stream", source);
+    load_ = detail::make_stream("Create the load stream", source);
     for (slot& s : slots_) {
       s.buffer = std::make_unique<detail::gpu_buffer>(file_.dev(), static_cast<std::size_t>(largest), source);
-      detail::check_cuda(cudaEventCreateWithFlags(&s.loaded, cudaEventDisableTiming), "Create an event", source);
-      detail::check_cuda(cudaEventCreateWithFlags(&s.released, cudaEventDisableTiming), "Create an event", source);
+      s.loaded = detail::make_event("Create an event", source);
+      s.released = detail::make_event("Create an event", source);
     }
   }
   layer_streamer(const layer_streamer&) = delete;
   layer_streamer& operator=(const layer_streamer&) = delete;
+  /// Waits for the reads in flight, so the buffers are not freed under them; the members then
+  /// release the stream, events and buffers.
   ~layer_streamer() {
     for (slot& s : slots_) {
       for (pending_copy& c : s.copies) (void)c.wait();
     }
-    if (load_ != nullptr) (void)cudaStreamSynchronize(load_);
-    for (slot& s : slots_) {
-      if (s.loaded != nullptr) (void)cudaEventDestroy(s.loaded);
-      if (s.released != nullptr) (void)cudaEventDestroy(s.released);
-    }
-    if (load_ != nullptr) (void)cudaStreamDestroy(load_);
+    if (load_) (void)cudaStreamSynchronize(load_.get());
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return groups_.size(); }
@@ -291,7 +317,7 @@ class layer_streamer {
     if (next_ > 0) {
       // Everything the caller enqueued on the previous layer is on `compute_` now.
       slot& done = slots_[(next_ - 1) % 2];
-      detail::check_cuda(cudaEventRecord(done.released, compute_), "Record an event", source);
+      detail::check_cuda(cudaEventRecord(done.released.get(), compute_), "Record an event", source);
       done.released_recorded = true;
     }
     if (next_ >= groups_.size()) return std::nullopt;
@@ -299,7 +325,7 @@ class layer_streamer {
     if (next_ + 1 < groups_.size()) enqueue(next_ + 1);
     slot& s = slots_[next_ % 2];
     detail::wait_all(s.copies, "Load layer '" + groups_[next_].key + "'", source);
-    detail::check_cuda(cudaStreamWaitEvent(compute, s.loaded, 0), "Order the compute stream after the load", source);
+    detail::check_cuda(cudaStreamWaitEvent(compute, s.loaded.get(), 0), "Order the compute stream after the load", source);
     layer l{groups_[next_].key, next_, {}};
     const read_plan& p = plans_[next_];
     for (std::size_t k = 0; k < groups_[next_].tensors.size(); ++k) {
@@ -314,25 +340,27 @@ class layer_streamer {
   struct slot {
     std::unique_ptr<detail::gpu_buffer> buffer;
     std::vector<pending_copy> copies;
-    cudaEvent_t loaded = nullptr;    ///< on the load stream, after the layer's reads
-    cudaEvent_t released = nullptr;  ///< on the caller's stream, after its work on the layer
+    detail::owned_event loaded;    ///< on the load stream, after the layer's reads
+    detail::owned_event released;  ///< on the caller's stream, after its work on the layer
     bool released_recorded = false;
   };
 
   void enqueue(std::size_t k) {
     slot& s = slots_[k % 2];
     const std::string& source = file_.source();
-    if (s.released_recorded) detail::check_cuda(cudaStreamWaitEvent(load_, s.released, 0), "Order the load after the compute", source);
-    s.copies = detail::enqueue_reads(file_.dev(), plans_[k], s.buffer->data(), load_);
-    detail::check_cuda(cudaEventRecord(s.loaded, load_), "Record an event", source);
+    if (s.released_recorded) detail::check_cuda(cudaStreamWaitEvent(load_.get(), s.released.get(), 0), "Order the load after the compute", source);
+    s.copies = detail::enqueue_reads(file_.dev(), plans_[k], s.buffer->data(), load_.get());
+    detail::check_cuda(cudaEventRecord(s.loaded.get(), load_.get()), "Record an event", source);
     for (const block_read& r : plans_[k].reads) bytes_read_ += r.blocks * file_.placement().block_bytes();
   }
 
   safetensors_file& file_;
   std::vector<layer_group> groups_;
   std::vector<read_plan> plans_;
+  // Destroyed in reverse: the load stream first, then the slots' events and buffers (the
+  // destructor has waited for the stream, so nothing on it still uses them).
   slot slots_[2];
-  cudaStream_t load_ = nullptr;
+  detail::owned_stream load_;
   cudaStream_t compute_ = nullptr;
   std::size_t next_ = 0;
   std::uint64_t bytes_read_ = 0;

@@ -51,7 +51,7 @@ class file_placement {
  public:
   /// The file from `first_lba` on, `file_bytes` bytes in ⌈file_bytes / block_bytes⌉ blocks, of
   /// which the device holds `device_blocks - first_lba`. The emulator backed by the file holds
-  /// the file's size rounded *down* to whole blocks: a partial last block is not there.
+  /// all ⌈file_bytes / block_bytes⌉ of them, the last one's bytes past the file reading as zeros.
   [[nodiscard]] static file_placement contiguous(std::uint64_t block_bytes, std::uint64_t first_lba, std::uint64_t file_bytes,
                                                  std::uint64_t device_blocks) {
     check_block(block_bytes);
@@ -120,8 +120,7 @@ class file_placement {
     }
     if (block <= last) {
       refuse("file bytes [" + std::to_string(block * block_bytes_) + ", " + std::to_string(std::min(file_bytes_, (last + 1) * block_bytes_)) +
-             ") lie on no block of the device (a hole, or a device shorter than the file: the emulator backed by a file holds its size "
-             "rounded down to whole blocks, so pad the file to whole blocks)");
+             ") lie on no block of the device (a hole, or a device shorter than the file)");
     }
     return reads;
   }
