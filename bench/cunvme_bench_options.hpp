@@ -32,14 +32,17 @@ struct options {
   double time = 0;            ///< seconds to run; 0 when `size` is given
   std::uint64_t buffer = std::uint64_t{1} << 30;  ///< data buffer bytes, split over the devices
   std::uint64_t seed = 1;
+  std::string volume = "none";  ///< "none", or the --devices as one volume: "striped" or "mirrored"
+  std::uint64_t stripe = 64 * 1024;  ///< bytes of a volume's stripe (a power of two)
   unsigned qd = 1, threads = 1024, block_threads = 128, queues = 1, entries = 1024, tier = 2, devices = 1, null_blocks = 4;
   bool json = false, verify = false;
 
   [[nodiscard]] bool writes() const { return rw == "write" || rw == "randwrite"; }
   [[nodiscard]] bool random() const { return rw == "randread" || rw == "randwrite"; }
   [[nodiscard]] bool on_null_controller() const { return device.rfind("gpu-null", 0) == 0; }
-  /// The on-GPU null controller has one buffer; emulators and drives a share of it each.
-  [[nodiscard]] std::uint64_t buffer_per_device() const { return on_null_controller() ? buffer : buffer / devices; }
+  [[nodiscard]] bool on_volume() const { return volume != "none"; }
+  /// One on-GPU null controller has one buffer; emulators, drives and a volume's members a share each.
+  [[nodiscard]] std::uint64_t buffer_per_device() const { return on_null_controller() && !on_volume() ? buffer : buffer / devices; }
 };
 
 namespace detail {
@@ -68,6 +71,19 @@ inline void check_combination(options& o) {
   if (o.size == 0 && o.time == 0) o.time = default_seconds;
   if (!o.baseline.empty()) return;  // the baselines use --size and --json only
   if (o.queues < o.devices) throw CLI::ValidationError("--queues", "must be at least --devices (" + std::to_string(o.devices) + "): every device needs a queue");
+  if (o.on_volume()) {
+    if (o.queues % o.devices != 0) {
+      throw CLI::ValidationError("--volume", "gives each member the same queue pairs: --queues (" + std::to_string(o.queues) + ") must be a multiple of --devices (" +
+                                                 std::to_string(o.devices) + ")");
+    }
+    if (o.slots == "exclusive") throw CLI::ValidationError("--volume", "threads take their SM's queue pair on each member: --slots exclusive cannot be used");
+    if (o.volume == "mirrored" && o.writes()) {
+      throw CLI::ValidationError("--volume mirrored", "a write goes to every replica, which this benchmark's one command per request does not do: use reads");
+    }
+    if (o.volume == "striped" && o.stripe % o.bs != 0) {
+      throw CLI::ValidationError("--stripe", std::to_string(o.stripe) + " is not a multiple of --bs (" + std::to_string(o.bs) + "): a command must lie on one member");
+    }
+  }
   if (o.slots == "exclusive" && o.threads > o.queues) {
     throw CLI::ValidationError("--slots exclusive", "a queue has one submitting thread: --threads (" + std::to_string(o.threads) +
                                                         ") must not exceed --queues (" + std::to_string(o.queues) + ")");
@@ -122,6 +138,16 @@ inline std::unique_ptr<CLI::App> make_app(options& o) {
   size->excludes(time);
   app->add_option("--device", o.device, "emu[:options], gpu-null, gpu-null:copy, or a drive (sysfs:, vfio:, kmod:BDF)")->capture_default_str();
   app->add_option("--devices", o.devices, "devices of --device to open (the emulator: that many controllers)")->transform(whole_number(1, 1024))->capture_default_str();
+  app->add_option("--volume", o.volume, "make the --devices one volume (volume_io's layout and queue choice): striped (RAID-0) or mirrored (RAID-1, reads)")
+      ->check(CLI::IsMember({"none", "striped", "mirrored"}))
+      ->capture_default_str();
+  app->add_option("--stripe", o.stripe, "stripe bytes of --volume striped (a power of two, a multiple of --bs; mirrored reads take the replicas in turn by 64 KiB)")
+      ->transform(size_in_bytes())
+      ->check(CLI::Validator([](std::string& text) {
+        const std::uint64_t v = std::stoull(text);
+        return (v & (v - 1)) == 0 ? std::string{} : "must be a power of two, not " + text;
+      }, "", "power of two"))
+      ->capture_default_str();
   app->add_option("--null-blocks", o.null_blocks, "thread blocks the on-GPU null controller runs on")->transform(whole_number(1, 1024))->capture_default_str();
   app->add_option("--buffer", o.buffer, "data buffer bytes, split over the devices")->transform(size_in_bytes())->capture_default_str();
   app->add_option("--seed", o.seed, "seed of the random offsets")->transform(whole_number(0, ~std::uint64_t{0}))->capture_default_str();

@@ -75,7 +75,7 @@ namespace detail {
   return json{{"tool", "cunvme_bench"}, {"date", ran.date}, {"gpu", ran.gpu}, {"device", o.device}, {"devices", o.devices},
               {"rw", o.rw}, {"bs", o.bs}, {"qd", o.qd}, {"threads", o.threads}, {"block_threads", o.block_threads},
               {"queues", o.queues}, {"entries", o.entries}, {"slots", o.slots}, {"completion", o.completion},
-              {"doorbell", o.doorbell}, {"tier", ran.tier}, {"verify", o.verify}};
+              {"doorbell", o.doorbell}, {"tier", ran.tier}, {"verify", o.verify}, {"volume", o.volume}, {"stripe", o.stripe}};
 }
 
 /// An I/O run's record: its figures (IOPS, bandwidth, latency and its histogram) when it

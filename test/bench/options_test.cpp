@@ -150,6 +150,20 @@ TEST_CASE("cunvme_bench splits --buffer over the emulators, not over the null co
   CHECK(bench_options({"--device", "gpu-null", "--devices", "4", "--queues", "4", "--buffer", "1G"}).buffer_per_device() == 1u << 30);
 }
 
+TEST_CASE("cunvme_bench makes the devices one volume with --volume, a 64 KiB stripe unless --stripe says") {
+  const cb::options striped = bench_options({"--device", "gpu-null:copy", "--devices", "4", "--queues", "8", "--volume", "striped", "--verify"});
+  CHECK(striped.on_volume());
+  CHECK(striped.volume == "striped");
+  CHECK(striped.stripe == 64u * 1024);
+  CHECK(bench_options({"--devices", "2", "--queues", "2", "--volume", "striped", "--stripe", "1M"}).stripe == 1u << 20);
+  CHECK(bench_options({"--devices", "2", "--queues", "4", "--volume", "mirrored"}).volume == "mirrored");
+  CHECK_FALSE(bench_options({}).on_volume());
+}
+
+TEST_CASE("cunvme_bench splits --buffer over a volume's null controllers, one each") {
+  CHECK(bench_options({"--device", "gpu-null:copy", "--devices", "4", "--queues", "4", "--volume", "striped", "--buffer", "1G"}).buffer_per_device() == 256u << 20);
+}
+
 // ---- cunvme_bench: refusals, each naming the option -------------------------------------------------
 
 TEST_CASE("cunvme_bench refuses an unknown option") { CHECK(bench_refusal({"--queue-depth", "4"}).find("--queue-depth") != std::string::npos); }
@@ -332,4 +346,26 @@ TEST_CASE("file_peers refuses counts out of their ranges") {
   CHECK(peers_refusal({"--file", "f", "--threads", "257"}).find("--threads") != std::string::npos);
   CHECK(peers_refusal({"--file", "f", "--workers", "65"}).find("--workers") != std::string::npos);
   CHECK(peers_refusal({"--file", "f", "--repeat", "1001"}).find("--repeat") != std::string::npos);
+}
+
+TEST_CASE("cunvme_bench refuses a volume layout it does not know") {
+  CHECK(bench_refusal({"--volume", "raid5"}).find("--volume") != std::string::npos);
+}
+
+TEST_CASE("cunvme_bench refuses a stripe that is not a power of two, or not whole commands") {
+  CHECK(bench_refusal({"--volume", "striped", "--stripe", "96K"}).find("--stripe") != std::string::npos);
+  const std::string why = bench_refusal({"--volume", "striped", "--stripe", "4K", "--bs", "8K"});
+  CHECK(why.find("--stripe") != std::string::npos);
+  CHECK(why.find("--bs") != std::string::npos);
+}
+
+TEST_CASE("cunvme_bench refuses a volume whose members would have different numbers of queue pairs") {
+  const std::string why = bench_refusal({"--devices", "4", "--queues", "6", "--volume", "striped"});
+  CHECK(why.find("--volume") != std::string::npos);
+  CHECK(why.find("--queues") != std::string::npos);
+}
+
+TEST_CASE("cunvme_bench refuses a volume with exclusive slots, and writes on a mirrored volume") {
+  CHECK(bench_refusal({"--devices", "2", "--queues", "2", "--volume", "striped", "--slots", "exclusive", "--threads", "2"}).find("--volume") != std::string::npos);
+  CHECK(bench_refusal({"--devices", "2", "--queues", "2", "--volume", "mirrored", "--rw", "randwrite"}).find("--volume mirrored") != std::string::npos);
 }
