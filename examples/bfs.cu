@@ -190,7 +190,9 @@ int run(int argc, char** argv) {
   example::write_volume(host_volume, 0, g.offsets.data(), offsets_bytes, "graph's offsets");
   example::write_volume(host_volume, edges_at, g.edges.data(), edges_bytes, "graph's edges");
 
-  cunvme::host::page_cache_memory memory(gpu_volume, 4096, o.slots, cunvme::host::gpu_bookkeeping(*volumes.ctrls[0], example::where), cunvme::host::allocate_gpu);
+  // Slots in the controllers' DMA memory, as tier 1 has its data (no peer-to-peer needed); with
+  // peer-to-peer DMA (tier 2) pass cunvme::host::allocate_gpu to put them in GPU memory.
+  cunvme::host::page_cache_memory memory(gpu_volume, 4096, o.slots, cunvme::host::gpu_bookkeeping(*volumes.ctrls[0], example::where));
   const cache c(memory.device_view(), gpu_volume.device_view());
   const cached_graph on_volume{{c, 0, g.offsets.size()}, {c, edges_at, g.edges.size()}};
   thrust::device_vector<std::uint64_t> d_offsets(g.offsets.begin(), g.offsets.end());

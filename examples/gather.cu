@@ -122,7 +122,9 @@ int run(int argc, char** argv) {
   thrust::device_vector<std::uint64_t> d_idx(idx.begin(), idx.end());
   thrust::device_vector<row> cached_out(o.batch), memory_out(o.batch);
 
-  cunvme::host::page_cache_memory memory(gpu_volume, 4096, o.slots, cunvme::host::gpu_bookkeeping(*volumes.ctrls[0], example::where), cunvme::host::allocate_gpu);
+  // Slots in the controllers' DMA memory, as tier 1 has its data (no peer-to-peer needed); with
+  // peer-to-peer DMA (tier 2) pass cunvme::host::allocate_gpu to put them in GPU memory.
+  cunvme::host::page_cache_memory memory(gpu_volume, 4096, o.slots, cunvme::host::gpu_bookkeeping(*volumes.ctrls[0], example::where));
   const table t(cache(memory.device_view(), gpu_volume.device_view()), 0, o.rows);
   outcome* out = nullptr;
   unsigned long long* differ = nullptr;
