@@ -429,18 +429,20 @@ void open_target(const options& o, target& t) {
   if (o.on_null_controller()) {
     // One null controller, or one per member of a volume, its queues consecutive.
     const unsigned controllers = o.on_volume() ? o.devices : 1;
+    const bench::cunvme_bench::null_device null = bench::cunvme_bench::null_device_of(o.device);
     t.buffer_bytes = o.buffer_per_device();
     for (unsigned c = 0; c < controllers; ++c) {
       bench::gpu_null_controller::options n;
       n.queues = o.queues / controllers;
       n.entries = o.entries;
-      n.move_data = o.device == "gpu-null:copy";
+      n.move_data = null.copy;
+      n.timing = null.timing;
       n.lba_count = n.move_data ? (u64{1} << 22) : (u64{1} << 32);  // 2 GiB of namespace when it is real
       n.blocks = o.null_blocks;
       t.nulls.push_back(std::make_unique<bench::gpu_null_controller>(n));
-      bench::gpu_null_controller& null = *t.nulls.back();
+      bench::gpu_null_controller& controller = *t.nulls.back();
       if (n.move_data) {
-        fill_pattern<<<1024, 256>>>(reinterpret_cast<std::uint64_t*>(null.data()), (n.lba_count << n.lba_shift) / 8);
+        fill_pattern<<<1024, 256>>>(reinterpret_cast<std::uint64_t*>(controller.data()), (n.lba_count << n.lba_shift) / 8);
         check(cudaDeviceSynchronize(), "fill the null controller's namespace");
       }
       void* buffer = nullptr;
@@ -449,14 +451,22 @@ void open_target(const options& o, target& t) {
       t.member_queues.emplace_back();
       for (unsigned q = 0; q < n.queues; ++q) {
         t.member_queues.back().push_back(static_cast<unsigned>(t.views.size()));
-        t.views.push_back(null.views()[q]);
-        t.namespaces.push_back(null.namespace_view());
+        t.views.push_back(controller.views()[q]);
+        t.namespaces.push_back(controller.namespace_view());
         t.bufs.push_back(prp::contiguous{reinterpret_cast<u64>(buffer)});
         t.data.push_back(static_cast<std::uint64_t*>(buffer));
       }
     }
-    t.notes.push_back(o.device == "gpu-null:copy" ? "on-GPU null controller (copies a GPU-resident namespace): the command path, not a drive"
-                                                  : "on-GPU null controller (no data moved): the command path, not a drive");
+    if (null.timing.enabled()) {
+      char model[160];
+      std::snprintf(model, sizeof model, "a modelled drive: %.3g IOPS, %.3g GB/s, %.0f us read latency each",
+                    null.timing.max_iops, null.timing.max_bytes_per_second / 1e9, null.timing.read_latency_ns / 1e3);
+      t.notes.push_back(std::string("on-GPU null controller as ") + model + (null.copy ? ", with data" : ", no data moved") +
+                        ": the library's command path against drives modelled on the GPU");
+    } else {
+      t.notes.push_back(null.copy ? "on-GPU null controller (copies a GPU-resident namespace): the command path, not a drive"
+                                  : "on-GPU null controller (no data moved): the command path, not a drive");
+    }
     if (o.on_volume()) null_volume(o, t);
   } else {
     open_drives(o, t);

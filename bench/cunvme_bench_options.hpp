@@ -5,6 +5,7 @@
 
 #include "command_line.hpp"
 
+#include <cunvme/emu/timing_model.cuh>
 #include <cunvme/host/uri_options.cuh>
 
 #include <cstdint>
@@ -45,13 +46,42 @@ struct options {
   [[nodiscard]] std::uint64_t buffer_per_device() const { return on_null_controller() && !on_volume() ? buffer : buffer / devices; }
 };
 
+/// What an on-GPU null controller device asks for: `gpu-null[:keys]`, the keys as the emulator's
+/// URI takes them — `copy` (keep a namespace in GPU memory and move its data) and
+/// `timing=none|gen4-tlc|datacenter-gen4|scm` (a modelled drive: CQEs held until due).
+struct null_device {
+  bool copy = false;
+  cunvme::emu::timing_model timing = cunvme::emu::timing_model::none();
+};
+
+/// The null controller `device` names; throws CLI::ValidationError naming --device for an
+/// unknown key or preset.
+[[nodiscard]] inline null_device null_device_of(const std::string& device) {
+  null_device d;
+  if (device != "gpu-null" && device.rfind("gpu-null:", 0) != 0) throw CLI::ValidationError("--device", "'" + device + "' is not gpu-null[:copy,timing=PRESET]");
+  const std::string_view keys = device.size() > 9 ? std::string_view(device).substr(9) : std::string_view{};
+  try {
+    cunvme::host::detail::uri_options flags(keys, device);
+    d.copy = flags.flag("copy");
+    if (const auto preset = flags.text("timing")) {
+      const auto model = cunvme::emu::timing_preset(*preset);
+      if (!model) flags.refuse("timing", "unknown timing preset '" + std::string(*preset) + "' (none, gen4-tlc, datacenter-gen4, scm)");
+      d.timing = *model;
+    }
+    flags.finish();
+  } catch (const cunvme::host::error& e) {
+    throw CLI::ValidationError("--device", e.what());
+  }
+  return d;
+}
+
 namespace detail {
 
 /// Why `--verify` cannot check what `device` returns, or "" when it can. It compares each read
 /// with `host::pattern_word`: only a namespace filled with that pattern, moved for real, passes.
 [[nodiscard]] inline std::string why_unverifiable(const std::string& device) {
   if (device.rfind("gpu-null", 0) == 0) {
-    return device == "gpu-null:copy" ? "" : "the null controller moves no data with " + device + " (gpu-null:copy does)";
+    return null_device_of(device).copy ? "" : "the null controller moves no data with " + device + " (gpu-null:copy does)";
   }
   if (device != "emu" && device.rfind("emu:", 0) != 0) return "";  // a drive: the QEMU harness's test disks hold the pattern
   const std::string_view uri_options = device == "emu" ? std::string_view{} : std::string_view(device).substr(4);
@@ -70,6 +100,7 @@ namespace detail {
 inline void check_combination(options& o) {
   if (o.size == 0 && o.time == 0) o.time = default_seconds;
   if (!o.baseline.empty()) return;  // the baselines use --size and --json only
+  if (o.on_null_controller()) (void)null_device_of(o.device);  // its keys, before anything opens
   if (o.queues < o.devices) throw CLI::ValidationError("--queues", "must be at least --devices (" + std::to_string(o.devices) + "): every device needs a queue");
   if (o.on_volume()) {
     if (o.queues % o.devices != 0) {
@@ -136,7 +167,10 @@ inline std::unique_ptr<CLI::App> make_app(options& o) {
   CLI::Option* size = app->add_option("--size", o.size, "bytes to move in all (the run ends after them)")->transform(size_in_bytes());
   CLI::Option* time = app->add_option("--time", o.time, "seconds to run (default 2 without --size)")->check(seconds_up_to(86400));
   size->excludes(time);
-  app->add_option("--device", o.device, "emu[:options], gpu-null, gpu-null:copy, or a drive (sysfs:, vfio:, kmod:BDF)")->capture_default_str();
+  app->add_option("--device", o.device,
+                  "emu[:options], gpu-null[:copy,timing=PRESET] (the on-GPU null controller; copy: with data; timing: a modelled drive), or a drive "
+                  "(sysfs:, vfio:, kmod:BDF)")
+      ->capture_default_str();
   app->add_option("--devices", o.devices, "devices of --device to open (the emulator: that many controllers)")->transform(whole_number(1, 1024))->capture_default_str();
   app->add_option("--volume", o.volume, "make the --devices one volume (volume_io's layout and queue choice): striped (RAID-0) or mirrored (RAID-1, reads)")
       ->check(CLI::IsMember({"none", "striped", "mirrored"}))

@@ -5,6 +5,11 @@
 // tail doorbell, fetches up to 32 SQEs at once (one per lane), checks each as a controller
 // would (opcode, namespace, LBA range, PRP alignment), optionally copies the data between the
 // namespace and the PRP pages, and posts the CQEs with the phase tag (DW3 last, with release).
+// With a timing model (`options::timing`, the emulator's `emu::timing_model` and its
+// arithmetic, `emu::timing_costs`) it is a modelled drive on the GPU: each command's CQE is held
+// until its due time — its latency passed and its share of the drive's IOPS and bandwidth
+// reserved on the controller's timeline — so a benchmark measures how many GPU threads hold
+// such drives busy, with no host thread in the way (issue 18, P2).
 //
 // Numbers measured against it are the command path's, not a drive's: label them so.
 //
@@ -30,7 +35,10 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/access.cuh>
+#include <cunvme/detail/checked.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/emu/timing_model.cuh>
 #include <cunvme/io/namespace_view.cuh>
 #include <cunvme/policy/prp.cuh>
 #include <cunvme/policy/prp_walk.cuh>
@@ -43,6 +51,8 @@
 #include <cuda/atomic>
 #include <cuda/std/cstdint>
 
+#include <cooperative_groups.h>
+#include <cooperative_groups/scan.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -63,6 +73,15 @@ struct queue_state {
   cuda::std::uint32_t cq_tail;
   cuda::std::uint32_t odd_lap;  ///< 0 while the CQ is on an even pass (phase tag 1: memory starts zeroed)
   cuda::std::uint32_t cq_head;  ///< the last valid CQ head doorbell value (memory starts zeroed: the CQ's start)
+  cuda::std::uint32_t pending_head;   ///< timed: the oldest fetched command whose CQE is not posted yet
+  cuda::std::uint32_t pending_count;  ///< timed: fetched commands whose CQEs are not posted yet
+};
+
+/// A fetched command whose CQE waits for its due time (timed controllers only).
+struct pending_completion {
+  cuda::std::uint64_t due_ns;  ///< %globaltimer
+  cuda::std::uint16_t cid;
+  spec::status status;
 };
 
 struct queue {
@@ -71,6 +90,7 @@ struct queue {
   cuda::std::uint32_t* sq_tail_doorbell;
   cuda::std::uint32_t* cq_head_doorbell;
   queue_state* state;
+  pending_completion* pending;  ///< [entries], a ring from state->pending_head
   cuda::std::uint32_t entries;
   cuda::std::uint16_t qid;
 };
@@ -85,6 +105,9 @@ struct controller_view {
   cuda::std::uint32_t page_shift;
   cuda::std::uint64_t max_transfer_bytes;
   cuda::std::uint32_t* stop;  ///< mapped host memory: non-zero ends the kernel
+  bool timed;                      ///< a timing model holds CQEs until due
+  emu::timing_costs timing;
+  cuda::std::uint64_t* timeline;   ///< the drive's timeline (ticks), for its IOPS and bandwidth caps
 };
 
 /// Copies `bytes` between the namespace at `at` and the pages the PRPs describe, by the
@@ -144,6 +167,29 @@ __device__ inline spec::status execute(const controller_view& c, const spec::sub
   return advance <= posted ? rung : head;
 }
 
+/// Writes the CQE of command `cid` at CQ position `at` (counted from the pass `odd_lap` began,
+/// so it may lie one pass beyond), DW3 last with release: whoever sees the phase sees the
+/// entry and the data.
+__device__ inline void post(const queue& q, cuda::std::uint32_t at, cuda::std::uint32_t odd_lap, cuda::std::uint32_t sq_head, cuda::std::uint16_t cid,
+                            spec::status s) {
+  // Phase 1 on even passes through the CQ, 0 on odd ones (NVMe 2.0 section 4.6).
+  const bool my_phase = (at >= q.entries) ? odd_lap != 0 : odd_lap == 0;
+  auto* words = reinterpret_cast<cuda::std::uint32_t*>(q.cq + at % q.entries);
+  words[0] = 0;
+  words[1] = 0;
+  words[spec::cqe_dword::dw2_offset / 4] = spec::cqe_dword::make_dw2(static_cast<cuda::std::uint16_t>(sq_head), q.qid);
+  const cuda::std::uint16_t status = spec::cqe_status::make_status_field(s, my_phase, s != spec::status::successful_completion);
+  cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(words[spec::cqe_dword::dw3_offset / 4])
+      .store(spec::cqe_dword::make_dw3(cid, status), cuda::std::memory_order_release);
+}
+
+/// The bytes a command moves (0 for one that moves none or that `execute` refuses).
+__device__ inline cuda::std::uint64_t bytes_of(const controller_view& c, const spec::submission_entry& sqe) {
+  const auto opcode = static_cast<spec::nvm_opcode>(sqe.opcode());
+  if (opcode != spec::nvm_opcode::read && opcode != spec::nvm_opcode::write) return 0;
+  return (cuda::std::uint64_t{spec::rw_fields::nlb::get(sqe.cdw12)} + 1u) << c.lba_shift;
+}
+
 /// One pass over one queue by a whole warp (every lane calls it). Returns whether it found work.
 __device__ inline bool serve(const controller_view& c, const queue& q) {
   constexpr unsigned all_lanes = 0xffffffffu;
@@ -176,18 +222,7 @@ __device__ inline bool serve(const controller_view& c, const queue& q) {
   const cuda::std::uint32_t new_head = (head + n) % q.entries;
   if (lane < n) {
     const spec::submission_entry sqe = q.sq[(head + lane) % q.entries];
-    const spec::status s = execute(c, sqe);
-    const cuda::std::uint32_t at = tail_cq + lane;
-    // Phase 1 on even passes through the CQ, 0 on odd ones (NVMe 2.0 section 4.6).
-    const bool my_phase = (at >= q.entries) ? odd_lap != 0 : odd_lap == 0;
-    auto* words = reinterpret_cast<cuda::std::uint32_t*>(q.cq + at % q.entries);
-    words[0] = 0;
-    words[1] = 0;
-    words[spec::cqe_dword::dw2_offset / 4] = spec::cqe_dword::make_dw2(static_cast<cuda::std::uint16_t>(new_head), q.qid);
-    const cuda::std::uint16_t status = spec::cqe_status::make_status_field(s, my_phase, s != spec::status::successful_completion);
-    // DW3 (CID, status, phase) last, with release: whoever sees the phase sees the entry and the data.
-    cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(words[spec::cqe_dword::dw3_offset / 4])
-        .store(spec::cqe_dword::make_dw3(sqe.cid(), status), cuda::std::memory_order_release);
+    post(q, tail_cq + lane, odd_lap, new_head, sqe.cid(), execute(c, sqe));
   }
   __syncwarp();
   if (lane == 0) {
@@ -200,6 +235,96 @@ __device__ inline bool serve(const controller_view& c, const queue& q) {
   return true;
 }
 
+/// Reserves `cost_ticks` for each coalesced lane on the drive's timeline with one atomic for
+/// them all: the lanes' reservations follow each other in lane order from the later of the
+/// timeline's free point and `now_ticks`. Returns this lane's reservation end.
+__device__ inline cuda::std::uint64_t reserve_together(const controller_view& c, cuda::std::uint64_t now_ticks, cuda::std::uint64_t cost_ticks) {
+  namespace cg = cooperative_groups;
+  const auto lanes = cg::coalesced_threads();
+  const cuda::std::uint64_t upto = cg::inclusive_scan(lanes, cost_ticks);
+  const cuda::std::uint64_t total = lanes.shfl(upto, lanes.size() - 1);
+  cuda::std::uint64_t start = 0;
+  if (lanes.thread_rank() == 0) {
+    cuda::atomic_ref<cuda::std::uint64_t, cuda::thread_scope_device> timeline(*c.timeline);
+    cuda::std::uint64_t next = timeline.load(cuda::std::memory_order_relaxed);
+    cuda::std::uint64_t end = 0;
+    // Relaxed: the timeline's value is all that is shared.
+    do {
+      start = next > now_ticks ? next : now_ticks;
+      end = cunvme::detail::saturating_add(start, total);
+    } while (!timeline.compare_exchange_weak(next, end, cuda::std::memory_order_relaxed));
+  }
+  start = lanes.shfl(start, 0);
+  return cunvme::detail::saturating_add(start, upto);
+}
+
+/// `serve` for a timed controller: first posts, oldest first, the held CQEs that are due; then
+/// fetches and executes new commands (the data moves now) and holds their CQEs until due. A
+/// CQE waits behind an older one that is not due yet, so none is ever posted early; commands
+/// are fetched only while the CQ has room for every CQE held.
+__device__ inline bool serve_timed(const controller_view& c, const queue& q) {
+  constexpr unsigned all_lanes = 0xffffffffu;
+  const unsigned lane = threadIdx.x % 32;
+  queue_state& st = *q.state;
+  const cuda::std::uint32_t head = st.sq_head, tail_cq = st.cq_tail, odd_lap = st.odd_lap, last_cq_head = st.cq_head;
+  const cuda::std::uint32_t held_first = st.pending_head, held = st.pending_count;
+  cuda::std::uint32_t tail = 0, rung_cq_head = 0;
+  cuda::std::uint64_t now = 0;
+  if (lane == 0) {
+    tail = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.sq_tail_doorbell).load(cuda::std::memory_order_acquire);
+    rung_cq_head = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.cq_head_doorbell).load(cuda::std::memory_order_relaxed);
+    now = access::now_ns();
+  }
+  tail = __shfl_sync(all_lanes, tail, 0);
+  rung_cq_head = __shfl_sync(all_lanes, rung_cq_head, 0);
+  now = __shfl_sync(all_lanes, now, 0);
+  __syncwarp();
+  const cuda::std::uint32_t cq_head = cq_head_after_doorbell(rung_cq_head, last_cq_head, tail_cq, q.entries);
+  const cuda::std::uint32_t in_cq = (tail_cq + q.entries - cq_head) % q.entries;
+  // 1. The due CQEs: the longest run of the oldest held ones whose time has come.
+  cuda::std::uint32_t can_post = held < q.entries - 1 - in_cq ? held : q.entries - 1 - in_cq;
+  if (can_post > 32) can_post = 32;
+  const pending_completion* mine = lane < can_post ? &q.pending[(held_first + lane) % q.entries] : nullptr;
+  const unsigned due = __ballot_sync(all_lanes, mine != nullptr && mine->due_ns <= now);
+  const cuda::std::uint32_t posting = due == all_lanes ? 32u : static_cast<cuda::std::uint32_t>(__ffs(~due) - 1);
+  if (lane < posting) post(q, tail_cq + lane, odd_lap, head, mine->cid, mine->status);
+  __syncwarp();
+  const cuda::std::uint32_t new_tail_cq = (tail_cq + posting) % q.entries;
+  const cuda::std::uint32_t new_odd_lap = tail_cq + posting >= q.entries ? odd_lap ^ 1u : odd_lap;
+  // 2. New commands, as many as the CQ has room for beside every CQE still held.
+  cuda::std::uint32_t n = 0;
+  if (tail < q.entries && tail != head) {  // an invalid tail is ignored, as a controller would
+    const cuda::std::uint32_t waiting = (tail + q.entries - head) % q.entries;
+    const cuda::std::uint32_t used = in_cq + held;  // below entries while the state is the controller's own
+    const cuda::std::uint32_t room = used < q.entries - 1 ? q.entries - 1 - used : 0;
+    n = waiting < room ? waiting : room;
+    if (n > 32) n = 32;
+  }
+  if (lane < n) {
+    const spec::submission_entry sqe = q.sq[(head + lane) % q.entries];
+    const spec::status s = execute(c, sqe);
+    const bool is_write = static_cast<spec::nvm_opcode>(sqe.opcode()) != spec::nvm_opcode::read;
+    // A refused command moves nothing and takes no device time: its CQE is due at once.
+    const cuda::std::uint64_t due_at =
+        s != spec::status::successful_completion
+            ? now
+            : c.timing.due_ns(now, bytes_of(c, sqe), is_write,
+                              [&](cuda::std::uint64_t now_ticks, cuda::std::uint64_t cost_ticks) { return reserve_together(c, now_ticks, cost_ticks); });
+    q.pending[(held_first + held + lane) % q.entries] = pending_completion{due_at, sqe.cid(), s};
+  }
+  __syncwarp();
+  if (lane == 0) {
+    st.cq_head = cq_head;
+    st.sq_head = (head + n) % q.entries;
+    st.cq_tail = new_tail_cq;
+    st.odd_lap = new_odd_lap;
+    st.pending_head = (held_first + posting) % q.entries;
+    st.pending_count = held - posting + n;
+  }
+  __syncwarp();
+  return posting != 0 || n != 0;
+}
+
 /// Each warp serves queues warp, warp + warps, … until told to stop.
 __global__ void run(controller_view c) {
   const cuda::std::uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -207,7 +332,7 @@ __global__ void run(controller_view c) {
   cuda::std::uint32_t idle = 0;
   for (cuda::std::uint32_t round = 0;; ++round) {
     bool busy = false;
-    for (cuda::std::uint32_t q = warp; q < c.count; q += warps) busy |= serve(c, c.queues[q]);
+    for (cuda::std::uint32_t q = warp; q < c.count; q += warps) busy |= c.timed ? serve_timed(c, c.queues[q]) : serve(c, c.queues[q]);
     idle = busy ? 0 : idle + 1;
     // The stop word is host memory: read it now and then, not on every pass; one lane reads
     // it so the whole warp leaves together (serve() is warp-collective).
@@ -262,11 +387,13 @@ class gpu_null_controller {
     unsigned blocks = 4;                                ///< controller blocks (a few SMs)
     unsigned threads_per_block = 128;
     std::chrono::nanoseconds timeout = std::chrono::seconds(10);  ///< of the readers' waits
+    emu::timing_model timing = emu::timing_model::none();       ///< the modelled drive; none: CQEs as fast as it goes
   };
 
   explicit gpu_null_controller(options o) : o_(o) {
     if (o.queues == 0 || o.entries < 2 || o.entries > 65536) throw std::invalid_argument("gpu_null_controller: queues ≥ 1 and entries 2..65536");
     if (o.threads_per_block % 32 != 0 || o.blocks == 0) throw std::invalid_argument("gpu_null_controller: whole warps and at least one block");
+    timing_ = emu::timing_costs::of(o.timing);  // throws std::invalid_argument for a rate that is no number
     const std::uint64_t page = 4096;
     const std::uint32_t cids = o.entries - 1;
     const std::uint32_t list_entries = static_cast<std::uint32_t>(prp::list_bytes_per_command(o.max_transfer_bytes, 12) / 8);
@@ -274,9 +401,10 @@ class gpu_null_controller {
     const std::size_t sq_bytes = std::size_t{o.entries} * sizeof(spec::submission_entry);
     const std::size_t cq_bytes = std::size_t{o.entries} * sizeof(spec::completion_entry);
     const std::size_t lists_bytes = std::size_t{cids} * list_entries * 8;
-    // Per queue, page-aligned pieces: SQ, CQ, PRP lists, bookkeeping, then doorbells + state.
+    const std::size_t held_bytes = std::size_t{o.entries} * sizeof(null_detail::pending_completion);
+    // Per queue, page-aligned pieces: SQ, CQ, PRP lists, bookkeeping, held CQEs, then doorbells + state.
     auto up = [&](std::size_t b) { return (b + page - 1) / page * page; };
-    const std::size_t per_queue = up(sq_bytes) + up(cq_bytes) + up(lists_bytes) + up(book.bytes) + page;
+    const std::size_t per_queue = up(sq_bytes) + up(cq_bytes) + up(lists_bytes) + up(book.bytes) + up(held_bytes) + page;
     queue_memory_ = allocate(per_queue * o.queues + page, "queues");
     auto* base = reinterpret_cast<std::byte*>(up(reinterpret_cast<std::uintptr_t>(queue_memory_)));
     std::vector<null_detail::queue> queues(o.queues);
@@ -288,7 +416,8 @@ class gpu_null_controller {
       v.cq = reinterpret_cast<spec::completion_entry*>(at + up(sq_bytes));
       std::byte* lists = at + up(sq_bytes) + up(cq_bytes);
       std::byte* bookkeeping = lists + up(lists_bytes);
-      std::byte* registers = bookkeeping + up(book.bytes);
+      auto* held = reinterpret_cast<null_detail::pending_completion*>(bookkeeping + up(book.bytes));
+      std::byte* registers = bookkeeping + up(book.bytes) + up(held_bytes);
       v.sq_doorbell = reinterpret_cast<std::uint32_t*>(registers);
       v.cq_doorbell = reinterpret_cast<std::uint32_t*>(registers + 4);
       v.entries = o.entries;
@@ -299,11 +428,13 @@ class gpu_null_controller {
       v.list_entries = list_entries;
       v.page_shift = 12;
       v.timeout_ns = static_cast<std::uint64_t>(o.timeout.count());
-      queues[i] = null_detail::queue{v.sq, v.cq, v.sq_doorbell, v.cq_doorbell, reinterpret_cast<null_detail::queue_state*>(registers + 64), o.entries, v.qid};
+      queues[i] = null_detail::queue{v.sq, v.cq, v.sq_doorbell, v.cq_doorbell, reinterpret_cast<null_detail::queue_state*>(registers + 64), held, o.entries,
+                                     v.qid};
     }
     queue_table_ = static_cast<null_detail::queue*>(allocate(sizeof(null_detail::queue) * o.queues, "queue table"));
     check(cudaMemcpy(queue_table_, queues.data(), sizeof(null_detail::queue) * o.queues, cudaMemcpyHostToDevice), "copy the queue table");
     if (o.move_data) data_ = static_cast<std::byte*>(allocate(o.lba_count << o.lba_shift, "namespace"));
+    timeline_ = static_cast<std::uint64_t*>(allocate(sizeof *timeline_, "timeline"));
     check(cudaHostAlloc(&stop_, sizeof *stop_, cudaHostAllocMapped), "allocate the stop word");
     *stop_ = 0;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create the controller's stream");
@@ -318,6 +449,7 @@ class gpu_null_controller {
     cudaFreeHost(stop_);
     cudaFree(queue_table_);
     cudaFree(data_);
+    cudaFree(timeline_);
     cudaFree(queue_memory_);
   }
 
@@ -326,7 +458,8 @@ class gpu_null_controller {
     if (running_) return;
     prepare_kernels_to_run_beside(null_detail::run);
     __atomic_store_n(stop_, 0u, __ATOMIC_RELEASE);
-    null_detail::controller_view c{queue_table_, o_.queues, reinterpret_cast<cuda::std::byte*>(data_), o_.lba_count, o_.lba_shift, 12, o_.max_transfer_bytes, stop_};
+    null_detail::controller_view c{queue_table_, o_.queues, reinterpret_cast<cuda::std::byte*>(data_), o_.lba_count, o_.lba_shift, 12, o_.max_transfer_bytes, stop_,
+                                   o_.timing.enabled(), timing_, timeline_};
     null_detail::run<<<o_.blocks, o_.threads_per_block, 0, stream_>>>(c);
     check(cudaGetLastError(), "launch the controller kernel");
     running_ = true;
@@ -368,6 +501,8 @@ class gpu_null_controller {
   void* queue_memory_ = nullptr;
   null_detail::queue* queue_table_ = nullptr;
   std::byte* data_ = nullptr;
+  std::uint64_t* timeline_ = nullptr;  // the modelled drive's timeline: its reservations' end, in ticks
+  emu::timing_costs timing_{};
   std::uint32_t* stop_ = nullptr;
   cudaStream_t stream_ = nullptr;
   bool running_ = false;

@@ -369,3 +369,19 @@ TEST_CASE("cunvme_bench refuses a volume with exclusive slots, and writes on a m
   CHECK(bench_refusal({"--devices", "2", "--queues", "2", "--volume", "striped", "--slots", "exclusive", "--threads", "2"}).find("--volume") != std::string::npos);
   CHECK(bench_refusal({"--devices", "2", "--queues", "2", "--volume", "mirrored", "--rw", "randwrite"}).find("--volume mirrored") != std::string::npos);
 }
+
+TEST_CASE("cunvme_bench reads a null controller's keys: copy, and a timing preset that makes it a modelled drive") {
+  CHECK_FALSE(bench::cunvme_bench::null_device_of("gpu-null").copy);
+  CHECK_FALSE(bench::cunvme_bench::null_device_of("gpu-null").timing.enabled());
+  CHECK(bench::cunvme_bench::null_device_of("gpu-null:copy").copy);
+  const auto drive = bench::cunvme_bench::null_device_of("gpu-null:copy,timing=datacenter-gen4");
+  CHECK(drive.copy);
+  CHECK(drive.timing == cunvme::emu::timing_model::datacenter_gen4());
+  CHECK(bench_options({"--device", "gpu-null:copy,timing=datacenter-gen4", "--verify"}).verify);
+}
+
+TEST_CASE("cunvme_bench refuses a null controller key or timing preset it does not know, and --verify without copy") {
+  CHECK(bench_refusal({"--device", "gpu-null:fast"}).find("--device") != std::string::npos);
+  CHECK(bench_refusal({"--device", "gpu-null:timing=gen9"}).find("gen9") != std::string::npos);
+  CHECK(bench_refusal({"--device", "gpu-null:timing=scm", "--verify"}).find("--verify") != std::string::npos);
+}

@@ -675,6 +675,62 @@ TEST_CASE("the on-GPU null controller serves per-thread reads with its namespace
   cudaFree(buf);
 }
 
+namespace {
+/// Each thread reads `reads` single blocks one at a time, timing each from submit to completion;
+/// the shortest time of the grid lands in `shortest_ns`.
+template <class Reader>
+__global__ void timed_reads(Reader r, prp::contiguous buf, unsigned reads, tally* t, unsigned long long* shortest_ns) {
+  const std::uint64_t id = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  unsigned long long least = ~0ull;
+  for (unsigned i = 0; i < reads; ++i) {
+    const std::uint64_t began = access::now_ns();
+    const io_result res = r.read((id * reads + i) % r.ns().lba_count, 1, buf, id * 512);
+    const std::uint64_t took = access::now_ns() - began;
+    account(res, t);
+    if (res.ok() && took < least) least = took;
+  }
+  atomicMin(shortest_ns, least);
+}
+}  // namespace
+
+TEST_CASE("the on-GPU null controller with a timing model completes no command before its latency and none faster than its IOPS cap") {
+  bench::gpu_null_controller::options o;
+  o.queues = 4;
+  o.entries = 256;
+  o.lba_count = 1 << 16;
+  o.timing = emu::timing_model{.read_latency_ns = 50'000, .max_iops = 200'000};  // 50 µs, 200 K IOPS
+  bench::gpu_null_controller ctrl(o);
+  using reader = combo_wa_coop_coalescing::reader;
+  bench::prepare_kernels_to_run_beside(timed_reads<reader>);
+  std::uint64_t* buf = nullptr;
+  REQUIRE_CUDA(cudaMalloc(&buf, 1024 * 512));
+  tally* counts = nullptr;
+  unsigned long long* shortest = nullptr;
+  REQUIRE_CUDA(cudaHostAlloc(&counts, sizeof(tally), cudaHostAllocMapped));
+  REQUIRE_CUDA(cudaHostAlloc(&shortest, sizeof *shortest, cudaHostAllocMapped));
+  *counts = {};
+  *shortest = ~0ull;
+  cudaStream_t s = nullptr;
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  reader r(ctrl.views()[2], ctrl.namespace_view());
+  ctrl.start();
+  constexpr unsigned threads = 1024, reads = 8;  // 8192 commands: at least 41 ms at 200 K IOPS
+  const auto began = std::chrono::steady_clock::now();
+  timed_reads<<<threads / 256, 256, 0, s>>>(r, prp::contiguous{reinterpret_cast<std::uint64_t>(buf)}, reads, counts, shortest);
+  REQUIRE_CUDA(cudaStreamSynchronize(s));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  ctrl.stop();
+  cudaStreamDestroy(s);
+  CHECK(counts->failed == 0);
+  CHECK(counts->ok == threads * reads);
+  CHECK(*shortest >= 50'000);
+  CHECK(seconds >= threads * reads / 200'000.0);
+  MESSAGE("8192 timed reads in " << seconds * 1e3 << " ms (cap: 40.96 ms), the shortest " << *shortest / 1e3 << " µs (latency 50 µs)");
+  cudaFreeHost(counts);
+  cudaFreeHost(shortest);
+  cudaFree(buf);
+}
+
 TEST_CASE("the on-GPU null controller ignores a CQ head doorbell outside the queue and never overwrites unconsumed CQEs") {
   bench::gpu_null_controller::options o;
   o.queues = 1;

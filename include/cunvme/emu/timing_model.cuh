@@ -86,8 +86,10 @@ struct timing_model {
   return std::nullopt;
 }
 
-/// Decides when each command completes under a `timing_model`; lock-free and safe to call
-/// from any number of threads.
+/// The arithmetic of a `timing_model` per command, trivially copyable so that any controller
+/// can carry it: the emulator's host threads (`timing_scheduler`) and the on-GPU null
+/// controller of the benchmarks (bench/gpu_null_controller.cuh) decide due times by the same
+/// code, each reserving time on a timeline word of its own.
 ///
 /// The device is parallel: at low load a command completes after its latency,
 /// `latency + bytes × ns_per_byte`. Its throughput is capped by reserving
@@ -99,8 +101,68 @@ struct timing_model {
 /// drive.
 ///
 /// The timeline counts sixteenths of a nanosecond, so a fractional cost (666.7 ns at 1.5 M
-/// IOPS) does not drift by rounding, and it holds steady-clock times up to 2^60 ns (36
-/// years of uptime).
+/// IOPS) does not drift by rounding, and it holds clock times up to 2^60 ns (36 years).
+struct timing_costs {
+  static constexpr unsigned tick_shift = 4;
+  static constexpr std::uint64_t ticks_per_ns = std::uint64_t{1} << tick_shift;
+  static constexpr double ticks_per_second = 1e9 * ticks_per_ns;
+  static constexpr std::uint64_t max_timeline_ns = (std::uint64_t{1} << (64 - tick_shift)) - 1;
+
+  std::uint64_t read_latency_ns = 0;
+  std::uint64_t write_latency_ns = 0;
+  double ns_per_byte = 0;
+  double ticks_per_command = 0;  ///< 0: no IOPS cap
+  double ticks_per_byte = 0;     ///< 0: no bandwidth cap
+
+  /// The costs of `m`; throws std::invalid_argument, naming the field, when a rate or the
+  /// per-byte cost is negative, infinite or NaN.
+  [[nodiscard]] static timing_costs of(const timing_model& m) {
+    auto check = [](double value, const char* field) {
+      if (!std::isfinite(value) || value < 0) {
+        throw std::invalid_argument(std::string("timing_scheduler: timing_model::") + field +
+                                    " must be a finite number >= 0, not " + std::to_string(value));
+      }
+    };
+    check(m.ns_per_byte, "ns_per_byte");
+    check(m.max_iops, "max_iops");
+    check(m.max_bytes_per_second, "max_bytes_per_second");
+    return {m.read_latency_ns, m.write_latency_ns, m.ns_per_byte, m.max_iops > 0 ? ticks_per_second / m.max_iops : 0,
+            m.max_bytes_per_second > 0 ? ticks_per_second / m.max_bytes_per_second : 0};
+  }
+
+  /// When (ns on the caller's clock) a command that arrived at `now_ns` moving `bytes`
+  /// completes: `max(now + latency, reservation end)`. `reserve(now_ticks, cost_ticks)`
+  /// reserves `cost_ticks` on the caller's timeline from the later of its free point and
+  /// `now_ticks`, and returns the reservation's end (in ticks). Call once per command.
+  CUNVME_EXEC_CHECK_DISABLE
+  template <class Reserve>
+  [[nodiscard]] CUNVME_HOST_DEVICE std::uint64_t due_ns(std::uint64_t now_ns, std::uint64_t bytes, bool is_write, Reserve&& reserve) const {
+    const std::uint64_t fixed = is_write ? write_latency_ns : read_latency_ns;
+    const std::uint64_t latency = cunvme::detail::saturating_add(fixed, to_integer(ns_per_byte * static_cast<double>(bytes)));
+    const std::uint64_t ready = cunvme::detail::saturating_add(now_ns, latency);
+    const double per_byte = ticks_per_byte * static_cast<double>(bytes);
+    const double cost = ticks_per_command > per_byte ? ticks_per_command : per_byte;
+    if (cost <= 0) return ready;
+    // At least one tick, so a cap, however high, still gives every command its own slot.
+    const std::uint64_t rounded = to_integer(cost + 0.5);
+    const std::uint64_t cost_ticks = rounded > 0 ? rounded : 1;
+    const std::uint64_t now_ticks = (now_ns < max_timeline_ns ? now_ns : max_timeline_ns) << tick_shift;
+    const std::uint64_t end = reserve(now_ticks, cost_ticks);
+    // Rounded up: a command is never due before its reservation ends.
+    const std::uint64_t end_ns = (end >> tick_shift) + ((end & (ticks_per_ns - 1)) != 0 ? 1 : 0);
+    return ready > end_ns ? ready : end_ns;
+  }
+
+  /// `x` (finite, >= 0) truncated, saturating: converting a double beyond the range of
+  /// uint64_t is undefined behaviour.
+  [[nodiscard]] CUNVME_HOST_DEVICE static constexpr std::uint64_t to_integer(double x) noexcept {
+    constexpr double limit = 0x1p63;
+    return x >= limit ? std::uint64_t{1} << 63 : static_cast<std::uint64_t>(x);
+  }
+};
+
+/// Decides when each command completes under a `timing_model` (`timing_costs` says how);
+/// lock-free and safe to call from any number of threads.
 ///
 /// ```
 /// emu::timing_scheduler timing(emu::timing_model::datacenter_gen4());
@@ -111,65 +173,28 @@ class timing_scheduler {
  public:
   /// Throws std::invalid_argument, naming the field, when a rate or the per-byte cost is
   /// negative, infinite or NaN.
-  explicit timing_scheduler(timing_model m)
-      : model_(validated(m)),
-        ticks_per_command_(m.max_iops > 0 ? ticks_per_second / m.max_iops : 0),
-        ticks_per_byte_(m.max_bytes_per_second > 0 ? ticks_per_second / m.max_bytes_per_second : 0) {}
+  explicit timing_scheduler(timing_model m) : model_(m), costs_(timing_costs::of(m)) {}
 
-  /// When (steady-clock ns) a command that arrived at `now_ns` moving `bytes` completes:
-  /// `max(now + latency, reservation end)`. Each call reserves device time, so call it once
-  /// per command.
+  /// When (steady-clock ns) a command that arrived at `now_ns` moving `bytes` completes.
+  /// Each call reserves device time, so call it once per command.
   [[nodiscard]] std::uint64_t due_ns(std::uint64_t now_ns, std::uint64_t bytes, bool is_write) {
-    const auto fixed = is_write ? model_.write_latency_ns : model_.read_latency_ns;
-    const std::uint64_t latency = cunvme::detail::saturating_add(fixed, to_integer(model_.ns_per_byte * static_cast<double>(bytes)));
-    const std::uint64_t ready = cunvme::detail::saturating_add(now_ns, latency);
-    const double cost = std::max(ticks_per_command_, ticks_per_byte_ * static_cast<double>(bytes));
-    if (cost <= 0) return ready;
-    // At least one tick, so a cap, however high, still gives every command its own slot.
-    const std::uint64_t cost_ticks = std::max<std::uint64_t>(1, to_integer(cost + 0.5));
-    const std::uint64_t now_ticks = std::min(now_ns, max_timeline_ns) << tick_shift;
-    std::uint64_t next = next_free_ticks_.load(std::memory_order_relaxed);
-    std::uint64_t end = 0;
-    // Relaxed: the timeline's value is all that is shared; it publishes no other data.
-    do {
-      end = cunvme::detail::saturating_add(std::max(next, now_ticks), cost_ticks);
-    } while (!next_free_ticks_.compare_exchange_weak(next, end, std::memory_order_relaxed));
-    // Rounded up: a command is never due before its reservation ends.
-    const std::uint64_t end_ns = (end >> tick_shift) + ((end & (ticks_per_ns - 1)) != 0 ? 1 : 0);
-    return std::max(ready, end_ns);
+    return costs_.due_ns(now_ns, bytes, is_write, [this](std::uint64_t now_ticks, std::uint64_t cost_ticks) {
+      std::uint64_t next = next_free_ticks_.load(std::memory_order_relaxed);
+      std::uint64_t end = 0;
+      // Relaxed: the timeline's value is all that is shared; it publishes no other data.
+      do {
+        end = cunvme::detail::saturating_add(std::max(next, now_ticks), cost_ticks);
+      } while (!next_free_ticks_.compare_exchange_weak(next, end, std::memory_order_relaxed));
+      return end;
+    });
   }
 
   [[nodiscard]] const timing_model& model() const noexcept { return model_; }
+  [[nodiscard]] const timing_costs& costs() const noexcept { return costs_; }
 
  private:
-  static constexpr unsigned tick_shift = 4;
-  static constexpr std::uint64_t ticks_per_ns = std::uint64_t{1} << tick_shift;
-  static constexpr double ticks_per_second = 1e9 * ticks_per_ns;
-  static constexpr std::uint64_t max_timeline_ns = (std::uint64_t{1} << (64 - tick_shift)) - 1;
-
-  [[nodiscard]] static timing_model validated(const timing_model& m) {
-    auto check = [](double value, const char* field) {
-      if (!std::isfinite(value) || value < 0) {
-        throw std::invalid_argument(std::string("timing_scheduler: timing_model::") + field +
-                                    " must be a finite number >= 0, not " + std::to_string(value));
-      }
-    };
-    check(m.ns_per_byte, "ns_per_byte");
-    check(m.max_iops, "max_iops");
-    check(m.max_bytes_per_second, "max_bytes_per_second");
-    return m;
-  }
-
-  /// `x` (finite, >= 0) truncated, saturating: converting a double beyond the range of
-  /// uint64_t is undefined behaviour.
-  [[nodiscard]] static std::uint64_t to_integer(double x) noexcept {
-    constexpr double limit = 0x1p63;
-    return x >= limit ? std::uint64_t{1} << 63 : static_cast<std::uint64_t>(x);
-  }
-
   timing_model model_;
-  double ticks_per_command_;
-  double ticks_per_byte_;
+  timing_costs costs_;
   std::atomic<std::uint64_t> next_free_ticks_{0};
 };
 
