@@ -108,7 +108,20 @@ struct controller_view {
   bool timed;                      ///< a timing model holds CQEs until due
   emu::timing_costs timing;
   cuda::std::uint64_t* timeline;   ///< the drive's timeline (ticks), for its IOPS and bandwidth caps
+  const cuda::std::uint64_t* epoch;  ///< %globaltimer when the kernel started: the timeline's zero
 };
+
+/// The controller's clock: ns since `start()`. %globaltimer counts from the Unix epoch, beyond
+/// the 2^60 ns the timeline holds (the emulator's steady clock counts from boot), so the
+/// timeline counts from the start instead: clamped, every reservation fell in the past and
+/// no IOPS cap held (the GPU test of the cap caught it).
+__device__ inline cuda::std::uint64_t clock_ns(const controller_view& c) { return access::now_ns() - *c.epoch; }
+
+/// Notes the start of the controller's clock (run on its stream before `run`).
+__global__ void start_clock(cuda::std::uint64_t* epoch, cuda::std::uint64_t* timeline) {
+  *epoch = access::now_ns();
+  *timeline = 0;
+}
 
 /// Copies `bytes` between the namespace at `at` and the pages the PRPs describe, by the
 /// emulator's own PRP rules (`prp::walk`, NVMe 2.0 section 4.1.1): list entries and data are
@@ -273,7 +286,7 @@ __device__ inline bool serve_timed(const controller_view& c, const queue& q) {
   if (lane == 0) {
     tail = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.sq_tail_doorbell).load(cuda::std::memory_order_acquire);
     rung_cq_head = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.cq_head_doorbell).load(cuda::std::memory_order_relaxed);
-    now = access::now_ns();
+    now = clock_ns(c);
   }
   tail = __shfl_sync(all_lanes, tail, 0);
   rung_cq_head = __shfl_sync(all_lanes, rung_cq_head, 0);
@@ -434,7 +447,7 @@ class gpu_null_controller {
     queue_table_ = static_cast<null_detail::queue*>(allocate(sizeof(null_detail::queue) * o.queues, "queue table"));
     check(cudaMemcpy(queue_table_, queues.data(), sizeof(null_detail::queue) * o.queues, cudaMemcpyHostToDevice), "copy the queue table");
     if (o.move_data) data_ = static_cast<std::byte*>(allocate(o.lba_count << o.lba_shift, "namespace"));
-    timeline_ = static_cast<std::uint64_t*>(allocate(sizeof *timeline_, "timeline"));
+    timeline_ = static_cast<std::uint64_t*>(allocate(2 * sizeof *timeline_, "timeline"));  // the timeline, then the epoch
     check(cudaHostAlloc(&stop_, sizeof *stop_, cudaHostAllocMapped), "allocate the stop word");
     *stop_ = 0;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create the controller's stream");
@@ -456,10 +469,11 @@ class gpu_null_controller {
   /// Launches the controller kernel on its own stream (after `prepare_kernels_to_run_beside`).
   void start() {
     if (running_) return;
-    prepare_kernels_to_run_beside(null_detail::run);
+    prepare_kernels_to_run_beside(null_detail::run, null_detail::start_clock);
     __atomic_store_n(stop_, 0u, __ATOMIC_RELEASE);
     null_detail::controller_view c{queue_table_, o_.queues, reinterpret_cast<cuda::std::byte*>(data_), o_.lba_count, o_.lba_shift, 12, o_.max_transfer_bytes, stop_,
-                                   o_.timing.enabled(), timing_, timeline_};
+                                   o_.timing.enabled(), timing_, timeline_, timeline_ + 1};
+    null_detail::start_clock<<<1, 1, 0, stream_>>>(timeline_ + 1, timeline_);
     null_detail::run<<<o_.blocks, o_.threads_per_block, 0, stream_>>>(c);
     check(cudaGetLastError(), "launch the controller kernel");
     running_ = true;
