@@ -427,35 +427,37 @@ void null_volume(const options& o, target& t) {
 
 void open_target(const options& o, target& t) {
   if (o.on_null_controller()) {
-    // One null controller, or one per member of a volume, its queues consecutive.
-    const unsigned controllers = o.on_volume() ? o.devices : 1;
+    // --devices null controllers (a volume's members, or drives side by side); queue q on
+    // controller q % devices, as the emulators' queues are.
     const bench::cunvme_bench::null_device null = bench::cunvme_bench::null_device_of(o.device);
     t.buffer_bytes = o.buffer_per_device();
-    for (unsigned c = 0; c < controllers; ++c) {
+    std::vector<void*> buffers;
+    for (unsigned c = 0; c < o.devices; ++c) {
       bench::gpu_null_controller::options n;
-      n.queues = o.queues / controllers;
+      n.queues = (o.queues - c + o.devices - 1) / o.devices;
       n.entries = o.entries;
       n.move_data = null.copy;
       n.timing = null.timing;
       n.lba_count = n.move_data ? (u64{1} << 22) : (u64{1} << 32);  // 2 GiB of namespace when it is real
       n.blocks = o.null_blocks;
       t.nulls.push_back(std::make_unique<bench::gpu_null_controller>(n));
-      bench::gpu_null_controller& controller = *t.nulls.back();
       if (n.move_data) {
-        fill_pattern<<<1024, 256>>>(reinterpret_cast<std::uint64_t*>(controller.data()), (n.lba_count << n.lba_shift) / 8);
+        fill_pattern<<<1024, 256>>>(reinterpret_cast<std::uint64_t*>(t.nulls.back()->data()), (n.lba_count << n.lba_shift) / 8);
         check(cudaDeviceSynchronize(), "fill the null controller's namespace");
       }
       void* buffer = nullptr;
       check(cudaMalloc(&buffer, t.buffer_bytes), "allocate the data buffer");
       t.gpu_allocations.push_back(buffer);
-      t.member_queues.emplace_back();
-      for (unsigned q = 0; q < n.queues; ++q) {
-        t.member_queues.back().push_back(static_cast<unsigned>(t.views.size()));
-        t.views.push_back(controller.views()[q]);
-        t.namespaces.push_back(controller.namespace_view());
-        t.bufs.push_back(prp::contiguous{reinterpret_cast<u64>(buffer)});
-        t.data.push_back(static_cast<std::uint64_t*>(buffer));
-      }
+      buffers.push_back(buffer);
+    }
+    t.member_queues.resize(o.devices);
+    for (unsigned q = 0; q < o.queues; ++q) {
+      const unsigned c = q % o.devices;
+      t.member_queues[c].push_back(q);
+      t.views.push_back(t.nulls[c]->views()[q / o.devices]);
+      t.namespaces.push_back(t.nulls[c]->namespace_view());
+      t.bufs.push_back(prp::contiguous{reinterpret_cast<u64>(buffers[c])});
+      t.data.push_back(static_cast<std::uint64_t*>(buffers[c]));
     }
     if (null.timing.enabled()) {
       char model[160];

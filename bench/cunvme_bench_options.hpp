@@ -42,8 +42,8 @@ struct options {
   [[nodiscard]] bool random() const { return rw == "randread" || rw == "randwrite"; }
   [[nodiscard]] bool on_null_controller() const { return device.rfind("gpu-null", 0) == 0; }
   [[nodiscard]] bool on_volume() const { return volume != "none"; }
-  /// One on-GPU null controller has one buffer; emulators, drives and a volume's members a share each.
-  [[nodiscard]] std::uint64_t buffer_per_device() const { return on_null_controller() && !on_volume() ? buffer : buffer / devices; }
+  /// Each device (emulator, drive, on-GPU null controller) has its share of the buffer.
+  [[nodiscard]] std::uint64_t buffer_per_device() const { return buffer / devices; }
 };
 
 /// What an on-GPU null controller device asks for: `gpu-null[:keys]`, the keys as the emulator's
@@ -171,7 +171,7 @@ inline std::unique_ptr<CLI::App> make_app(options& o) {
                   "emu[:options], gpu-null[:copy,timing=PRESET] (the on-GPU null controller; copy: with data; timing: a modelled drive), or a drive "
                   "(sysfs:, vfio:, kmod:BDF)")
       ->capture_default_str();
-  app->add_option("--devices", o.devices, "devices of --device to open (the emulator: that many controllers)")->transform(whole_number(1, 1024))->capture_default_str();
+  app->add_option("--devices", o.devices, "devices of --device to open (emulators or on-GPU null controllers: that many controllers)")->transform(whole_number(1, 1024))->capture_default_str();
   app->add_option("--volume", o.volume, "make the --devices one volume (volume_io's layout and queue choice): striped (RAID-0) or mirrored (RAID-1, reads)")
       ->check(CLI::IsMember({"none", "striped", "mirrored"}))
       ->capture_default_str();

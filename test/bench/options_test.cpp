@@ -145,9 +145,10 @@ TEST_CASE("cunvme_bench --verify is accepted where the data is the pattern it ch
   CHECK(bench_options({"--device", "sysfs:0000:01:00.0", "--verify"}).verify);  // a drive: the QEMU test disks hold the pattern
 }
 
-TEST_CASE("cunvme_bench splits --buffer over the emulators, not over the null controller") {
+TEST_CASE("cunvme_bench splits --buffer over the devices, emulators and null controllers alike") {
   CHECK(bench_options({"--devices", "4", "--queues", "4", "--buffer", "1G"}).buffer_per_device() == 256u << 20);
-  CHECK(bench_options({"--device", "gpu-null", "--devices", "4", "--queues", "4", "--buffer", "1G"}).buffer_per_device() == 1u << 30);
+  CHECK(bench_options({"--device", "gpu-null", "--devices", "4", "--queues", "4", "--buffer", "1G"}).buffer_per_device() == 256u << 20);
+  CHECK(bench_options({"--device", "gpu-null", "--buffer", "1G"}).buffer_per_device() == 1u << 30);
 }
 
 TEST_CASE("cunvme_bench makes the devices one volume with --volume, a 64 KiB stripe unless --stripe says") {
@@ -158,10 +159,6 @@ TEST_CASE("cunvme_bench makes the devices one volume with --volume, a 64 KiB str
   CHECK(bench_options({"--devices", "2", "--queues", "2", "--volume", "striped", "--stripe", "1M"}).stripe == 1u << 20);
   CHECK(bench_options({"--devices", "2", "--queues", "4", "--volume", "mirrored"}).volume == "mirrored");
   CHECK_FALSE(bench_options({}).on_volume());
-}
-
-TEST_CASE("cunvme_bench splits --buffer over a volume's null controllers, one each") {
-  CHECK(bench_options({"--device", "gpu-null:copy", "--devices", "4", "--queues", "4", "--volume", "striped", "--buffer", "1G"}).buffer_per_device() == 256u << 20);
 }
 
 // ---- cunvme_bench: refusals, each naming the option -------------------------------------------------
