@@ -396,9 +396,9 @@ class page_cache {
 #if defined(CUNVME_DEVICE_COMPILATION)
     // One atomic per group of lanes counting the same word at once, not one per lane: every hit
     // of a grid counts `hits`, and atomics on one address are served one at a time by one L2
-    // slice — a hit's release fence would wait behind that queue (Nsight Compute: the P7a
-    // kernel's largest stall was that memory barrier). Lanes may count different caches'
-    // counters, hence the partition by address.
+    // slice. (Not what limits P7a: on the H100 the all-hit gather ran as fast with no counting
+    // at all — bench/RESULTS.md.) Lanes may count different caches' counters, hence the
+    // partition by address.
     namespace cg = cooperative_groups;
     const auto lanes = cg::labeled_partition(cg::coalesced_threads(), reinterpret_cast<unsigned long long>(&counter));
     if (lanes.thread_rank() == 0) bookkeeping_word<cuda::std::uint64_t>(counter).fetch_add(lanes.size(), cuda::std::memory_order_relaxed);
