@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -41,6 +42,17 @@ enum class reach_path {
 };
 
 /// An emulated controller with CUDA memory, a 64 MiB namespace of `word_at`, and queues in `t`.
+/// Whether CUNVME_GPU_TEST_SMALL is set: a run under compute-sanitizer (10–100× slower).
+inline bool under_sanitizer() {
+  static const bool small = std::getenv("CUNVME_GPU_TEST_SMALL") != nullptr;
+  return small;
+}
+/// Grid size for the larger cases: ÷8 under a sanitizer; the same code paths at a smaller scale.
+inline unsigned scaled(unsigned blocks) { return under_sanitizer() ? (blocks + 7) / 8 : blocks; }
+/// A queue pair's timeout for cases whose waits are bounded by it (a cache's fills, evictions):
+/// 10 s, or 120 s under a sanitizer, whose slowdown would otherwise run the waits out.
+inline std::chrono::nanoseconds queue_timeout() { return under_sanitizer() ? std::chrono::seconds(120) : std::chrono::seconds(10); }
+
 struct gpu_rig {
   explicit gpu_rig(tier where, std::vector<emu::fault_rule> faults = {}, std::uint64_t blocks = 1 << 17,
                    reach_path path = reach_path::emulator_hooks)

@@ -51,6 +51,7 @@ using test::reach_path;
 using test::count;
 using test::account;
 using test::verify;
+using test::scaled;
 
 /// A dedicated poller in the kernel's own last block. The grid is launched cooperatively, so
 /// that block is resident beside the readers; the last reader block to finish stops it. Used
@@ -390,12 +391,6 @@ TYPE_TO_STRING(cunvme::completion::dedicated_poller);
 
 namespace {
 
-/// Grid size for the larger cases: ÷8 when CUNVME_GPU_TEST_SMALL is set, for runs under
-/// compute-sanitizer (10–100× slower); the same code paths at a smaller scale.
-unsigned scaled(unsigned blocks) {
-  static const bool small = std::getenv("CUNVME_GPU_TEST_SMALL") != nullptr;
-  return small ? (blocks + 7) / 8 : blocks;
-}
 
 /// Where a queue and its controller stand: printed when a case fails, to tell a command that
 /// never reached the controller from a completion that was never consumed.

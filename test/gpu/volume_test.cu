@@ -31,6 +31,8 @@ using test::mix;
 using test::tally;
 using test::volume_word_at;
 using test::word_at;
+using test::scaled;
+using test::queue_timeout;
 using host::tier;
 
 using cache_queue = queue<slots::multi_producer, completion::cooperative>;
@@ -77,7 +79,7 @@ struct volume_rig {
       std::vector<std::uint64_t> w(blocks * 64);
       for (std::size_t i = 0; i < w.size(); ++i) w[i] = word_at(i * 8, m);
       rigs.back()->emulator->store(1).write(0, w.data(), w.size() * 8);
-      for (int k = 0; k < 2; ++k) queues.push_back(rigs.back()->queue(1024));
+      for (int k = 0; k < 2; ++k) queues.push_back(rigs.back()->queue(1024, queue_timeout()));
     }
     std::vector<host::volume::member> members;
     for (std::size_t m = 0; m < 4; ++m) members.push_back({{queues[2 * m].get(), queues[2 * m + 1].get()}, 1});
@@ -106,7 +108,8 @@ void gather_random_words(bool gpu_slots) {
   host::page_cache_memory memory(*r.vol, 4096, 512, host::gpu_bookkeeping(*r.rigs[0]->ctrl, tier::host_queues_host_data), slots_in(gpu_slots));
   const volume_cache c(memory.device_view(), r.vol->device_view());
   const words a(c, 0, r.vol->blocks() * 512 / 8);
-  constexpr unsigned blocks = 66, threads = 256, rounds = 8;
+  const unsigned blocks = scaled(66);
+  constexpr unsigned threads = 256, rounds = 8;
   std::uint64_t* scratch = nullptr;
   REQUIRE_CUDA(cudaMalloc(&scratch, std::uint64_t{blocks} * threads * 2 * sizeof(std::uint64_t)));
   gather_words<<<blocks, threads>>>(a, r.vol->view(), 0, rounds, 5, scratch, r.rigs[0]->counts);
@@ -157,7 +160,8 @@ void write_and_flush_words(bool gpu_slots) {
   host::page_cache_memory memory(*r.vol, 4096, 128, host::gpu_bookkeeping(*r.rigs[0]->ctrl, tier::host_queues_host_data), slots_in(gpu_slots));
   const volume_cache c(memory.device_view(), r.vol->device_view());
   const words a(c, 0, r.vol->blocks() * 512 / 8);
-  constexpr unsigned blocks = 16, threads = 128;
+  const unsigned blocks = scaled(16);
+  constexpr unsigned threads = 128;
   constexpr std::uint64_t stride = 4096 / 8 + 1;  // a word in each page, at a different place in each
   io_result* flushed = nullptr;
   REQUIRE_CUDA(cudaHostAlloc(&flushed, sizeof *flushed, cudaHostAllocMapped));
