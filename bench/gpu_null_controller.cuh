@@ -203,18 +203,21 @@ __device__ inline cuda::std::uint64_t bytes_of(const controller_view& c, const s
   return (cuda::std::uint64_t{spec::rw_fields::nlb::get(sqe.cdw12)} + 1u) << c.lba_shift;
 }
 
-/// One pass over one queue by a whole warp (every lane calls it). Returns whether it found work.
-__device__ inline bool serve(const controller_view& c, const queue& q) {
+/// The doorbells as the warp serving `q` takes them (warp-collective): the SQ tail as rung, and
+/// the CQ head the controller may trust.
+struct rung_doorbells {
+  cuda::std::uint32_t sq_tail;
+  cuda::std::uint32_t cq_head;
+};
+__device__ inline rung_doorbells read_doorbells(const queue& q) {
   constexpr unsigned all_lanes = 0xffffffffu;
-  const unsigned lane = threadIdx.x % 32;
-  queue_state& st = *q.state;
-  const cuda::std::uint32_t head = st.sq_head, tail_cq = st.cq_tail, odd_lap = st.odd_lap, last_cq_head = st.cq_head;
+  const queue_state& st = *q.state;
   // One lane reads the doorbells and every lane uses its values: lanes reading them on their
   // own could see different values (a submitter rings in between) and disagree on the batch.
   // The acquire load, then the warp barrier, orders every lane's SQE reads after the
   // submitters' writes (they fenced before ringing).
   cuda::std::uint32_t tail = 0, rung_cq_head = 0;
-  if (lane == 0) {
+  if (threadIdx.x % 32 == 0) {
     tail = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.sq_tail_doorbell).load(cuda::std::memory_order_acquire);
     rung_cq_head = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.cq_head_doorbell).load(cuda::std::memory_order_relaxed);
   }
@@ -224,7 +227,16 @@ __device__ inline bool serve(const controller_view& c, const queue& q) {
   // A CQ head outside the queue, or past CQEs not yet posted, is ignored and the last valid
   // one kept (as the CPU emulator's refresh_cq_head does: Invalid Doorbell Write Value):
   // trusting it would let the controller overwrite CQEs the host has not consumed.
-  const cuda::std::uint32_t cq_head = cq_head_after_doorbell(rung_cq_head, last_cq_head, tail_cq, q.entries);
+  return {tail, cq_head_after_doorbell(rung_cq_head, st.cq_head, st.cq_tail, q.entries)};
+}
+
+/// One pass over one queue by a whole warp (every lane calls it). Returns whether it found work.
+__device__ inline bool serve(const controller_view& c, const queue& q) {
+  const unsigned lane = threadIdx.x % 32;
+  queue_state& st = *q.state;
+  const cuda::std::uint32_t head = st.sq_head, tail_cq = st.cq_tail, odd_lap = st.odd_lap;
+  const rung_doorbells rung = read_doorbells(q);
+  const cuda::std::uint32_t tail = rung.sq_tail, cq_head = rung.cq_head;
   if (tail >= q.entries || tail == head) return false;  // an invalid value is ignored, as a controller would
   const cuda::std::uint32_t waiting = (tail + q.entries - head) % q.entries;
   const cuda::std::uint32_t posted = (tail_cq + q.entries - cq_head) % q.entries;
@@ -279,20 +291,13 @@ __device__ inline bool serve_timed(const controller_view& c, const queue& q) {
   constexpr unsigned all_lanes = 0xffffffffu;
   const unsigned lane = threadIdx.x % 32;
   queue_state& st = *q.state;
-  const cuda::std::uint32_t head = st.sq_head, tail_cq = st.cq_tail, odd_lap = st.odd_lap, last_cq_head = st.cq_head;
+  const cuda::std::uint32_t head = st.sq_head, tail_cq = st.cq_tail, odd_lap = st.odd_lap;
   const cuda::std::uint32_t held_first = st.pending_head, held = st.pending_count;
-  cuda::std::uint32_t tail = 0, rung_cq_head = 0;
-  cuda::std::uint64_t now = 0;
-  if (lane == 0) {
-    tail = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.sq_tail_doorbell).load(cuda::std::memory_order_acquire);
-    rung_cq_head = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*q.cq_head_doorbell).load(cuda::std::memory_order_relaxed);
-    now = clock_ns(c);
-  }
-  tail = __shfl_sync(all_lanes, tail, 0);
-  rung_cq_head = __shfl_sync(all_lanes, rung_cq_head, 0);
+  const rung_doorbells rung = read_doorbells(q);
+  const cuda::std::uint32_t tail = rung.sq_tail, cq_head = rung.cq_head;
+  // One clock for the warp: every lane judges "due" by the same instant.
+  cuda::std::uint64_t now = lane == 0 ? clock_ns(c) : 0;
   now = __shfl_sync(all_lanes, now, 0);
-  __syncwarp();
-  const cuda::std::uint32_t cq_head = cq_head_after_doorbell(rung_cq_head, last_cq_head, tail_cq, q.entries);
   const cuda::std::uint32_t in_cq = (tail_cq + q.entries - cq_head) % q.entries;
   // 1. The due CQEs: the longest run of the oldest held ones whose time has come.
   cuda::std::uint32_t can_post = held < q.entries - 1 - in_cq ? held : q.entries - 1 - in_cq;
