@@ -52,12 +52,21 @@ def figures(quick):
                      ["--device", "gpu-null", "--rw", "randread", "--bs", "512", "--threads", str(threads), "--block-threads", "32",
                       "--queues", str(threads), "--entries", "64", "--qd", str(qd), "--null-blocks", str(null_blocks), "--time", t,
                       "--buffer", "256M", "--slots", "exclusive", "--doorbell", "mmio"]))
-    # P2: four modelled SSDs (datacenter-gen4: 1.5 M IOPS, 80 µs each), no data movement.
-    for threads in [32, 64, 128, 256, 512, 1024, 2048]:
-        runs.append(("P2", f"4 SSDs 4K randread {threads} threads qd4",
-                     ["--device", "emu:timing=datacenter-gen4,nodata,workers=3", "--devices", "4", "--queues", "16", "--rw", "randread",
-                      "--bs", "4096", "--threads", str(threads), "--block-threads", str(max(32, min(threads, 64))), "--qd", "4", "--time", t,
-                      "--tier", "2", "--buffer", "256M"]))
+    # P2: four modelled SSDs (datacenter-gen4: 1.5 M IOPS, 80 µs each) modelled on the GPU (the
+    # null controller with the timing model), a queue pair per thread; one drive alone for its cap.
+    for qd in [4, 8]:
+        for threads in [64, 128, 256, 512]:
+            runs.append(("P2", f"4 modelled SSDs on the GPU 4K randread {threads} threads qd{qd}",
+                         ["--device", "gpu-null:timing=datacenter-gen4", "--devices", "4", "--slots", "exclusive", "--queues", str(threads),
+                          "--threads", str(threads), "--qd", str(qd), "--block-threads", "32", "--bs", "4K", "--time", t]))
+    runs.append(("P2", "1 modelled SSD on the GPU 4K randread 256 threads qd8",
+                 ["--device", "gpu-null:timing=datacenter-gen4", "--devices", "1", "--slots", "exclusive", "--queues", "256",
+                  "--threads", "256", "--qd", "8", "--block-threads", "32", "--bs", "4K", "--time", t]))
+    # P2e: the emulator's host threads without data movement, GPU threads submitting.
+    for workers, threads in [(8, 4096), (14, 4096), (14, 16384)]:
+        runs.append(("P2e", f"emu nodata {workers} workers 4K randread {threads} threads",
+                     ["--device", f"emu:workers={workers},nodata", "--queues", str(workers), "--rw", "randread", "--bs", "4096",
+                      "--threads", str(threads), "--block-threads", "128", "--qd", "4", "--time", t, "--tier", "2", "--buffer", "256M"]))
     # P3: 128 KiB sequential reads into GPU memory through the emulator.
     for workers, queues, threads, qd in [(8, 8, 1024, 2), (12, 12, 1536, 2), (14, 14, 2048, 2)]:
         runs.append(("P3", f"emu 128K seqread tier2 {workers} workers {threads} thr qd{qd}",

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace emu = cunvme::emu;
@@ -98,7 +99,7 @@ TEST_CASE("device regions move through the installed copier, and fault without o
   CHECK(back == 42);
   CHECK(copies == 2);
   CHECK(dma.pin().store32(bus, 7));
-  CHECK(waits == 1);  // a 32-bit store completes the copies before it
+  CHECK(waits == 2);  // a 32-bit store completes the copies before it, then its own
   CHECK(dma.pin().finish_device_writes());
 }
 
@@ -112,4 +113,29 @@ TEST_CASE("dma_space::map with an alignment above 2 MiB returns a bus address co
     CHECK(bus % alignment == reinterpret_cast<std::uintptr_t>(page) % alignment);
   }
   CHECK_THROWS_AS((void)dma.map(page, 4096, emu::memory_kind::host, 3u << 20), std::invalid_argument);
+}
+
+TEST_CASE("a 32-bit store to device memory lands after the thread's earlier device writes, whatever order a copier keeps") {
+  // A copier may run the copies it holds in any order until `wait` (a CUDA batch does): the
+  // store, which publishes (a CQE's phase dword), must not be one of them.
+  emu::dma_space dma;
+  std::vector<std::byte> fake_gpu(4096);
+  const auto bus = dma.map(fake_gpu.data(), fake_gpu.size(), emu::memory_kind::device);
+  std::vector<std::string> events;
+  dma.set_device_copier(emu::device_copier{[&](void* dst, const void* src, std::uint64_t n, bool) {
+                                             events.push_back("copy " + std::to_string(n));
+                                             std::memcpy(dst, src, n);
+                                             return true;
+                                           },
+                                           [&] {
+                                             events.push_back("wait");
+                                             return true;
+                                           },
+                                           {},
+                                           {}});
+  const std::uint32_t entry[3] = {1, 2, 3};
+  const auto view = dma.pin();
+  CHECK(view.write(bus, entry, sizeof entry));
+  CHECK(view.store32(bus + 12, 4));
+  CHECK(events == std::vector<std::string>{"copy 12", "wait", "copy 4", "wait"});
 }

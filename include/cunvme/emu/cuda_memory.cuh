@@ -13,8 +13,11 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -76,6 +79,60 @@ inline void release_copy_stream() noexcept {
 inline bool& copies_queued() {
   thread_local bool queued = false;
   return queued;
+}
+
+/// The calling thread's host → device copies not yet handed to CUDA.
+struct held_copies {
+  std::vector<void*> dsts;
+  std::vector<const void*> srcs;
+  std::vector<std::size_t> sizes;
+  bool failed = false;  ///< copies issued before `wait` (at the cap, or before a copy back) failed
+  [[nodiscard]] std::size_t size() const noexcept { return sizes.size(); }
+  void clear() noexcept {
+    dsts.clear();
+    srcs.clear();
+    sizes.clear();
+  }
+};
+inline held_copies& this_thread_held_copies() {
+  thread_local held_copies held;
+  return held;
+}
+
+/// Copies held before they are issued without waiting for `wait`: bounds the thread's lists
+/// (a burst of 64 commands with scattered PRPs can name thousands of pages).
+inline constexpr std::size_t max_held_copies = 1024;
+
+/// Hands the held copies to CUDA on `stream`, in one `cudaMemcpyBatchAsync`. A CUDA call per
+/// copy is what capped the emulator: those calls serialize in the driver, about 190 k copies/s
+/// for the whole process however many threads make them; 64 copies of 128 KiB in one batch
+/// run at the link's 54 GB/s (H100, bench/RESULTS.md P3). The batch's copies have no order
+/// among themselves, which `device_copier` allows until `wait`; their sources stay valid until
+/// then, so the driver may read them after this call returns.
+inline bool issue_held_copies(cudaStream_t stream) {
+  held_copies& held = this_thread_held_copies();
+  if (held.size() == 0) return true;
+  bool ok = false;
+#if CUDART_VERSION >= 13000
+  if (held.size() > 1) {
+    cudaMemcpyAttributes attributes{};
+    attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    std::size_t first_copy = 0;
+    ok = cudaMemcpyBatchAsync(held.dsts.data(), held.srcs.data(), held.sizes.data(), held.size(), &attributes, &first_copy, 1, stream) ==
+         cudaSuccess;
+    // A driver without batches: one call per copy, as before.
+    if (!ok) (void)cudaGetLastError();
+  }
+#endif
+  if (!ok) {
+    ok = true;
+    for (std::size_t i = 0; ok && i < held.size(); ++i) {
+      ok = cudaMemcpyAsync(held.dsts[i], held.srcs[i], held.sizes[i], cudaMemcpyHostToDevice, stream) == cudaSuccess;
+    }
+  }
+  held.clear();
+  held.failed |= !ok;
+  return ok;
 }
 
 /// The machine's physical memory in bytes (0 when the system will not say).
@@ -165,22 +222,46 @@ inline void prepare_cuda_environment() {
     } catch (const cuda_error&) {
       return false;  // the command fails with Data Transfer Error; the worker thread lives on
     }
+    detail::held_copies& held = detail::this_thread_held_copies();
     if (!to_device) {
+      // After the held copies, in stream order: a read of device memory sees this thread's
+      // earlier writes to it (a failure of theirs is `wait`'s to report).
+      (void)detail::issue_held_copies(stream);
       return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
              cudaStreamSynchronize(stream) == cudaSuccess;
     }
-    // Host → device copies of one command queue up on the thread's stream; `wait` runs
-    // before the command's completion is posted.
+    // Host → device copies of a burst are held and go out together in `wait`, which runs
+    // before any of their commands' completions is posted.
     detail::copies_queued() = true;
-    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream) == cudaSuccess;
+    if (held.sizes.capacity() < detail::max_held_copies) {
+      try {  // once per thread; the lists never grow past it, so the pushes below cannot throw
+        held.dsts.reserve(detail::max_held_copies);
+        held.srcs.reserve(detail::max_held_copies);
+        held.sizes.reserve(detail::max_held_copies);
+      } catch (const std::bad_alloc&) {
+        (void)detail::issue_held_copies(stream);
+        return false;  // this copy's command fails with Data Transfer Error
+      }
+    }
+    held.dsts.push_back(dst);
+    held.srcs.push_back(src);
+    held.sizes.push_back(static_cast<std::size_t>(bytes));
+    if (held.size() == detail::max_held_copies) (void)detail::issue_held_copies(stream);  // a failure is `wait`'s to report
+    return true;
   };
   // Called for every read: with nothing queued (data in host memory) no CUDA call is made.
   hooks.device_copy.wait = [] {
     if (!detail::copies_queued()) return true;
     detail::copies_queued() = false;
     try {
-      return cudaStreamSynchronize(detail::copy_stream()) == cudaSuccess;
+      const cudaStream_t stream = detail::copy_stream();
+      (void)detail::issue_held_copies(stream);
+      const bool synced = cudaStreamSynchronize(stream) == cudaSuccess;
+      const bool failed = std::exchange(detail::this_thread_held_copies().failed, false);
+      return synced && !failed;
     } catch (const cuda_error&) {
+      detail::this_thread_held_copies().clear();
+      detail::this_thread_held_copies().failed = false;
       return false;
     }
   };
@@ -191,7 +272,10 @@ inline void prepare_cuda_environment() {
       // Left to the first copy, which then fails its command with Data Transfer Error.
     }
   };
-  hooks.device_copy.thread_end = [] { detail::release_copy_stream(); };
+  hooks.device_copy.thread_end = [] {
+    detail::release_copy_stream();
+    detail::this_thread_held_copies() = {};
+  };
   return hooks;
 }
 

@@ -47,8 +47,10 @@ struct dma_region {
 /// Moves bytes to and from `memory_kind::device` regions; installed by the CUDA layer.
 ///
 /// Copies to the device may still be in flight when `copy` returns (so the pieces of one
-/// command go out together); `wait` completes those the calling thread started. Copies from
-/// the device are complete when `copy` returns. `thread_start`, if set, runs once on each
+/// command, and of a burst of commands, go out together), in any order among themselves, with
+/// their sources read until then; `wait` completes those the calling thread started. Copies
+/// from the device are complete when `copy` returns and see the calling thread's earlier
+/// copies to the device. `thread_start`, if set, runs once on each
 /// controller thread before it serves any queue: per-thread setup (a CUDA stream) made there,
 /// before kernels run, is not made on the I/O path while a kernel waits for that I/O;
 /// `thread_end` undoes it.
@@ -206,7 +208,9 @@ class dma_space {
     [[nodiscard]] bool store32(std::uint64_t bus, std::uint32_t value) const {
       const auto r = find(bus, 4);
       if (!r || (bus & 3u) != 0) return false;
-      if (r->kind == memory_kind::device) return copy_in(*r, bus - r->bus, &value, 4) && finish_device_writes();
+      // The earlier writes complete first: a copier may land the copies it holds in any order
+      // (one CUDA batch), and this store publishes them.
+      if (r->kind == memory_kind::device) return finish_device_writes() && copy_in(*r, bus - r->bus, &value, 4) && finish_device_writes();
       std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(r->pointer + (bus - r->bus)))
           .store(value, std::memory_order_release);
       return true;
