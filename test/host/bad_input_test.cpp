@@ -10,6 +10,7 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -208,4 +209,18 @@ TEST_CASE("an io_queue's timeout must be positive, and the largest one does not 
   const cunvme::io_result r = reader.read(self, 0, 8, cunvme::prp::contiguous{buf.bus()}, 0);
   CHECK(r.ok());
   CHECK(r.error != cunvme::io_error::timeout);
+}
+
+TEST_CASE("idle_spins and idle_us set how the emulator's workers wait for work; with spin they are refused") {
+  auto sleepy = host::open("emu:blocks=1000,idle_spins=0,idle_us=200");
+  CHECK(emulator(sleepy).config().idle.spins == 0);
+  CHECK(emulator(sleepy).config().idle.sleep == std::chrono::microseconds(200));
+  auto only_spins = host::open("emu:blocks=1000,idle_spins=10");
+  CHECK(emulator(only_spins).config().idle.spins == 10);
+  CHECK(emulator(only_spins).config().idle.sleep == emu::idle_policy{}.sleep);
+  CHECK(refused_naming("emu:idle_us=0", "idle_us", "0"));
+  CHECK(refused_naming("emu:idle_us=1000001", "idle_us", "1000001"));
+  CHECK(refused_naming("emu:idle_spins=4294967296", "idle_spins", "4294967296"));
+  CHECK(refused_naming("emu:spin,idle_spins=4", "spin", "idle_spins"));
+  CHECK(refused_naming("emu:spin,idle_us=4", "spin", "idle_us"));
 }

@@ -11,6 +11,7 @@
 #include <cunvme/host/register_backend.cuh>
 #include <cunvme/host/uri_options.cuh>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -223,7 +224,8 @@ namespace detail {
 /// smallest controller page is 2^(12 + mpsmin) bytes), and the flags (bare, =1/true or
 /// =0/false) pattern, readonly (a file namespace opened read-only: writes fail with Write
 /// Fault), spin (worker threads poll without ever sleeping: for latency measurements, at a
-/// busy core per thread), nodata (Read and Write are checked and complete but copy no data:
+/// busy core per thread; or idle_spins=N polls before sleeping idle_us=1..10^6 µs per poll,
+/// `emu::idle_policy`: fewer spins and longer sleeps trade latency for host CPU), nodata (Read and Write are checked and complete but copy no data:
 /// `emu::controller_config::move_data`, for command-rate measurements); ms=0..4096 (metadata
 /// bytes per block, LBAF.MS) with mset=1 (extended LBAs: metadata at the end of each block) or
 /// mset=0 (the default: a separate metadata buffer through MPTR), as QEMU's nvme-ns options.
@@ -266,7 +268,14 @@ namespace detail {
     if (ns.metadata_size == 0) o.refuse("mset", "'mset' needs metadata: give 'ms' (bytes per block) too");
     ns.extended_lba = *mset == 1;
   }
-  if (o.flag("spin")) config.idle.spins = ~std::uint32_t{0};  // workers never sleep between polls: lowest latency, a core each
+  const auto idle_spins = o.number("idle_spins", 0, ~std::uint32_t{0});
+  const auto idle_us = o.number("idle_us", 1, 1'000'000);
+  if (o.flag("spin")) {
+    if (idle_spins || idle_us) o.refuse("spin", "'spin' (never sleep) contradicts 'idle_spins' and 'idle_us' (how to sleep)");
+    config.idle.spins = ~std::uint32_t{0};  // workers never sleep between polls: lowest latency, a core each
+  }
+  if (idle_spins) config.idle.spins = static_cast<std::uint32_t>(*idle_spins);
+  if (idle_us) config.idle.sleep = std::chrono::microseconds(*idle_us);
   o.finish();
   if (ns.lba_count > max / ns.stored_block_bytes()) {
     o.refuse("blocks", "'blocks' of " + std::to_string(ns.stored_block_bytes()) + " bytes exceed 2^64 bytes");
