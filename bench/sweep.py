@@ -40,15 +40,25 @@ def figures(quick):
     # Limits measured in the same run as the figures that divide by them.
     runs.append(("P3", "pinned cudaMemcpy H2D", ["--baseline", "h2d", "--size", "8G"]))
     runs.append(("P4", "GPU-CPU ping-pong", ["--baseline", "pingpong"]))
-    # P1: the command path against the on-GPU null controller, 512 B reads.
-    for threads, queues, qd, null_blocks in [(SMS * 512, 132, 2, 16), (SMS * 1024, 264, 2, 32), (SMS * 1024, 264, 4, 32), (SMS * 2048, 528, 2, 32)]:
+    # P1s: the command path on shared queues against the on-GPU null controller, 512 B reads:
+    # at most 128 queue pairs per controller, at least 32 K threads (issue 18).
+    for threads, devices, queues, qd, null_blocks, slots, doorbell in [
+            (32768, 1, 128, 2, 16, "warp_aggregated", "coalescing"), (32768, 1, 128, 2, 16, "multi_producer", "mmio"),
+            (65536, 1, 128, 1, 16, "warp_aggregated", "coalescing"), (65536, 1, 128, 2, 32, "warp_aggregated", "coalescing"),
+            (131072, 4, 512, 2, 8, "warp_aggregated", "coalescing")]:
+        runs.append(("P1s", f"null 512B shared {threads} thr {devices} ctrl x {queues // devices} q qd{qd} ctrl-blocks{null_blocks} {slots}/{doorbell}",
+                     ["--device", "gpu-null", "--devices", str(devices), "--rw", "randread", "--bs", "512", "--threads", str(threads),
+                      "--block-threads", "256", "--queues", str(queues), "--entries", "1024", "--qd", str(qd), "--null-blocks", str(null_blocks),
+                      "--slots", slots, "--doorbell", doorbell, "--time", t, "--buffer", "256M"]))
+    # The shared-queue runs of the first report (132 to 528 queues on one controller).
+    for threads, queues, qd, null_blocks in [(SMS * 512, 132, 2, 16), (SMS * 2048, 528, 2, 32)]:
         runs.append(("P1", f"null 512B {threads} thr {queues} q qd{qd} ctrl{null_blocks}",
                      ["--device", "gpu-null", "--rw", "randread", "--bs", "512", "--threads", str(threads), "--block-threads", "256",
                       "--queues", str(queues), "--entries", "1024", "--qd", str(qd), "--null-blocks", str(null_blocks), "--time", t,
                       "--buffer", "256M"]))
-    # P1 with one queue pair per thread (no shared-slot atomics), 32 commands in flight each.
-    for threads, qd, null_blocks in [(1024, 32, 32), (2048, 16, 64), (2048, 32, 64)]:
-        runs.append(("P1", f"null 512B exclusive {threads} thr {threads} q qd{qd} ctrl{null_blocks}",
+    # P1x: one queue pair per thread (no shared-slot atomics), 16 or 32 commands in flight each.
+    for threads, qd, null_blocks in [(1024, 32, 32), (2048, 16, 64), (2048, 32, 64), (4096, 16, 64)]:
+        runs.append(("P1x", f"null 512B exclusive {threads} thr {threads} q qd{qd} ctrl{null_blocks}",
                      ["--device", "gpu-null", "--rw", "randread", "--bs", "512", "--threads", str(threads), "--block-threads", "32",
                       "--queues", str(threads), "--entries", "64", "--qd", str(qd), "--null-blocks", str(null_blocks), "--time", t,
                       "--buffer", "256M", "--slots", "exclusive", "--doorbell", "mmio"]))

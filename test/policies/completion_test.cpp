@@ -17,9 +17,12 @@ namespace spec = cunvme::spec;
 using cunvme::record_state;
 
 namespace {
+/// Takes a CID for a command and counts the command rung, as a submitter does before its CQE
+/// can come.
 std::uint16_t take(fake_queue& f) {
   std::uint16_t cid = 0;
   REQUIRE(cunvme::cid_pool::try_take(f.view, 0, cid));
+  ++f.counters->sq_rung;
   return cid;
 }
 std::uint32_t state_of(const fake_queue& f, std::uint16_t cid) { return f.records[cid].state; }
@@ -81,6 +84,48 @@ TEST_CASE("the phase tag flips with every pass through the CQ: stale entries are
   CHECK(f.cq_head_doorbell() == 15 % 4);
 }
 
+TEST_CASE("a drain takes at most a full CQ (entries - 1) at once, even when a controller filled every slot") {
+  // The drain reads the phase words of a whole batch at once; in a CQ smaller than the batch
+  // those reads pass its slots twice, and only the first pass may count. A controller that
+  // posts into every slot (one more than a CQ holds) gets its last entry taken by the next drain.
+  fake_queue f(4);
+  const std::uint16_t a = take(f), b = take(f), c = take(f);
+  f.post(0, a, spec::status::successful_completion, 1);
+  f.post(1, b, spec::status::successful_completion, 2);
+  f.post(2, c, spec::status::successful_completion, 3);
+  f.post(3, a, spec::status::successful_completion, 0, 0xa2);  // for `a`'s next command, below
+  f.counters->sq_rung = 4;  // as if that command had been rung too: the cap, not the count, stops the drain
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 3);
+  CHECK(f.cq_head_doorbell() == 3);
+  for (const std::uint16_t cid : {a, b, c}) CHECK(state_of(f, cid) == done);
+  cunvme::cid_pool::give_back(f.view, a);
+  std::uint16_t again = 0;
+  REQUIRE(cunvme::cid_pool::try_take(f.view, 0, again));
+  REQUIRE(again == a);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+  CHECK(state_of(f, a) == done);
+  CHECK(f.records[a].dw0 == 0xa2);
+  CHECK(f.counters->unexpected_completions == 0);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 0);
+}
+
+TEST_CASE("a drain stops after the CQE of the last command rung; a CQE beyond it is taken by the next drain") {
+  fake_queue f(8);
+  const std::uint16_t a = take(f), b = take(f);
+  std::uint16_t stray = 0;
+  REQUIRE(cunvme::cid_pool::try_take(f.view, 0, stray));  // in flight, but its SQE not rung yet
+  f.post(0, a, spec::status::successful_completion, 1);
+  f.post(1, b, spec::status::successful_completion, 2);
+  f.post(2, stray, spec::status::successful_completion, 3);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 2);
+  CHECK(state_of(f, stray) == static_cast<std::uint32_t>(record_state::pending));
+  // Every drain looks at its first slot, whatever the count says.
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+  CHECK(state_of(f, stray) == done);
+  CHECK(f.counters->cq_head == 3);
+  CHECK(f.counters->unexpected_completions == 0);
+}
+
 TEST_CASE("SQHD moves the SQ head count forward across the queue's wrap") {
   fake_queue f(4);
   f.counters->sq_head = 6;  // slot 2
@@ -96,7 +141,10 @@ TEST_CASE("a completion for a CID that has no command is counted and dropped") {
   fake_queue f(8);
   f.post(0, 3, spec::status::successful_completion, 0);    // free CID
   f.post(1, 200, spec::status::successful_completion, 0);  // beyond the pool
-  CHECK(completion::drain<doorbell::mmio>(f.view) == 2);
+  // No command was rung: each drain looks at its first slot only, and takes one of them.
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 1);
+  CHECK(completion::drain<doorbell::mmio>(f.view) == 0);
   CHECK(f.counters->unexpected_completions == 2);
   CHECK(state_of(f, 3) == static_cast<std::uint32_t>(record_state::free));
   CHECK(cunvme::cid_pool::in_use(f.view) == 0);

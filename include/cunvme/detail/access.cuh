@@ -16,6 +16,7 @@
 
 #include <cunvme/config.cuh>
 
+#include <cuda/atomic>
 #include <cuda/std/cstdint>
 
 #if defined(CUNVME_DEVICE_COMPILATION)
@@ -45,6 +46,29 @@ CUNVME_HOST_DEVICE inline void mmio_store_after_writes(cuda::std::uint32_t* reg,
   asm volatile("st.mmio.relaxed.sys.global.b32 [%0], %1;" ::"l"(reg), "r"(value) : "memory");
 #else
   __atomic_store_n(static_cast<volatile cuda::std::uint32_t*>(reg), value, __ATOMIC_RELEASE);
+#endif
+}
+
+/// Dwords 0 to 2 of a completion entry.
+struct entry_words {
+  cuda::std::uint32_t dw0, dw1, dw2;
+};
+
+/// Reads Dwords 0 to 2 of the CQE at `entry` after an acquire load of its phase word matched
+/// (rule 2): the controller wrote them before the phase tag and leaves the slot alone until the
+/// CQ head doorbell passes it. On the GPU the entry's 16 bytes come in one load, one read across
+/// PCIe where there were three (a GPU thread's reads of host memory come back one after
+/// another: bench/RESULTS.md, P4); `ld.global.cv` fetches them again, never from a cached line
+/// of the slot's last pass.
+[[nodiscard]] CUNVME_HOST_DEVICE inline entry_words load_entry_words(const cuda::std::uint32_t* entry) noexcept {
+#if defined(CUNVME_DEVICE_COMPILATION)
+  const uint4 v = __ldcv(reinterpret_cast<const uint4*>(entry));
+  return {v.x, v.y, v.z};
+#else
+  const auto word = [entry](int i) {
+    return cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(const_cast<cuda::std::uint32_t&>(entry[i])).load(cuda::std::memory_order_relaxed);
+  };
+  return {word(0), word(1), word(2)};
 #endif
 }
 

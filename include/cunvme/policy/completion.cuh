@@ -76,29 +76,43 @@ template <class Doorbell>
   const cuda::std::uint64_t first = bookkeeping_word<cuda::std::uint64_t>(c.cq_head).load(cuda::std::memory_order_relaxed);
   cuda::std::uint64_t head = first;
   cuda::std::uint64_t sq_head = bookkeeping_word<cuda::std::uint64_t>(c.sq_head).load(cuda::std::memory_order_relaxed);
+  // Every rung SQE gets one CQE here: past the CQE of the last command rung, the next slot can
+  // hold nothing yet, and is not read (a read across PCIe for a CQ in host memory). The first
+  // slot always is, so a CQE the controller sent beyond them is taken by this drain or the next.
+  const cuda::std::uint64_t rung = bookkeeping_word<cuda::std::uint64_t>(c.sq_rung).load(cuda::std::memory_order_relaxed);
+  // Rule 2 ("phase_before_payload"): the acquire load of DW3, which carries the phase tag,
+  // orders every later read of the entry (and of the data) after the controller's writes. The
+  // entry's other dwords come in one load (`load_entry_words`), issued together with the next
+  // slot's DW3. An acquire load, not relaxed loads and a fence: `fence.acq_rel` is a full memory
+  // barrier, an acquire load is not. And one slot at a time: the phase words of a whole batch at
+  // once are one read across PCIe per slot for every poll of a CQ in host memory, which made a
+  // QD 1 read on the H100 take 36 µs instead of 16 (bench/RESULTS.md, P4).
+  // The controller writes phase 1 on the first pass through the queue (memory zeroed at
+  // creation), 0 on the second, and so on. A batch takes at most a full CQ (entries - 1):
+  // the slot after that is this pass's first again, and its phase would match.
+  const cuda::std::uint32_t most = q.entries - 1 < max_batch ? q.entries - 1 : max_batch;
+  const auto phase_word = [&q](cuda::std::uint64_t at) {
+    return system_word<cuda::std::uint32_t>(reinterpret_cast<cuda::std::uint32_t*>(q.cq + q.slot(at))[spec::cqe_dword::dw3_offset / 4])
+        .load(cuda::std::memory_order_acquire);
+  };
   detail::drained_entry taken[max_batch];
   cuda::std::uint32_t n = 0;
-  // Rolled loops: an unrolled batch only multiplies code; the loads wait on memory anyway.
+  // Rolled loop: an unrolled batch only multiplies code; the loads wait on memory anyway.
+  bool look = most != 0;
 #if defined(CUNVME_DEVICE_COMPILATION)
 #  pragma unroll 1
 #endif
-  for (; n < max_batch; ++n) {
-    const cuda::std::uint32_t slot = q.slot(head);
-    // The controller writes phase 1 on the first pass through the queue (memory zeroed at
-    // creation), 0 on the second, and so on.
-    const cuda::std::uint32_t expected_phase = q.lap(head) % 2 == 0 ? 1u : 0u;
-    auto* words = reinterpret_cast<cuda::std::uint32_t*>(q.cq + slot);
-    // Rule 2 ("phase_before_payload"): the acquire load of DW3, which carries the phase tag,
-    // orders every later read of the entry (and of the data) after the controller's writes.
-    const cuda::std::uint32_t dw3 = system_word<cuda::std::uint32_t>(words[spec::cqe_dword::dw3_offset / 4]).load(cuda::std::memory_order_acquire);
-    if ((spec::cqe_dword::phase(dw3) ? 1u : 0u) != expected_phase) break;
-    const cuda::std::uint32_t dw2 = system_word<cuda::std::uint32_t>(words[spec::cqe_dword::dw2_offset / 4]).load(cuda::std::memory_order_relaxed);
-    taken[n] = {system_word<cuda::std::uint32_t>(words[0]).load(cuda::std::memory_order_relaxed), system_word<cuda::std::uint32_t>(words[1]).load(cuda::std::memory_order_relaxed),
-                spec::cqe_dword::cid(dw3), spec::cqe_dword::status_field(dw3), spec::cqe_dword::sq_id(dw2)};
+  for (cuda::std::uint32_t dw3 = look ? phase_word(head) : 0u; look && (spec::cqe_dword::phase(dw3) ? 1u : 0u) == (q.lap(head) % 2 == 0 ? 1u : 0u); ++n) {
+    const access::entry_words w = access::load_entry_words(reinterpret_cast<const cuda::std::uint32_t*>(q.cq + q.slot(head)));
+    // Issued before `w` is used, so both loads are in flight together.
+    look = n + 1 < most && head + 1 < rung;
+    const cuda::std::uint32_t next = look ? phase_word(head + 1) : 0u;
+    taken[n] = {w.dw0, w.dw1, spec::cqe_dword::cid(dw3), spec::cqe_dword::status_field(dw3), spec::cqe_dword::sq_id(w.dw2)};
     // SQHD is an index; the fetched count moves forward by its distance from our count's slot.
-    const cuda::std::uint32_t sqhd = spec::cqe_dword::sq_head(dw2);
+    const cuda::std::uint32_t sqhd = spec::cqe_dword::sq_head(w.dw2);
     if (sqhd < q.entries) sq_head += q.slot(sqhd + q.entries - q.slot(sq_head));
     ++head;
+    dw3 = next;
   }
   if (n != 0) {
     // The SQ head goes first: a CID freed below must find its command's slot already free
