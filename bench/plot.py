@@ -101,9 +101,9 @@ def plots(records, directory):
             ax.axhline(h2d[0]["gb_per_s"], color="gray", ls="--", label="pinned cudaMemcpy H2D")
         save(fig, ax, "bw_vs_block_size.png", "Sequential reads, bandwidth against block size", "block size (KiB)", "GB/s")
 
-    # Latency CDFs: QD 1, a saturated null-controller run, the largest P2 run.
+    # Latency CDFs: QD 1, a saturated shared-queue null-controller run (P1s), the largest P2 run.
     fig, ax = plt.subplots(figsize=(6, 4))
-    for figure, pick in [("P4", None), ("P1", 0), ("P2", -1)]:
+    for figure, pick in [("P4", None), ("P1s", 0), ("P2", -1)]:
         rows = [r for r in by_figure(records, figure, clean=True) if r.get("hist")]
         if pick is not None and rows:
             rows = [sorted(rows, key=lambda r: r["threads"])[pick]]
@@ -120,7 +120,7 @@ def main():
     ap.add_argument("--tables-only", action="store_true")
     a = ap.parse_args()
     records = load(a.results)
-    for figure in ["P1", "P2", "P2e", "P3", "BW", "P4", "P6", "POL"]:
+    for figure in ["P1s", "P1x", "P1", "P2", "P2e", "P3", "BW", "P4", "P6", "POL"]:
         t = table(records, figure)
         if t:
             print(f"\n### {figure}\n\n{t}")
