@@ -85,9 +85,9 @@ TEST_CASE("the phase tag flips with every pass through the CQ: stale entries are
 }
 
 TEST_CASE("a drain takes at most a full CQ (entries - 1) at once, even when a controller filled every slot") {
-  // The drain reads the phase words of a whole batch at once; in a CQ smaller than the batch
-  // those reads pass its slots twice, and only the first pass may count. A controller that
-  // posts into every slot (one more than a CQ holds) gets its last entry taken by the next drain.
+  // A CQ holds at most entries - 1 completions. Had the drain taken all four, the new head would
+  // be the old one: the CQ head doorbell written back unchanged, and the controller none the
+  // wiser. A controller that posts into every slot gets its last entry taken by the next drain.
   fake_queue f(4);
   const std::uint16_t a = take(f), b = take(f), c = take(f);
   f.post(0, a, spec::status::successful_completion, 1);

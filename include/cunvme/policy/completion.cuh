@@ -88,8 +88,8 @@ template <class Doorbell>
   // once are one read across PCIe per slot for every poll of a CQ in host memory, which made a
   // QD 1 read on the H100 take 36 µs instead of 16 (bench/RESULTS.md, P4).
   // The controller writes phase 1 on the first pass through the queue (memory zeroed at
-  // creation), 0 on the second, and so on. A batch takes at most a full CQ (entries - 1):
-  // the slot after that is this pass's first again, and its phase would match.
+  // creation), 0 on the second, and so on. A batch takes at most a full CQ (entries - 1, NVMe's
+  // full condition): taking `entries` at once would write the CQ head doorbell back unchanged.
   const cuda::std::uint32_t most = q.entries - 1 < max_batch ? q.entries - 1 : max_batch;
   const auto phase_word = [&q](cuda::std::uint64_t at) {
     return system_word<cuda::std::uint32_t>(reinterpret_cast<cuda::std::uint32_t*>(q.cq + q.slot(at))[spec::cqe_dword::dw3_offset / 4])
