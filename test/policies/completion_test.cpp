@@ -22,7 +22,8 @@ namespace {
 std::uint16_t take(fake_queue& f) {
   std::uint16_t cid = 0;
   REQUIRE(cunvme::cid_pool::try_take(f.view, 0, cid));
-  ++f.counters->sq_rung;
+  // Atomic, as a submitter's: a poller thread may be reading the count meanwhile.
+  std::atomic_ref<std::uint64_t>(f.counters->sq_rung).fetch_add(1, std::memory_order_release);
   return cid;
 }
 std::uint32_t state_of(const fake_queue& f, std::uint16_t cid) { return f.records[cid].state; }
