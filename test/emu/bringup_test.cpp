@@ -81,6 +81,18 @@ TEST_CASE("invalid configurations are refused with a message naming the field") 
   CHECK_THROWS_AS(emu::controller{config}, std::invalid_argument);
 }
 
+TEST_CASE("a configuration whose doorbells need a BAR0 past 256 MiB is refused, not wrapped or allocated") {
+  emu::controller_config config;
+  config.doorbell_stride = 15;  // 128 KiB between doorbells
+  config.max_io_queues = 65535;  // the last CQ doorbell 16 GiB in: past 32-bit offsets
+  CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("BAR0"), std::invalid_argument);
+  config.max_io_queues = 1024;  // 256 MiB + 132 KiB
+  CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("doorbell_stride"), std::invalid_argument);
+  config.max_io_queues = 64;  // 16.1 MiB
+  emu::controller ctrl{config};
+  CHECK(ctrl.bar_size() == 0x1000 + 130u * (128u << 10));
+}
+
 TEST_CASE("enabling with a memory page size outside MPSMIN..MPSMAX sets CSTS.CFS instead of RDY") {
   emu::controller ctrl;
   test_host host(ctrl);
@@ -152,7 +164,7 @@ TEST_CASE("doorbells sit at the stride CAP.DSTRD announces") {
   dma_buffer data(ctrl, 4096);
   const auto cqe = host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, data.bus));
   CHECK(cqe.status() == spec::status::successful_completion);
-  CHECK(ctrl.bar_size() >= spec::bar_size_for_queues(config.max_io_queues, 2));
+  CHECK(ctrl.bar_size() >= spec::bar_bytes_for_queues(config.max_io_queues, 2));
 }
 
 TEST_CASE("a command in flight at a reset never completes into the queues created afterwards") {

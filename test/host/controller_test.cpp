@@ -64,6 +64,12 @@ TEST_CASE("controller options outside their valid ranges are refused at construc
   o.command_timeout = std::chrono::milliseconds::max();  // now() + timeout would overflow
   refused(o, "command_timeout = " + std::to_string(std::chrono::milliseconds::max().count()) + " ms");
   o = {};
+  o.admin_timeout = std::chrono::milliseconds(-1);
+  refused(o, "admin_timeout = -1 ms");
+  o = {};
+  o.admin_timeout = std::chrono::hours(25);
+  refused(o, "admin_timeout = " + std::to_string(std::chrono::milliseconds(std::chrono::hours(25)).count()) + " ms");
+  o = {};
   o.ready_timeout = std::chrono::milliseconds(-1);
   refused(o, "ready_timeout = -1 ms");
   o = {};
@@ -157,6 +163,7 @@ host::controller controller_losing_first_read(bool abort_on_timeout = true) {
   config.faults = {lose};
   host::controller_options options;
   options.command_timeout = std::chrono::milliseconds(200);
+  options.admin_timeout = std::chrono::seconds(10);  // queue creation is not what these tests time out
   options.abort_on_timeout = abort_on_timeout;
   return host::controller(backend(config), options);
 }
@@ -177,6 +184,105 @@ TEST_CASE("without abort on timeout, a lost completion holds its CID: on a one-C
   // Another queue pair is unaffected.
   auto other = ctrl.create_queue_pair(2);
   CHECK(other->read(1, 0, 1, buf) == spec::status::successful_completion);
+}
+
+TEST_CASE("a Create I/O SQ without completion fails naming itself, not the cleanup of its CQ, and reset() brings the controller back") {
+  emu::controller_config config;
+  emu::fault_rule lose;
+  lose.action = emu::fault_action::lose_completion;
+  lose.admin = true;
+  lose.opcode = static_cast<std::uint8_t>(spec::admin_opcode::create_io_submission_queue);
+  lose.nth = 1;
+  config.faults = {lose};
+  host::controller_options options;
+  options.admin_timeout = std::chrono::milliseconds(200);  // admin commands' own bound; I/O keeps 10 s
+  host::controller ctrl(backend(config), options);
+  try {
+    (void)ctrl.create_queue_pair(8);
+    FAIL("Create I/O SQ without completion did not throw");
+  } catch (const host::error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("Create I/O SQ") != std::string::npos);
+    CHECK(what.find("no completion within 200 ms") != std::string::npos);
+    CHECK(what.find("Delete I/O CQ") == std::string::npos);
+  }
+  CHECK_FALSE(ctrl.csts().rdy());  // stopped: the controller might still write the new queues' memory
+  ctrl.reset();
+  auto q = ctrl.create_queue_pair(8);
+  auto buf = ctrl.memory().allocate(4096);
+  CHECK(q->read(1, 0, 1, buf) == spec::status::successful_completion);
+}
+
+namespace {
+
+/// The emulator behind a BAR0 that says it ends at `bar_bytes`, as a device whose BAR is
+/// smaller than its CAP.DSTRD and queue count imply.
+class short_bar_backend final : public host::register_backend {
+ public:
+  short_bar_backend(emu::controller_config config, std::size_t bar_bytes) : inner_(std::move(config)), bar_bytes_(bar_bytes) {}
+  [[nodiscard]] std::string name() const override { return "emu (short BAR)"; }
+  [[nodiscard]] std::byte* bar() const override { return inner_.bar(); }
+  [[nodiscard]] std::size_t bar_size() const override { return bar_bytes_; }
+  [[nodiscard]] std::uint32_t read32(std::uint32_t offset) const override { return inner_.read32(offset); }
+  void write32(std::uint32_t offset, std::uint32_t value) const override { inner_.write32(offset, value); }
+  void map_cmb(unsigned bar_index, std::uint64_t offset, std::uint64_t bytes) override { inner_.map_cmb(bar_index, offset, bytes); }
+  [[nodiscard]] host::dma_allocator& memory() override { return inner_.memory(); }
+
+ private:
+  host::emu_backend inner_;
+  std::size_t bar_bytes_;
+};
+
+/// A BAR that is plain memory, for the base class's own register accessors.
+class memory_bar_backend final : public host::register_backend {
+ public:
+  [[nodiscard]] std::string name() const override { return "memory BAR"; }
+  [[nodiscard]] std::byte* bar() const override { return reinterpret_cast<std::byte*>(words_.data()); }
+  [[nodiscard]] std::size_t bar_size() const override { return words_.size() * sizeof(std::uint32_t); }
+  void map_cmb(unsigned, std::uint64_t, std::uint64_t) override { throw host::error("Map CMB", name(), "none"); }
+  [[nodiscard]] host::dma_allocator& memory() override { throw host::error("Allocate", name(), "none"); }
+
+ private:
+  mutable std::vector<std::uint32_t> words_ = std::vector<std::uint32_t>(1024);  // 4 KiB: registers, no doorbells
+};
+
+}  // namespace
+
+TEST_CASE("a BAR that ends before some granted queues' doorbells limits the queue pairs to those whose doorbells it holds") {
+  emu::controller_config config;
+  config.doorbell_stride = 10;  // 4 KiB between doorbells
+  const std::size_t stride = 4096;
+  // Registers, then the doorbells of queues 0 to 4 (SQ and CQ each): four I/O queue pairs.
+  host::controller ctrl(std::make_unique<short_bar_backend>(config, 0x1000 + 5 * 2 * stride));
+  CHECK(ctrl.io_queue_pairs_granted() == 4);
+  std::vector<std::unique_ptr<host::queue_pair>> queues;
+  auto buf = ctrl.memory().allocate(4096);
+  for (int i = 0; i < 4; ++i) {
+    queues.push_back(ctrl.create_queue_pair(8));
+    CHECK(queues.back()->read(1, 0, 1, buf) == spec::status::successful_completion);
+  }
+  CHECK_THROWS_WITH_AS((void)ctrl.create_queue_pair(8), doctest::Contains("in use"), host::error);
+}
+
+TEST_CASE("a BAR too small for the admin queue's doorbells is refused at bring-up, naming its size and CAP.DSTRD") {
+  emu::controller_config config;
+  config.doorbell_stride = 10;
+  CHECK_THROWS_WITH_AS(host::controller(std::make_unique<short_bar_backend>(config, 0x1000 + 4096)), doctest::Contains("CAP.DSTRD = 10"),
+                       host::error);
+  CHECK_THROWS_WITH_AS(host::controller(std::make_unique<short_bar_backend>(config, 0x1000)), doctest::Contains("4096-byte BAR0"), host::error);
+}
+
+TEST_CASE("register reads and writes outside the BAR or off a 4-byte boundary are refused, not performed") {
+  memory_bar_backend b;
+  b.write32(0x14, 0x1234);
+  CHECK(b.read32(0x14) == 0x1234);
+  CHECK(b.read64(0x14) == 0x1234);
+  CHECK_THROWS_WITH_AS((void)b.read32(4096), doctest::Contains("outside"), host::error);
+  CHECK_THROWS_WITH_AS(b.write32(4096, 1), doctest::Contains("outside"), host::error);
+  CHECK_THROWS_WITH_AS(b.write32(4094, 1), doctest::Contains("4-byte"), host::error);
+  CHECK_THROWS_WITH_AS((void)b.read32(2), doctest::Contains("4-byte"), host::error);
+  CHECK_THROWS_WITH_AS((void)b.read64(4092), doctest::Contains("outside"), host::error);
+  CHECK_THROWS_AS((void)b.read32(0xffffffffu), host::error);
 }
 
 TEST_CASE("execute returns the completion's Status field as posted: DNR with the status") {

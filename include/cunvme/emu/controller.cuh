@@ -81,7 +81,7 @@ class controller : private detail::admin_commands {
     validate_config();
     open_namespaces();
     if (config_.memory.device_copy) dma_.set_device_copier(config_.memory.device_copy);
-    bar_size_ = round_up(spec::bar_size_for_queues(config_.max_io_queues, config_.doorbell_stride), 4096);
+    bar_size_ = round_up(spec::bar_bytes_for_queues(config_.max_io_queues, config_.doorbell_stride), 4096);
     bar_ = allocate(bar_size_);
     try {
       if (config_.cmb_bytes != 0) cmb_ = allocate(config_.cmb_bytes);
@@ -343,8 +343,9 @@ class controller : private detail::admin_commands {
   /// and CQ mutexes are never held together.
   bool serve_sq(engine& e, std::uint16_t qid) {
     sq_state& sq = sqs_[qid];
+    if (!sq.live.load(std::memory_order_relaxed)) return false;
     std::unique_lock lock(sq.mutex, std::try_to_lock);
-    if (!lock.owns_lock() || !sq.live) return false;
+    if (!lock.owns_lock() || !sq.live.load(std::memory_order_relaxed)) return false;
     if (qid == 0) return serve_admin_sq(e, sq);
     // One view for the burst: no region the commands use can be unmapped under them.
     const dma_space::view mem = dma_.pin();

@@ -48,7 +48,10 @@ class controller_state {
   // ---- per-queue and per-thread state --------------------------------------------------------
   struct sq_state {
     std::mutex mutex;  // held by the owning thread while serving, by the admin thread to create/delete
-    bool live = false;
+    // Written under `mutex`; read without it by a polling worker, which then locks only queues
+    // that exist: a try_lock of every queue on every pass contends with the admin thread's
+    // blocking lock of a queue it creates, and costs idle workers most of their time.
+    std::atomic<bool> live{false};
     std::uint16_t cqid = 0;
     std::uint32_t size = 0;
     std::uint64_t base = 0;  // bus address; looked up again on every access, never cached
@@ -200,6 +203,9 @@ class controller_state {
   };
   static constexpr outcome fail(spec::status s) { return outcome{s}; }
 
+  /// The largest BAR0 emulated: real controllers' are 16 KiB to a few MiB.
+  static constexpr std::uint64_t max_bar_bytes = std::uint64_t{256} << 20;
+
   // ---- configuration ---------------------------------------------------------------------------
   void validate_config() const {
     auto bad = [](const std::string& what) { throw std::invalid_argument("emu::controller: " + what); };
@@ -216,6 +222,12 @@ class controller_state {
     if (config_.timeout == 0) bad("timeout (CAP.TO) must be at least 1 (500 ms)");
     if (config_.ready_delay > std::chrono::milliseconds(500ull * config_.timeout)) bad("ready_delay exceeds CAP.TO");
     if (config_.max_io_queues == 0) bad("max_io_queues must be at least 1");
+    // In 64 bits: the doorbell offsets are 32-bit, and the BAR is host memory this emulator
+    // allocates (and a CUDA build pins).
+    if (const std::uint64_t bar = spec::bar_bytes_for_queues(config_.max_io_queues, config_.doorbell_stride); bar > max_bar_bytes) {
+      bad("max_io_queues " + std::to_string(config_.max_io_queues) + " with doorbell_stride (CAP.DSTRD) " + std::to_string(config_.doorbell_stride) +
+          " needs a BAR0 of " + std::to_string(bar) + " bytes; at most " + std::to_string(max_bar_bytes) + " are emulated");
+    }
     if (config_.workers == 0) bad("workers must be at least 1");
     if (config_.error_log_entries == 0 || config_.error_log_entries > 256) bad("error_log_entries must be 1..256");
     if (config_.cmb_bytes % 4096 != 0 || config_.cmb_bytes / 4096 > spec::cmbsz_register::sz_field::max) {

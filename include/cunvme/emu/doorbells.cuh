@@ -117,7 +117,7 @@ class doorbells : public register_file {
         {
           auto& m = is_cq ? cqs_[q].mutex : sqs_[q].mutex;
           std::scoped_lock lock(m);
-          live = is_cq ? cqs_[q].live : sqs_[q].live;
+          live = is_cq ? cqs_[q].live : sqs_[q].live.load(std::memory_order_relaxed);
         }
         if (live) continue;
         const std::uint32_t offset = is_cq ? cq_doorbell(qid) : sq_doorbell(qid);

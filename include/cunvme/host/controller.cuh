@@ -68,6 +68,10 @@ class controller {
     vs_ = spec::version_register{backend_->read32(spec::to_underlying(spec::register_offset::vs))};
     if (cap_.raw == ~std::uint64_t{0}) throw error("Read CAP", name_, "the BAR reads all ones: the device is gone or not enabled");
     if (!cap_.supports(spec::cap_css::nvm_command_set)) throw error("Bring up", name_, "CAP.CSS lacks the NVM command set");
+    if (spec::max_qid_in_bar(backend_->bar_size(), cap_.dstrd()) < 0) {
+      throw error("Bring up", name_, "the " + std::to_string(backend_->bar_size()) + "-byte BAR0 ends before the admin queue's doorbells (CAP.DSTRD = " +
+                                         std::to_string(cap_.dstrd()) + ": " + std::to_string(spec::bar_bytes_for_queues(0, cap_.dstrd())) + " bytes needed)");
+    }
     ready_timeout_ = options_.ready_timeout.count() != 0 ? options_.ready_timeout : std::chrono::milliseconds(cap_.timeout_ms());
     page_shift_ = 12u + cap_.mpsmin();
     disable_if_enabled();
@@ -126,6 +130,8 @@ class controller {
   [[nodiscard]] unsigned page_shift() const noexcept { return page_shift_; }
   /// The controller page (CC.MPS) in bytes: what queues, PRP lists and admin buffers are aligned to.
   [[nodiscard]] std::size_t page_bytes() const noexcept { return std::size_t{1} << page_shift_; }
+  /// I/O queue pairs the controller granted (Set Features – Number of Queues), at most those
+  /// whose doorbells lie inside BAR0.
   [[nodiscard]] std::uint16_t io_queue_pairs_granted() const noexcept { return granted_; }
   [[nodiscard]] bool shadow_doorbells() const noexcept { return static_cast<bool>(shadow_); }
   [[nodiscard]] const controller_options& options() const noexcept { return options_; }
@@ -139,9 +145,9 @@ class controller {
   spec::completion_entry admin_command(spec::submission_entry sqe, const std::string& operation) {
     std::scoped_lock lock(admin_mutex_);
     require_ready(operation);
-    const auto cqe = admin_.execute(sqe, options_.command_timeout, unexpected_completions_);
+    const auto cqe = admin_.execute(sqe, options_.admin_command_timeout(), unexpected_completions_);
     if (!cqe) {
-      const std::string why = no_completion_reason(options_.command_timeout);  // before CC.EN = 0 clears CSTS.CFS
+      const std::string why = no_completion_reason(options_.admin_command_timeout());  // before CC.EN = 0 clears CSTS.CFS
       throw error(operation, name_, why + (halt() ? "; the controller was stopped (CC.EN = 0): reset() brings it back"
                                                   : "; the controller does not stop (CSTS.RDY stays 1): memory given to it may still be written"));
     }
@@ -385,7 +391,10 @@ class controller {
     const auto cqe = admin(spec::make_set_number_of_queues(options_.io_queue_pairs, options_.io_queue_pairs), "Set Features Number of Queues");
     const auto sqs = spec::number_of_queues_fields::nsqr::get(cqe.dw0) + 1u;
     const auto cqs = spec::number_of_queues_fields::ncqr::get(cqe.dw0) + 1u;
-    granted_ = static_cast<std::uint16_t>(std::min<std::uint32_t>({sqs, cqs, options_.io_queue_pairs}));
+    // Only queues whose doorbells lie inside the BAR: a device whose BAR is smaller than its
+    // CAP.DSTRD and queue count imply would otherwise have a doorbell store land past the mapping.
+    const auto in_bar = static_cast<std::uint32_t>(std::min<long long>(spec::max_qid_in_bar(backend_->bar_size(), cap_.dstrd()), 65535));
+    granted_ = static_cast<std::uint16_t>(std::min<std::uint32_t>({sqs, cqs, options_.io_queue_pairs, in_bar}));
     used_qids_.assign(granted_ + 1u, false);
     used_qids_[0] = true;
   }

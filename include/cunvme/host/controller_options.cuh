@@ -25,6 +25,9 @@ struct controller_options {
   bool use_cmb = false;                     ///< map the controller memory buffer when CAP.CMBS says there is one
   std::chrono::milliseconds ready_timeout{0};     ///< 0: CAP.TO; else 1 ms..max_timeout
   std::chrono::milliseconds command_timeout{10'000};  ///< 1 ms..max_timeout
+  /// Admin commands' own bound, as Linux keeps admin_timeout apart from io_timeout: a short I/O
+  /// timeout need not make queue creation fail on a busy host. 0: `command_timeout`.
+  std::chrono::milliseconds admin_timeout{0};  ///< 0 or 1 ms..max_timeout
   /// A host command (`queue_pair` I/O) that times out is aborted (Abort, 5.1) and its aborted
   /// completion waited for (bounded by its queue's timeout), so its buffer is the caller's again
   /// and its CID free; where the controller does not abort it, the controller is stopped
@@ -34,6 +37,11 @@ struct controller_options {
 
   /// The longest timeout taken: a deadline `now() + timeout` must not overflow the clock.
   static constexpr std::chrono::milliseconds max_timeout = std::chrono::hours(24);
+
+  /// The bound of an admin command's wait.
+  [[nodiscard]] std::chrono::milliseconds admin_command_timeout() const noexcept {
+    return admin_timeout.count() != 0 ? admin_timeout : command_timeout;
+  }
 
   /// Throws `host::error` naming the first option outside its range and its value.
   void check(const std::string& device) const {
@@ -53,6 +61,9 @@ struct controller_options {
     }
     if (command_timeout.count() <= 0 || command_timeout > max_timeout) {
       bad("command_timeout = " + std::to_string(command_timeout.count()) + " ms", "1.." + max + " ms");
+    }
+    if (admin_timeout.count() < 0 || admin_timeout > max_timeout) {
+      bad("admin_timeout = " + std::to_string(admin_timeout.count()) + " ms", "0 (command_timeout) or 1.." + max + " ms");
     }
   }
 };

@@ -435,7 +435,20 @@ inline std::unique_ptr<queue_pair> controller::make_queue_pair(std::uint32_t ent
     try {
       admin(spec::make_create_io_sq(qid, entries, sq_bus, qid), "Create I/O SQ " + std::to_string(qid));
     } catch (const error&) {
-      (void)admin_command(spec::make_delete_io_cq(qid), "Delete I/O CQ " + std::to_string(qid));
+      // The error is the SQ's: undoing the CQ must not replace it (after a Create I/O SQ
+      // without completion the controller was stopped, and Delete I/O CQ finds it not ready).
+      // CC.EN = 0 deletes every queue; a controller that neither deletes the CQ nor stops may
+      // still write both queues' memory, which is then kept for good.
+      bool cq_gone = false;
+      try {
+        const spec::status s = admin_command(spec::make_delete_io_cq(qid), "Delete I/O CQ " + std::to_string(qid)).status();
+        cq_gone = s == spec::status::successful_completion || s == spec::status::invalid_queue_identifier;
+      } catch (const error&) {
+      }
+      if (!cq_gone && !halt()) {
+        new dma_buffer(std::move(cq));
+        new dma_buffer(std::move(sq_memory));
+      }
       throw;
     }
     return std::unique_ptr<queue_pair>(

@@ -82,12 +82,13 @@ class register_backend {
   [[nodiscard]] virtual bool bar_is_io_memory() const { return true; }
 
   /// MMIO through the mapped BAR; a backend whose registers are not plain memory (the
-  /// emulator's register file) overrides both.
+  /// emulator's register file) overrides both. An offset outside the BAR or off a 4-byte
+  /// boundary throws rather than touching memory past the mapping.
   [[nodiscard]] virtual std::uint32_t read32(std::uint32_t offset) const {
-    return std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(bar() + offset)).load(std::memory_order_acquire);
+    return std::atomic_ref<std::uint32_t>(*register_at(offset, "Read register")).load(std::memory_order_acquire);
   }
   virtual void write32(std::uint32_t offset, std::uint32_t value) const {
-    std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(bar() + offset)).store(value, std::memory_order_release);
+    std::atomic_ref<std::uint32_t>(*register_at(offset, "Write register")).store(value, std::memory_order_release);
   }
   [[nodiscard]] std::uint64_t read64(std::uint32_t offset) const {
     return std::uint64_t{read32(offset)} | std::uint64_t{read32(offset + 4)} << 32;
@@ -95,6 +96,15 @@ class register_backend {
   void write64(std::uint32_t offset, std::uint64_t value) const {
     write32(offset, static_cast<std::uint32_t>(value));
     write32(offset + 4, static_cast<std::uint32_t>(value >> 32));
+  }
+
+ private:
+  [[nodiscard]] std::uint32_t* register_at(std::uint32_t offset, const char* operation) const {
+    const std::size_t size = bar_size();
+    if (offset % 4 != 0 || size < 4 || offset > size - 4) {
+      throw error(operation, name(), "offset " + std::to_string(offset) + (offset % 4 != 0 ? " is not on a 4-byte boundary" : " is outside the " + std::to_string(size) + "-byte BAR0"));
+    }
+    return reinterpret_cast<std::uint32_t*>(bar() + offset);
   }
 };
 
