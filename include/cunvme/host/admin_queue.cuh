@@ -26,7 +26,12 @@ class admin_queue {
   /// Over `sq` and `cq` of `entries` each (ASQ, ACQ and AQA already point at them), with
   /// doorbells `dstrd` apart in `backend`'s BAR.
   admin_queue(register_backend& backend, dma_buffer sq, dma_buffer cq, std::uint32_t entries, unsigned dstrd)
-      : backend_(&backend), sq_(std::move(sq)), cq_(std::move(cq)), entries_(entries), dstrd_(dstrd) {}
+      : backend_(&backend), sq_(std::move(sq)), cq_(std::move(cq)), entries_(entries), dstrd_(dstrd) {
+    if (backend.queues_in_bar(dstrd) == 0) {
+      throw error("Set up admin queues", backend.name(), "the " + std::to_string(backend.bar_size()) + "-byte BAR0 ends before the admin queue's doorbells (CAP.DSTRD = " +
+                                                            std::to_string(dstrd) + ": " + std::to_string(spec::bar_bytes_for_queues(0, dstrd)) + " bytes needed)");
+    }
+  }
 
   [[nodiscard]] std::uint64_t sq_bus() const { return sq_.bus(); }
   [[nodiscard]] std::uint64_t cq_bus() const { return cq_.bus(); }

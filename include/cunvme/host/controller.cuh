@@ -68,10 +68,6 @@ class controller {
     vs_ = spec::version_register{backend_->read32(spec::to_underlying(spec::register_offset::vs))};
     if (cap_.raw == ~std::uint64_t{0}) throw error("Read CAP", name_, "the BAR reads all ones: the device is gone or not enabled");
     if (!cap_.supports(spec::cap_css::nvm_command_set)) throw error("Bring up", name_, "CAP.CSS lacks the NVM command set");
-    if (spec::max_qid_in_bar(backend_->bar_size(), cap_.dstrd()) < 0) {
-      throw error("Bring up", name_, "the " + std::to_string(backend_->bar_size()) + "-byte BAR0 ends before the admin queue's doorbells (CAP.DSTRD = " +
-                                         std::to_string(cap_.dstrd()) + ": " + std::to_string(spec::bar_bytes_for_queues(0, cap_.dstrd())) + " bytes needed)");
-    }
     ready_timeout_ = options_.ready_timeout.count() != 0 ? options_.ready_timeout : std::chrono::milliseconds(cap_.timeout_ms());
     page_shift_ = 12u + cap_.mpsmin();
     disable_if_enabled();
@@ -130,8 +126,7 @@ class controller {
   [[nodiscard]] unsigned page_shift() const noexcept { return page_shift_; }
   /// The controller page (CC.MPS) in bytes: what queues, PRP lists and admin buffers are aligned to.
   [[nodiscard]] std::size_t page_bytes() const noexcept { return std::size_t{1} << page_shift_; }
-  /// I/O queue pairs the controller granted (Set Features – Number of Queues), at most those
-  /// whose doorbells lie inside BAR0.
+  /// I/O queue pairs granted (Set Features – Number of Queues) with their doorbells in BAR0.
   [[nodiscard]] std::uint16_t io_queue_pairs_granted() const noexcept { return granted_; }
   [[nodiscard]] bool shadow_doorbells() const noexcept { return static_cast<bool>(shadow_); }
   [[nodiscard]] const controller_options& options() const noexcept { return options_; }
@@ -391,10 +386,8 @@ class controller {
     const auto cqe = admin(spec::make_set_number_of_queues(options_.io_queue_pairs, options_.io_queue_pairs), "Set Features Number of Queues");
     const auto sqs = spec::number_of_queues_fields::nsqr::get(cqe.dw0) + 1u;
     const auto cqs = spec::number_of_queues_fields::ncqr::get(cqe.dw0) + 1u;
-    // Only queues whose doorbells lie inside the BAR: a device whose BAR is smaller than its
-    // CAP.DSTRD and queue count imply would otherwise have a doorbell store land past the mapping.
-    const auto in_bar = static_cast<std::uint32_t>(std::min<long long>(spec::max_qid_in_bar(backend_->bar_size(), cap_.dstrd()), 65535));
-    granted_ = static_cast<std::uint16_t>(std::min<std::uint32_t>({sqs, cqs, options_.io_queue_pairs, in_bar}));
+    // queues_in_bar: the admin queue's doorbells are inside (checked by admin_queue), others may not be.
+    granted_ = static_cast<std::uint16_t>(std::min<std::uint32_t>({sqs, cqs, options_.io_queue_pairs, backend_->queues_in_bar(cap_.dstrd()) - 1}));
     used_qids_.assign(granted_ + 1u, false);
     used_qids_[0] = true;
   }

@@ -4,7 +4,9 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/host/dma_memory.cuh>
+#include <cunvme/spec/registers.cuh>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -89,6 +91,12 @@ class register_backend {
   }
   virtual void write32(std::uint32_t offset, std::uint32_t value) const {
     std::atomic_ref<std::uint32_t>(*register_at(offset, "Write register")).store(value, std::memory_order_release);
+  }
+  /// How many queues have both doorbells (CAP.DSTRD `dstrd` apart) inside BAR0, the admin
+  /// queue first: a device whose BAR is smaller than its stride and queue count imply would
+  /// otherwise take doorbell stores past the mapping.
+  [[nodiscard]] std::uint32_t queues_in_bar(unsigned dstrd) const {
+    return static_cast<std::uint32_t>(std::clamp<long long>(spec::max_qid_in_bar(bar_size(), dstrd) + 1, 0, 65536));
   }
   [[nodiscard]] std::uint64_t read64(std::uint32_t offset) const {
     return std::uint64_t{read32(offset)} | std::uint64_t{read32(offset + 4)} << 32;
