@@ -88,9 +88,9 @@ TEST_CASE("a configuration whose doorbells need a BAR0 past 256 MiB is refused, 
   CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("BAR0"), std::invalid_argument);
   config.max_io_queues = 1024;  // 256 MiB + 132 KiB
   CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("doorbell_stride"), std::invalid_argument);
-  config.max_io_queues = 64;  // 16.1 MiB
+  config.max_io_queues = 64;  // 16.1 MiB: the last CQ head doorbell 129 strides past 0x1000
   emu::controller ctrl{config};
-  CHECK(ctrl.bar_size() == 0x1000 + 130u * (128u << 10));
+  CHECK(ctrl.bar_size() == 0x1000 + 129u * (128u << 10) + 4096u);
 }
 
 TEST_CASE("enabling with a memory page size outside MPSMIN..MPSMAX sets CSTS.CFS instead of RDY") {

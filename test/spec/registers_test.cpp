@@ -86,7 +86,10 @@ TEST_CASE("doorbells follow the stride formula of section 3.1.3") {
   static_assert(spec::sq_tail_doorbell_offset(3, 2) == 0x1000 + 6 * 16);
   static_assert(spec::cq_head_doorbell_offset(3, 2) == 0x1000 + 7 * 16);
   static_assert(spec::bar_bytes_for_queues(64, 0) == 0x1000 + 129 * 4 + 4);
-  static_assert(spec::bar_bytes_for_queues(65535, 15) == 0x1000 + 131072ull * (4u << 15));  // past 32 bits
+  static_assert(spec::bar_bytes_for_queues(65535, 15) == 0x1000 + 131071ull * (4u << 15) + 4);  // past 32 bits
+  static_assert(spec::bar_bytes_for_queues(3, 2) == spec::cq_head_doorbell_offset(3, 2) + 4);
+  static_assert(spec::max_qid_in_bar(spec::bar_bytes_for_queues(3, 10), 10) == 3);
+  static_assert(spec::max_qid_in_bar(spec::bar_bytes_for_queues(3, 10) - 1, 10) == 2);
   static_assert(spec::max_qid_in_bar(spec::bar_bytes_for_queues(64, 0), 0) == 64);
   static_assert(spec::max_qid_in_bar(spec::bar_bytes_for_queues(64, 0) - 1, 0) == 63);
   static_assert(spec::max_qid_in_bar(0x1000 + 8, 0) == 0);

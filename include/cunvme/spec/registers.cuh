@@ -112,18 +112,21 @@ static_assert(offsetof(controller_registers, pmr_registers) == to_underlying(reg
                                                                                    unsigned dstrd) noexcept {
   return to_underlying(register_offset::doorbells) + (2u * qid + 1u) * doorbell_stride_bytes(dstrd);
 }
-/// Bytes of BAR0 needed to reach the doorbells of queues 0..max_qid, in 64 bits: with a large
-/// CAP.DSTRD (up to 128 KiB apart) and many queues the offsets pass 4 GiB.
+/// Bytes of BAR0 needed to reach the doorbells of queues 0..max_qid (the last CQ head doorbell's
+/// end), in 64 bits: with a large CAP.DSTRD (up to 128 KiB apart) and many queues the offsets
+/// pass 4 GiB.
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint64_t bar_bytes_for_queues(cuda::std::uint16_t max_qid,
                                                                                 unsigned dstrd) noexcept {
-  return to_underlying(register_offset::doorbells) + (2ull * max_qid + 2u) * doorbell_stride_bytes(dstrd);
+  return to_underlying(register_offset::doorbells) + (2ull * max_qid + 1u) * doorbell_stride_bytes(dstrd) + 4u;
 }
 /// The highest queue identifier whose two doorbells lie inside a BAR0 of `bar_bytes`; -1 where
 /// not even the admin queue's do.
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr long long max_qid_in_bar(cuda::std::uint64_t bar_bytes, unsigned dstrd) noexcept {
-  const cuda::std::uint64_t doorbells = to_underlying(register_offset::doorbells);
-  if (bar_bytes < doorbells) return -1;
-  return static_cast<long long>((bar_bytes - doorbells) / (2ull * doorbell_stride_bytes(dstrd))) - 1;
+  const cuda::std::uint64_t first = to_underlying(register_offset::doorbells);
+  if (bar_bytes < first + 4u) return -1;
+  // Doorbells 0..last fit whole; queue y's CQ head doorbell is number 2y + 1.
+  const cuda::std::uint64_t last = (bar_bytes - first - 4u) / doorbell_stride_bytes(dstrd);
+  return last < 1 ? -1 : static_cast<long long>((last - 1) / 2);
 }
 
 /// CAP.CSS bits (Figure 36): which command sets CC.CSS may select.
