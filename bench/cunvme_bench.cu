@@ -38,6 +38,7 @@
 
 #include <cuda/std/bit>
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <sys/resource.h>
@@ -582,6 +583,10 @@ result run_io(const options& o, target& t) {
   // The controller and poller kernels run until stopped: the I/O kernel must be loaded and its
   // local memory reserved before they start, or its launch waits for them forever.
   bench::prepare_kernels_to_run_beside(io_kernel<queue_router<reader, writer>>, io_kernel<volume_router<reader, writer>>, poller_kernel);
+  // A profiler range around the device's and the readers' kernels (no-op without a profiler):
+  // Nsight Compute's kernel replay serialises kernels, and the null controller's kernel runs
+  // until the I/O kernel ends, so only a range (`ncu --replay-mode app-range`) can see both.
+  (void)cudaProfilerStart();
   t.start();
   if (std::is_same_v<Completion, completion::dedicated_poller>) {
     poller_kernel<<<(o.queues * 32 + 127) / 128, 128, 0, side>>>(device_views, o.queues, stop);
@@ -618,6 +623,7 @@ result run_io(const options& o, target& t) {
   __atomic_store_n(stop, 1u, __ATOMIC_RELEASE);
   check(cudaStreamSynchronize(side), "stop the pollers");
   t.stop();
+  (void)cudaProfilerStop();
   for (auto* e : t.emulators) {
     const auto s = e->stats();
     r.emulator_commands += s.io_commands;
