@@ -345,6 +345,28 @@ TEST_CASE("Abort of a command still in flight completes it with Command Abort Re
   CHECK(cqe->status() == spec::status::command_abort_requested);
 }
 
+TEST_CASE("Abort finds a command whose burst is still executing: the worker's burst finishes first, then the command is aborted") {
+  emu::controller_config config;
+  config.timing.read_latency_ns = 2'000'000'000;  // every read stays parked 2 s after its burst
+  ready_controller r(config);
+  auto q = r.host.create_pair(1, 128);
+  // The victim first, then 63 reads of 512 KiB whose copies keep the same burst busy for
+  // milliseconds after the victim was counted: an Abort arriving then must still find it.
+  constexpr std::size_t big = 512 * 1024;
+  dma_buffer data(r.ctrl, big), list(r.ctrl, 4096);
+  for (std::size_t k = 0; k + 1 < big / 4096; ++k) list.as<std::uint64_t>()[k] = data.bus + (k + 1) * 4096;
+  const std::uint16_t victim = r.host.place(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, data.bus));
+  for (std::uint64_t i = 1; i < 64; ++i) (void)r.host.place(*q, spec::make_rw(spec::nvm_opcode::read, 1, i * 1024, 1024, data.bus, list.bus));
+  r.host.ring_sq(*q);
+  REQUIRE(test_host::eventually([&] { return r.ctrl.stats().io_commands >= 1; }));
+  const auto abort = r.host.run(*r.host.admin, spec::make_abort(1, victim));
+  CHECK_FALSE(spec::abort_fields::not_aborted::get(abort.dw0));
+  const auto cqe = r.host.next_completion(*q, std::chrono::milliseconds(1000));
+  REQUIRE(cqe.has_value());
+  CHECK(cqe->cid == victim);
+  CHECK(cqe->status() == spec::status::command_abort_requested);
+}
+
 TEST_CASE("Doorbell Buffer Config with unaligned or unregistered buffers is Invalid Field in Command") {
   ready_controller r;
   dma_buffer pages(r.ctrl, 8192);

@@ -400,6 +400,12 @@ class admin_commands : public nvm_commands {
   outcome abort(const spec::submission_entry& sqe) {
     const std::uint16_t sqid = spec::abort_fields::sqid::get(sqe.cdw10);
     const std::uint16_t cid = spec::abort_fields::cid::get(sqe.cdw10);
+    // A burst in progress on the I/O SQ first finishes (its worker holds the SQ's mutex from
+    // fetch to parking its completions, as for Delete I/O SQ): a command already fetched is then
+    // parked or posted, never between, so it is found while still in flight. Not the admin SQ:
+    // this thread is serving it.
+    std::unique_lock<std::mutex> burst;
+    if (sqid != 0 && sqid <= config_.max_io_queues) burst = std::unique_lock<std::mutex>(sqs_[sqid].mutex);
     for (auto& e : engines_) {
       std::optional<pending_completion> victim;
       {
