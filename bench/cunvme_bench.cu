@@ -280,23 +280,10 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-std::string now_text() {
-  const std::time_t t = std::time(nullptr);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return text;
-}
-
 std::string gpu_name() {
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "query the GPU");
   return prop.name;
-}
-
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
 /// Prints "\r[=====     ] 53%  1.23 M ops/s" on stderr while `running`, for runs past 1 s.
@@ -597,7 +584,7 @@ result run_io(const options& o, target& t) {
   cudaEvent_t begin, end;
   check(cudaEventCreate(&begin), "create an event");
   check(cudaEventCreate(&end), "create an event");
-  const double cpu_before = cpu_seconds();
+  const double cpu_before = bench::process_cpu_seconds();
   check(cudaEventRecord(begin, work), "record an event");
   const unsigned grid = (o.threads + o.block_threads - 1) / o.block_threads;
   if (o.on_volume()) {
@@ -616,7 +603,7 @@ result run_io(const options& o, target& t) {
   }
   check(cudaEventSynchronize(end), "run the I/O kernel");
   result r;
-  r.cpu = cpu_seconds() - cpu_before;
+  r.cpu = bench::process_cpu_seconds() - cpu_before;
   float ms = 0;
   check(cudaEventElapsedTime(&ms, begin, end), "time the kernel");
   r.seconds = ms / 1e3;
@@ -701,7 +688,7 @@ int run_benchmark(const options& o) {
   const u64 timer_ns = *step;
   cudaFree(step);
   const bench::cunvme_bench::measurement m = measured(pick(o, t), t, timer_ns);
-  const bench::cunvme_bench::run_context ran{now_text(), gpu_name(), t.nulls.empty() ? o.tier : 3u, t.notes};
+  const bench::cunvme_bench::run_context ran{bench::now_text(), gpu_name(), t.nulls.empty() ? o.tier : 3u, t.notes};
   // Nothing below prints a figure of a run that failed: `failure` decides for the text and the JSON alike.
   const std::string failed = bench::cunvme_bench::failure(m);
   if (o.json) {
@@ -749,7 +736,7 @@ int run_h2d(const options& o) {
   check(cudaEventElapsedTime(&ms, begin, end), "time");
   const double gbps = moved / (ms / 1e3) / 1e9;
   if (o.json) {
-    std::printf("%s\n", bench::one_line(bench::cunvme_bench::h2d_report(now_text(), gpu_name(), moved, chunk, ms / 1e3)).c_str());
+    std::printf("%s\n", bench::one_line(bench::cunvme_bench::h2d_report(bench::now_text(), gpu_name(), moved, chunk, ms / 1e3)).c_str());
   } else {
     std::printf("h2d: pinned cudaMemcpy host → GPU, %llu bytes in %llu-byte copies: %.2f GB/s\n", static_cast<unsigned long long>(moved),
                 static_cast<unsigned long long>(chunk), gbps);
@@ -786,7 +773,7 @@ int run_pingpong(const options& o) {
   for (const double t : trips) sum += t;
   const double p50 = trips[trips.size() / 2], p99 = trips[trips.size() * 99 / 100], mean = sum / trips.size();
   if (o.json) {
-    std::printf("%s\n", bench::one_line(bench::cunvme_bench::pingpong_report(now_text(), gpu_name(), rounds, p50, p99, mean)).c_str());
+    std::printf("%s\n", bench::one_line(bench::cunvme_bench::pingpong_report(bench::now_text(), gpu_name(), rounds, p50, p99, mean)).c_str());
   } else {
     std::printf("pingpong: CPU → GPU → CPU through one pinned word, %u rounds: p50 %.0f ns, p99 %.0f ns, mean %.0f ns\n", rounds, p50, p99, mean);
   }
@@ -804,7 +791,7 @@ int main(int argc, char** argv) {
   // In --json mode every ending prints one object: sweep.py records the reason with the figure's row.
   const auto refuse = [&o](const std::string& why, int exit_code) {
     if (o.json) {
-      std::printf("%s\n", bench::one_line(bench::cunvme_bench::error_report(o, now_text(), why)).c_str());
+      std::printf("%s\n", bench::one_line(bench::cunvme_bench::error_report(o, bench::now_text(), why)).c_str());
     } else {
       std::fprintf(stderr, "cunvme_bench: %s\n", why.c_str());
     }

@@ -16,8 +16,6 @@
 #include "command_line.hpp"
 #include "json_record.hpp"
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -39,25 +37,10 @@ struct options {
   bool json = false;
 };
 
-[[nodiscard]] double process_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
 [[nodiscard]] double thread_cpu_seconds() {
   timespec t{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-[[nodiscard]] std::string now_text() {
-  const std::time_t t = std::time(nullptr);
-  char text[32];
-  std::tm utc{};
-  gmtime_r(&t, &utc);
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
 }
 
 int run(const options& o) {
@@ -84,7 +67,7 @@ int run(const options& o) {
     handles[i] = reader.submit_read(lba, blocks, dst, std::uint64_t{i} * o.bs);
     lba = lba + blocks > last_start ? 0 : lba + blocks;
   };
-  const double process_before = process_cpu_seconds(), submitter_before = thread_cpu_seconds();
+  const double process_before = cb::process_cpu_seconds(), submitter_before = thread_cpu_seconds();
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&start] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   for (unsigned i = 0; i < o.qd; ++i) submit(i);
@@ -104,11 +87,11 @@ int run(const options& o) {
   }
   const double wall = seconds();
   const double submitter = thread_cpu_seconds() - submitter_before;
-  const double emulator = process_cpu_seconds() - process_before - submitter;
+  const double emulator = cb::process_cpu_seconds() - process_before - submitter;
 
   cb::json record;
   record["tool"] = "emu_worker_cost";
-  record["date"] = now_text();
+  record["date"] = cb::now_text();
   record["device"] = o.device;
   record["qd"] = o.qd;
   record["bs"] = o.bs;

@@ -653,13 +653,6 @@ outcome measure(const std::string& name, const target& t, const options& o, std:
   return r;
 }
 
-std::string now_text() {
-  char date[32];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return date;
-}
-
 /// The table, or the JSON record; neither holds a figure when a method failed the run.
 void print_report(const options& o, const bench::file_peers::run_context& ran, const std::vector<outcome>& results) {
   using bench::file_peers::best_s;
@@ -741,7 +734,7 @@ int run(const options& o) {
   if (!o.cufile_trace.empty() && std::find(o.methods.begin(), o.methods.end(), "cufile") != o.methods.end()) {
     std::fprintf(stderr, "file_peers: cuFile ran with TRACE logging: its timing is not representative\n");
   }
-  print_report(o, bench::file_peers::run_context{now_text(), props.name, bytes, resident}, results);
+  print_report(o, bench::file_peers::run_context{bench::now_text(), props.name, bytes, resident}, results);
   (void)cudaFree(sum);
   (void)cudaFree(t.gpu);
   if (const std::string failed = bench::file_peers::failure(results); !failed.empty()) {
@@ -760,7 +753,7 @@ int main(int argc, char** argv) {
   // In --json mode every ending prints one object: sweep.py records the reason with the figure's row.
   const auto refuse = [&o](const std::string& why, int exit_code) {
     if (o.json) {
-      std::printf("%s\n", bench::one_line(bench::file_peers::error_report(o, now_text(), why)).c_str());
+      std::printf("%s\n", bench::one_line(bench::file_peers::error_report(o, bench::now_text(), why)).c_str());
     } else {
       std::fprintf(stderr, "file_peers: %s\n", why.c_str());
     }

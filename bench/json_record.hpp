@@ -1,5 +1,6 @@
-// What the JSON records of cunvme_bench and file_peers share: nlohmann-json's insertion-ordered
-// object, figures rounded to the precision they have, and one line per record.
+// What the JSON records of cunvme_bench, file_peers and emu_worker_cost share: nlohmann-json's
+// insertion-ordered object, figures rounded to the precision they have, one line per record,
+// the record's date and the process CPU time its figures count.
 // Plain C++ (no CUDA).
 #pragma once
 
@@ -7,7 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+
 #include <cmath>
+#include <ctime>
 #include <string>
 
 CUNVME_NAMESPACE_BEGIN
@@ -25,6 +29,23 @@ using json = nlohmann::ordered_json;
 /// One line of JSON (sweep.py reads the last line of the output). Text that is not UTF-8 (a GPU
 /// name, a path) is replaced, not thrown over.
 [[nodiscard]] inline std::string one_line(const json& record) { return record.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+/// Now, UTC, as a record's "date": 2026-11-27T19:47:36Z.
+[[nodiscard]] inline std::string now_text() {
+  const std::time_t t = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+/// CPU seconds (user and system) of every thread of this process so far.
+[[nodiscard]] inline double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 }  // namespace bench
 CUNVME_NAMESPACE_END

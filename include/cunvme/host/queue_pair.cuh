@@ -48,6 +48,14 @@ namespace host {
 /// host::dma_buffer buf = ctrl.memory().allocate(1 << 20);
 /// if (qp->read(1, 0, 2048, buf) != spec::status::successful_completion) …
 /// ```
+namespace detail {
+/// Whether a Delete I/O SQ/CQ status leaves the queue gone: deleted, or unknown to the
+/// controller (Invalid Queue Identifier: a reset that failed before re-creating it).
+[[nodiscard]] inline bool queue_deleted(spec::status s) noexcept {
+  return s == spec::status::successful_completion || s == spec::status::invalid_queue_identifier;
+}
+}  // namespace detail
+
 class queue_pair {
  public:
   queue_pair(const queue_pair&) = delete;
@@ -55,14 +63,11 @@ class queue_pair {
   ~queue_pair() {
     std::shared_lock state(ctrl_.state_mutex_);
     ctrl_.detach(this);
-    // SQ before CQ: a CQ still in use cannot be deleted (Invalid Queue Deletion, 5.7). A queue
-    // the controller does not know (Invalid Queue Identifier: a reset that failed before
-    // re-creating it) is as good as deleted.
-    const auto gone = [](spec::status s) { return s == spec::status::successful_completion || s == spec::status::invalid_queue_identifier; };
+    // SQ before CQ: a CQ still in use cannot be deleted (Invalid Queue Deletion, 5.7).
     bool deleted = false;
     try {
-      deleted = gone(ctrl_.admin_command(spec::make_delete_io_sq(qid_), "Delete I/O SQ " + std::to_string(qid_)).status()) &&
-                gone(ctrl_.admin_command(spec::make_delete_io_cq(qid_), "Delete I/O CQ " + std::to_string(qid_)).status());
+      deleted = detail::queue_deleted(ctrl_.admin_command(spec::make_delete_io_sq(qid_), "Delete I/O SQ " + std::to_string(qid_)).status()) &&
+                detail::queue_deleted(ctrl_.admin_command(spec::make_delete_io_cq(qid_), "Delete I/O CQ " + std::to_string(qid_)).status());
     } catch (...) {
       // The controller is fatal, not ready or not answering.
     }
@@ -441,8 +446,7 @@ inline std::unique_ptr<queue_pair> controller::make_queue_pair(std::uint32_t ent
       // still write both queues' memory, which is then kept for good.
       bool cq_gone = false;
       try {
-        const spec::status s = admin_command(spec::make_delete_io_cq(qid), "Delete I/O CQ " + std::to_string(qid)).status();
-        cq_gone = s == spec::status::successful_completion || s == spec::status::invalid_queue_identifier;
+        cq_gone = detail::queue_deleted(admin_command(spec::make_delete_io_cq(qid), "Delete I/O CQ " + std::to_string(qid)).status());
       } catch (const error&) {
       }
       if (!cq_gone && !halt()) {
