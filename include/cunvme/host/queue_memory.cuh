@@ -157,6 +157,7 @@ class queue_bookkeeping {
       completion_record& r = records[cid];
       switch (static_cast<record_state>(r.state)) {
         case record_state::pending:
+        case record_state::delivering:  // a drainer stopped between claiming and finishing: the command is over either way
           r.status = static_cast<std::uint16_t>(spec::status::command_aborted_by_host);
           r.status_field = aborted;
           r.dw0 = r.dw1 = 0;

@@ -294,7 +294,11 @@ class block_io {
         cuda::std::uint32_t expected = static_cast<cuda::std::uint32_t>(record_state::pending);
         const bool abandoned = bookkeeping_word<cuda::std::uint32_t>(q_.records[h.cid].state)
                                    .compare_exchange_strong(expected, static_cast<cuda::std::uint32_t>(record_state::abandoned), cuda::std::memory_order_acq_rel);
-        if (!abandoned && expected == static_cast<cuda::std::uint32_t>(record_state::done)) continue;  // the completion came just now
+        // The completion came just now, or a drainer is writing it into the record: take it.
+        if (!abandoned && (expected == static_cast<cuda::std::uint32_t>(record_state::done) ||
+                           expected == static_cast<cuda::std::uint32_t>(record_state::delivering))) {
+          continue;
+        }
         // Abandoned (its late completion frees the CID), or neither pending nor done: the record
         // is no longer this command's, waiting on could last forever, and the CID is not ours
         // to give back.

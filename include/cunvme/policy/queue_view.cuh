@@ -44,6 +44,7 @@ enum class record_state : cuda::std::uint32_t {
   abandoned = 3,  ///< its waiter timed out: the CID stays reserved until a completion arrives, so a late
                   ///< completion can never be taken for a newer command's
   reserved = 4,   ///< taken, its command not submitted yet: a completion naming it is foreign (DESIGN.md rule 4)
+  delivering = 5, ///< a drainer claimed it for a completion and is writing the fields; `done` follows at once
 };
 
 /// Where a completion for one CID lands (drained from the CQ by whoever drains).
