@@ -35,6 +35,7 @@
 #include "cunvme_bench_options.hpp"
 #include "cunvme_bench_report.hpp"
 #include "gpu_null_controller.cuh"
+#include "queue_probe.hpp"
 
 #include <cuda/std/bit>
 
@@ -50,6 +51,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -471,8 +473,11 @@ void open_target(const options& o, target& t) {
 void open_drives(const options& o, target& t) {
   const auto tier = static_cast<host::tier>(o.tier);
   t.buffer_bytes = o.buffer_per_device();
+  // Ask each controller for the queue pairs this run puts on it (the default asks for 16).
+  host::controller_options asked;
+  asked.io_queue_pairs = static_cast<std::uint16_t>(std::min<unsigned>((o.queues + o.devices - 1) / o.devices, 65535));
   for (unsigned d = 0; d < o.devices; ++d) {
-    t.controllers.push_back(host::open(o.device, {}, host::gpu_reach()));
+    t.controllers.push_back(host::open(o.device, asked, host::gpu_reach()));
     host::controller& ctrl = *t.controllers.back();
     (void)host::use_gpu_dma_buf(ctrl);  // tiers 2 and 3 through the kernel module's dma-buf import, where it has it
     if (auto* e = dynamic_cast<host::emu_backend*>(&ctrl.backend())) t.emulators.push_back(&e->controller());
@@ -509,6 +514,81 @@ struct result {
   double seconds = 0, cpu = 0;
   u64 emulator_commands = 0;
   u64 doorbell_errors = 0, dma_faults = 0, completions_dropped = 0;  ///< the emulators' own view of trouble
+  bench::queue_stages stages;  ///< --probe: summed over the probed queue pairs and snapshots
+  u64 probe_samples = 0;
+  unsigned probed_queues = 0;
+  std::string probe_error;
+};
+
+/// --probe: copies the first queue pairs' counters, completion records and CQs on a stream of
+/// its own while the run goes on, and sorts each copy into stages (bench/queue_probe.hpp). A
+/// copy that fails stops the probe and keeps the reason; the run itself goes on.
+class queue_prober {
+ public:
+  static constexpr unsigned most_queues = 16;
+
+  explicit queue_prober(const std::vector<queue_view>& views) {
+    for (std::size_t i = 0; i < views.size() && i < most_queues; ++i) views_.push_back(views[i]);
+    std::size_t bytes = 0;
+    for (const queue_view& v : views_) bytes += sizeof(queue_counters) + std::size_t{v.cids()} * sizeof(completion_record) + std::size_t{v.entries} * sizeof(spec::completion_entry);
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create the probe's stream");
+    check(cudaHostAlloc(&staging_, bytes, cudaHostAllocDefault), "allocate the probe's pinned memory");
+  }
+  queue_prober(const queue_prober&) = delete;
+  queue_prober& operator=(const queue_prober&) = delete;
+  ~queue_prober() {
+    cudaStreamSynchronize(stream_);
+    cudaFreeHost(staging_);
+    cudaStreamDestroy(stream_);
+  }
+
+  void sample() {
+    if (!error_.empty()) return;
+    auto* at = static_cast<std::byte*>(staging_);
+    const auto copy = [&](const void* from, std::size_t bytes) {
+      if (const cudaError_t e = cudaMemcpyAsync(at, from, bytes, cudaMemcpyDefault, stream_); e != cudaSuccess && error_.empty()) error_ = cudaGetErrorString(e);
+      at += bytes;
+    };
+    for (const queue_view& v : views_) {
+      copy(v.counters, sizeof(queue_counters));
+      copy(v.records, std::size_t{v.cids()} * sizeof(completion_record));
+      copy(v.cq, std::size_t{v.entries} * sizeof(spec::completion_entry));
+    }
+    if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess && error_.empty()) error_ = cudaGetErrorString(e);
+    if (!error_.empty()) {
+      error_ = "the probe could not copy the queues' bookkeeping: " + error_;
+      return;
+    }
+    at = static_cast<std::byte*>(staging_);
+    for (const queue_view& v : views_) {
+      queue_counters c;
+      std::memcpy(&c, at, sizeof c);
+      at += sizeof c;
+      std::vector<completion_record> records(v.cids());
+      std::memcpy(records.data(), at, records.size() * sizeof(completion_record));
+      at += records.size() * sizeof(completion_record);
+      std::vector<spec::completion_entry> cq(v.entries);
+      std::memcpy(cq.data(), at, cq.size() * sizeof(spec::completion_entry));
+      at += cq.size() * sizeof(spec::completion_entry);
+      stages_ += bench::classify(c, records, cq);
+    }
+    ++samples_;
+  }
+
+  void report_into(result& r) const {
+    r.stages = stages_;
+    r.probe_samples = samples_;
+    r.probed_queues = static_cast<unsigned>(views_.size());
+    r.probe_error = error_;
+  }
+
+ private:
+  std::vector<queue_view> views_;
+  cudaStream_t stream_ = nullptr;
+  void* staging_ = nullptr;
+  bench::queue_stages stages_;
+  u64 samples_ = 0;
+  std::string error_;
 };
 
 template <class Slots, class Completion, class Doorbell>
@@ -594,15 +674,19 @@ result run_io(const options& o, target& t) {
   }
   check(cudaGetLastError(), "launch the I/O kernel");
   check(cudaEventRecord(end, work), "record an event");
+  std::optional<queue_prober> prober;
+  if (o.probe) prober.emplace(t.views);
   {
     progress_bar bar(progress, o.size != 0 ? p.ops_per_thread * o.threads : 0, o.time, true);
     while (cudaEventQuery(end) == cudaErrorNotReady) {
       bar.tick();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (prober && cudaEventQuery(end) == cudaErrorNotReady) prober->sample();  // snapshots while the I/O kernel runs, not after
     }
   }
   check(cudaEventSynchronize(end), "run the I/O kernel");
   result r;
+  if (prober) prober->report_into(r);
   r.cpu = bench::process_cpu_seconds() - cpu_before;
   float ms = 0;
   check(cudaEventElapsedTime(&ms, begin, end), "time the kernel");
@@ -675,6 +759,11 @@ bench::cunvme_bench::measurement measured(const result& r, const target& t, u64 
   m.emulator_doorbell_errors = r.doorbell_errors;
   m.emulator_dma_faults = r.dma_faults;
   m.emulator_completions_dropped = r.completions_dropped;
+  m.stages = r.stages;
+  m.probe_samples = r.probe_samples;
+  m.probed_queues = r.probed_queues;
+  m.queues = static_cast<unsigned>(t.views.size());
+  m.probe_error = r.probe_error;
   return m;
 }
 
@@ -703,6 +792,15 @@ int run_benchmark(const options& o) {
                   m.gb_per_s(), o.verify ? " (every read checked)" : "");
       std::printf("  lat (ns): p50=%.0f p99=%.0f p99.9=%.0f mean=%.0f max=%llu (globaltimer step %llu ns; histogram ±3%%)\n", m.latency.p50, m.latency.p99,
                   m.latency.p999, m.latency.mean, static_cast<unsigned long long>(m.max_ns), static_cast<unsigned long long>(timer_ns));
+      if (m.probe_samples != 0) {
+        const auto n = m.stages_per_queue();
+        const auto us = m.stage_microseconds();
+        std::printf("  where commands wait (%u queue pairs, %llu snapshots; commands per queue pair / µs per command): waiting for an SQ slot %.1f / %.1f, "
+                    "unrung %.1f / %.1f, at the device %.1f / %.1f, CQE unread %.1f / %.1f, record untaken %.1f / %.1f\n",
+                    m.probed_queues, static_cast<unsigned long long>(m.probe_samples), n.waiting_for_slot, us.waiting_for_slot, n.unrung, us.unrung,
+                    n.at_device, us.at_device, n.cq_unread, us.cq_unread, n.record_untaken, us.record_untaken);
+      }
+      if (!m.probe_error.empty()) std::printf("  %s\n", m.probe_error.c_str());
       if (m.emulated) {
         std::printf("  host CPU: %.3f s for %llu emulated I/Os = %.3f CPU-s per million I/Os\n", m.cpu_seconds,
                     static_cast<unsigned long long>(m.emulator_commands), m.cpu_s_per_million_ios());

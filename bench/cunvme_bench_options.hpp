@@ -37,6 +37,7 @@ struct options {
   std::uint64_t stripe = 64 * 1024;  ///< bytes of a volume's stripe (a power of two)
   unsigned qd = 1, threads = 1024, block_threads = 128, queues = 1, entries = 1024, tier = 2, devices = 1, null_blocks = 4;
   bool json = false, verify = false;
+  bool probe = false;  ///< sample the first queue pairs' bookkeeping while running: where commands wait
 
   [[nodiscard]] bool writes() const { return rw == "write" || rw == "randwrite"; }
   [[nodiscard]] bool random() const { return rw == "randread" || rw == "randwrite"; }
@@ -188,6 +189,8 @@ inline std::unique_ptr<CLI::App> make_app(options& o) {
   app->add_option("--baseline", o.baseline, "measure a limit instead: h2d (pinned cudaMemcpy host to GPU), pingpong (GPU-CPU round trip)")
       ->check(CLI::IsMember({"h2d", "pingpong"}));
   app->add_flag("--verify", o.verify, "check the first and last word of every read against the namespace's pattern");
+  app->add_flag("--probe", o.probe,
+                "copy the first 16 queue pairs' bookkeeping and CQs every 20 ms while running and report where commands wait (bench/queue_probe.hpp)");
   app->add_flag("--json", o.json, "print one JSON object (with the latency histogram) instead of text");
   app->callback([&o] { detail::check_combination(o); });
   return app;

@@ -5,6 +5,7 @@
 
 #include "cunvme_bench_options.hpp"
 #include "json_record.hpp"
+#include "queue_probe.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -34,10 +35,30 @@ struct measurement {
   std::uint64_t timer_step_ns = 0;  ///< the smallest step of %globaltimer on this GPU
   bool emulated = false;            ///< the devices were emulators: the counts below are theirs
   std::uint64_t emulator_commands = 0, emulator_doorbell_errors = 0, emulator_dma_faults = 0, emulator_completions_dropped = 0;
+  // --probe: the stage counts summed over every probed queue pair and snapshot (queue_probe.hpp).
+  queue_stages stages;
+  std::uint64_t probe_samples = 0;     ///< snapshots of each probed queue pair
+  unsigned probed_queues = 0, queues = 0;
+  std::string probe_error;             ///< why the probe stopped ("" when it did not)
 
   [[nodiscard]] double iops() const { return ops / seconds; }
   [[nodiscard]] double gb_per_s() const { return bytes / seconds / 1e9; }
   [[nodiscard]] double cpu_s_per_million_ios() const { return emulator_commands != 0 ? cpu_seconds / (emulator_commands / 1e6) : 0; }
+  /// The mean commands of one probed queue pair in each stage.
+  [[nodiscard]] queue_stages stages_per_queue() const {
+    const double n = static_cast<double>(probe_samples) * probed_queues;
+    queue_stages s = stages;
+    for (double* v : {&s.waiting_for_slot, &s.unrung, &s.at_device, &s.cq_unread, &s.record_untaken}) *v = n != 0 ? *v / n : 0;
+    return s;
+  }
+  /// The mean microseconds a command spends in each stage (Little's law, the queue pairs sharing
+  /// the commands evenly: each completes iops / queues a second).
+  [[nodiscard]] queue_stages stage_microseconds() const {
+    queue_stages s = stages_per_queue();
+    const double per_queue = queues != 0 && seconds > 0 ? iops() / queues : 0;
+    for (double* v : {&s.waiting_for_slot, &s.unrung, &s.at_device, &s.cq_unread, &s.record_untaken}) *v = per_queue != 0 ? *v / per_queue * 1e6 : 0;
+    return s;
+  }
 };
 
 /// What a run ran on.
@@ -67,6 +88,12 @@ namespace detail {
 
 /// A latency in whole nanoseconds: the finest step %globaltimer has.
 [[nodiscard]] inline std::int64_t whole(double value) { return std::llround(value); }
+
+[[nodiscard]] inline json stage_fields(const queue_stages& s, int decimals) {
+  return json{{"waiting_for_slot", rounded(s.waiting_for_slot, decimals)}, {"unrung", rounded(s.unrung, decimals)},
+              {"at_device", rounded(s.at_device, decimals)}, {"cq_unread", rounded(s.cq_unread, decimals)},
+              {"record_untaken", rounded(s.record_untaken, decimals)}};
+}
 
 }  // namespace detail
 
@@ -106,6 +133,11 @@ namespace detail {
   r["emulator_dma_faults"] = m.emulator_dma_faults;
   r["emulator_completions_dropped"] = m.emulator_completions_dropped;
   r["notes"] = ran.notes;
+  if (why.empty() && m.probe_samples != 0) {
+    r["stages"] = json{{"queues_probed", m.probed_queues}, {"samples", m.probe_samples},
+                       {"commands_per_queue", detail::stage_fields(m.stages_per_queue(), 2)}, {"us_per_command", detail::stage_fields(m.stage_microseconds(), 2)}};
+  }
+  if (!m.probe_error.empty()) r["probe_error"] = m.probe_error;
   if (why.empty()) {
     json hist = json::array();
     for (const auto& [low_ns, commands] : m.histogram) hist.push_back(json::array({low_ns, commands}));

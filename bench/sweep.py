@@ -73,9 +73,11 @@ def figures(quick):
                  ["--device", "gpu-null:timing=datacenter-gen4", "--devices", "1", "--slots", "exclusive", "--queues", "256",
                   "--threads", "256", "--qd", "8", "--block-threads", "32", "--bs", "4K", "--time", t]))
     # P2e: the emulator's host threads without data movement, GPU threads submitting.
-    for workers, threads in [(8, 4096), (14, 4096), (14, 16384)]:
-        runs.append(("P2e", f"emu nodata {workers} workers 4K randread {threads} threads",
-                     ["--device", f"emu:workers={workers},nodata", "--queues", str(workers), "--rw", "randread", "--bs", "4096",
+    # One queue pair per worker, then four and about 4.6 per worker (up to the emulator's 64): a
+    # shared queue pair is drained by one thread at a time, so more queue pairs take more.
+    for workers, queues, threads in [(8, 8, 4096), (14, 14, 4096), (14, 14, 16384), (14, 56, 7168), (14, 64, 8192)]:
+        runs.append(("P2e", f"emu nodata {workers} workers {queues} q 4K randread {threads} threads",
+                     ["--device", f"emu:workers={workers},nodata", "--queues", str(queues), "--rw", "randread", "--bs", "4096",
                       "--threads", str(threads), "--block-threads", "128", "--qd", "4", "--time", t, "--tier", "2", "--buffer", "256M"]))
     # P3: 128 KiB sequential reads into GPU memory through the emulator.
     for workers, queues, threads, qd in [(8, 8, 1024, 2), (12, 12, 1536, 2), (14, 14, 2048, 2)]:
@@ -136,7 +138,8 @@ def main():
     for fig, label, args in figures(a.quick):
         if only and fig not in only:
             continue
-        cmd = [bench] + args + ["--json"]
+        # --probe on every I/O run: its record says where the commands waited (queue_probe.hpp).
+        cmd = [bench] + args + ([] if "--baseline" in args else ["--probe"]) + ["--json"]
         started = time.time()
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=25)

@@ -90,13 +90,14 @@ TEST_CASE("cunvme_bench with no options runs 2 s of 4 KiB random reads on the em
   CHECK(o.time == cb::default_seconds);
   CHECK_FALSE(o.verify);
   CHECK_FALSE(o.json);
+  CHECK_FALSE(o.probe);
 }
 
 TEST_CASE("cunvme_bench reads every option to the value it names") {
   const cb::options o = bench_options({"--rw", "read", "--bs", "128K", "--qd", "32", "--threads", "12", "--block-threads", "256", "--queues", "12",
                                        "--entries", "64", "--slots", "exclusive", "--completion", "dedicated_poller", "--doorbell", "mmio",
                                        "--tier", "3", "--size", "1.5G", "--device", "emu:pattern,workers=12", "--devices", "4",
-                                       "--null-blocks", "16", "--buffer", "8G", "--seed", "18446744073709551615", "--verify", "--json"});
+                                       "--null-blocks", "16", "--buffer", "8G", "--seed", "18446744073709551615", "--verify", "--json", "--probe"});
   CHECK(o.rw == "read");
   CHECK(o.bs == 128u << 10);
   CHECK(o.qd == 32);
@@ -117,6 +118,7 @@ TEST_CASE("cunvme_bench reads every option to the value it names") {
   CHECK(o.seed == ~std::uint64_t{0});
   CHECK(o.verify);
   CHECK(o.json);
+  CHECK(o.probe);
 }
 
 TEST_CASE("cunvme_bench takes the last value of an option given twice") {

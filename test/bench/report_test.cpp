@@ -2,6 +2,7 @@
 // the fields bench/sweep.py and bench/plot.py read; a failed run's holds "error" and no figure.
 #include "cunvme_bench_report.hpp"
 #include "file_peers_report.hpp"
+#include "queue_probe.hpp"
 
 #include <doctest/doctest.h>
 
@@ -161,6 +162,95 @@ TEST_CASE("the record of a baseline that threw names the baseline") {
   CHECK(r["baseline"] == "h2d");
   CHECK(r["error"] == "copy: out of memory");
   CHECK_FALSE(r.contains("gb_per_s"));
+}
+
+// ---- --probe: where a queue pair's commands wait ---------------------------------------------------
+
+namespace {
+
+/// A CQ of `entries` slots, each with the phase tag a controller on pass `lap` of it would leave.
+std::vector<cunvme::spec::completion_entry> cq_with_phases(std::uint32_t entries, const std::vector<bool>& phases) {
+  std::vector<cunvme::spec::completion_entry> cq(entries);
+  for (std::uint32_t i = 0; i < entries; ++i) cq[i].status_field = phases[i] ? 1 : 0;
+  return cq;
+}
+
+std::vector<cunvme::completion_record> records_in(std::uint32_t cids, std::uint32_t reserved, std::uint32_t done, std::uint32_t pending) {
+  std::vector<cunvme::completion_record> records(cids);
+  std::uint32_t at = 0;
+  for (std::uint32_t i = 0; i < reserved; ++i) records[at++].state = static_cast<std::uint32_t>(cunvme::record_state::reserved);
+  for (std::uint32_t i = 0; i < done; ++i) records[at++].state = static_cast<std::uint32_t>(cunvme::record_state::done);
+  for (std::uint32_t i = 0; i < pending; ++i) records[at++].state = static_cast<std::uint32_t>(cunvme::record_state::pending);
+  return records;
+}
+
+}  // namespace
+
+TEST_CASE("the probe sorts a queue pair's commands into the stages they wait in") {
+  cunvme::queue_counters c{};
+  c.sq_reserved = 20;
+  c.sq_rung = 17;
+  c.cq_head = 5;
+  // CQ of 16 on its first pass: slots 5..7 posted (phase 1), slot 8 not yet (phase 0).
+  std::vector<bool> phases(16, false);
+  for (int i = 0; i < 8; ++i) phases[i] = true;
+  const bench::queue_stages s = bench::classify(c, records_in(15, 2, 3, 9), cq_with_phases(16, phases));
+  CHECK(s.waiting_for_slot == 2);
+  CHECK(s.unrung == 3);
+  CHECK(s.cq_unread == 3);
+  CHECK(s.at_device == 17 - 5 - 3);
+  CHECK(s.record_untaken == 3);
+}
+
+TEST_CASE("the probe counts unread CQEs across the end of the CQ by the next pass's phase, at most entries - 1") {
+  // CQ of 4, head at count 3 (slot 3, pass 0: phase 1), then slots 0, 1, 2 on pass 1 (phase 0).
+  CHECK(bench::unread_cqes(cq_with_phases(4, {false, true, true, true}), 3) == 2);  // slot 3, then slot 0; slot 1 still holds pass 0's phase
+  CHECK(bench::unread_cqes(cq_with_phases(4, {false, false, false, true}), 3) == 3);  // slots 3, 0, 1: a full CQ holds 3
+  CHECK(bench::unread_cqes(cq_with_phases(4, {true, true, true, false}), 3) == 0);
+  CHECK(bench::unread_cqes(cq_with_phases(4, {false, false, false, false}), 4) == 3);  // pass 1 from slot 0
+}
+
+TEST_CASE("a snapshot taken while commands move never puts a negative count in a stage") {
+  cunvme::queue_counters c{};
+  c.sq_reserved = 10;
+  c.sq_rung = 12;  // copied after more tickets were rung than the reservation copied before them
+  c.cq_head = 11;
+  const bench::queue_stages s = bench::classify(c, records_in(15, 0, 0, 0), cq_with_phases(16, std::vector<bool>(16, true)));
+  CHECK(s.unrung == 0);
+  CHECK(s.cq_unread == 5);  // slots 11..15 hold the phase of pass 0
+  CHECK(s.at_device == 0);  // 12 rung − 11 consumed − 5 unread < 0
+}
+
+TEST_CASE("a probed run's record holds each stage per queue pair and in microseconds per command") {
+  cb::measurement m = clean_run();  // 1000 reads in 0.5 s
+  m.queues = 4;                     // 500 commands a second each
+  m.probed_queues = 2;
+  m.probe_samples = 5;
+  m.stages.at_device = 100;  // 10 per queue pair and snapshot
+  m.stages.cq_unread = 20;
+  const bench::json r = cb::report(verified_reads(), ran, m);
+  REQUIRE(r.contains("stages"));
+  CHECK(r["stages"]["queues_probed"] == 2);
+  CHECK(r["stages"]["samples"] == 5);
+  CHECK(r["stages"]["commands_per_queue"]["at_device"] == 10.0);
+  CHECK(r["stages"]["commands_per_queue"]["cq_unread"] == 2.0);
+  CHECK(r["stages"]["commands_per_queue"]["unrung"] == 0.0);
+  CHECK(r["stages"]["us_per_command"]["at_device"] == 20000.0);  // 10 / 500 per second
+  CHECK(r["stages"]["us_per_command"]["cq_unread"] == 4000.0);
+  CHECK_FALSE(r.contains("probe_error"));
+}
+
+TEST_CASE("a failed run's record holds no stages, and a probe that stopped says why") {
+  cb::measurement m = clean_run();
+  m.queues = 4;
+  m.probed_queues = 2;
+  m.probe_samples = 5;
+  m.stages.at_device = 100;
+  m.errors = 1;
+  m.probe_error = "the probe could not copy the queues' bookkeeping: invalid argument";
+  const bench::json r = cb::report(verified_reads(), ran, m);
+  CHECK_FALSE(r.contains("stages"));
+  CHECK(r["probe_error"] == m.probe_error);
 }
 
 TEST_CASE("the baselines' records hold the fields plot.py reads") {
