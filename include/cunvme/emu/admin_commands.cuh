@@ -359,10 +359,11 @@ class admin_commands : public nvm_commands {
     smart.available_spare = 100;
     smart.available_spare_threshold = 10;
     const auto units = [](std::uint64_t bytes) { return spec::data_units((bytes + 511) / 512); };
-    smart.data_units_read.add(units(bytes_read_.load(std::memory_order_relaxed)));
-    smart.data_units_written.add(units(bytes_written_.load(std::memory_order_relaxed)));
-    smart.host_read_commands.add(host_read_commands_.load(std::memory_order_relaxed));
-    smart.host_write_commands.add(host_write_commands_.load(std::memory_order_relaxed));
+    const io_totals t = totals();
+    smart.data_units_read.add(units(t.bytes_read));
+    smart.data_units_written.add(units(t.bytes_written));
+    smart.host_read_commands.add(t.read_commands);
+    smart.host_write_commands.add(t.write_commands);
     smart.power_cycles.add(1);
     smart.number_of_error_information_log_entries.add(errors_.count());
   }

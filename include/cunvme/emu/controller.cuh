@@ -222,10 +222,11 @@ class controller : private detail::admin_commands {
   [[nodiscard]] controller_stats stats() const noexcept {
     controller_stats s;
     s.admin_commands = admin_commands_.load(std::memory_order_relaxed);
-    s.io_commands = io_commands_.load(std::memory_order_relaxed);
-    s.completions_posted = completions_posted_.load(std::memory_order_relaxed);
-    s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
-    s.bytes_written = bytes_written_.load(std::memory_order_relaxed);
+    const io_totals t = totals();
+    s.io_commands = t.commands;
+    s.completions_posted = t.completions_posted;
+    s.bytes_read = t.bytes_read;
+    s.bytes_written = t.bytes_written;
     s.doorbell_errors = doorbell_errors_.load(std::memory_order_relaxed);
     s.dma_faults = dma_.faults();
     s.errors_logged = errors_.count();

@@ -77,6 +77,8 @@ class controller_state {
     // Bumped whenever the queue is created: a completion made for an earlier incarnation
     // (before a reset or a delete and re-create) is dropped, never posted into the new one.
     std::atomic<std::uint32_t> generation{0};
+    // CQEs posted into this CQ, for `io_totals` (bumped under `mutex`, never reset).
+    std::atomic<std::uint64_t> posted{0};
   };
   struct pending_completion {
     std::uint64_t due_ns = 0;
@@ -86,8 +88,15 @@ class controller_state {
     spec::completion_entry cqe{};  // SQHD and phase are filled when posted
     bool dnr = false;
   };
+  /// What one engine's I/O commands did. Each engine counts its own, on a cache line of its own,
+  /// and readers sum the engines (`io_totals`): counters shared by every worker, bumped several
+  /// times per command, bounced one cache line between all the workers' cores.
+  struct io_counts {
+    std::atomic<std::uint64_t> commands{0}, read_commands{0}, write_commands{0}, bytes_read{0}, bytes_written{0};
+  };
   struct engine {
     explicit engine(std::uint64_t seed) : rng(seed) {}
+    alignas(64) io_counts counted;
     std::mutex pending_mutex;
     std::vector<pending_completion> pending;  // min-heap on due_ns
     std::vector<pending_completion> batch;
@@ -111,6 +120,23 @@ class controller_state {
     std::vector<std::byte> scratch;
     std::mt19937_64 rng;
   };
+  /// The I/O counts of every engine and the CQEs of every CQ, summed (relaxed: a snapshot).
+  struct io_totals {
+    std::uint64_t commands = 0, read_commands = 0, write_commands = 0, bytes_read = 0, bytes_written = 0, completions_posted = 0;
+  };
+  [[nodiscard]] io_totals totals() const noexcept {
+    io_totals t;
+    constexpr auto relaxed = std::memory_order_relaxed;
+    for (const auto& e : engines_) {
+      t.commands += e->counted.commands.load(relaxed);
+      t.read_commands += e->counted.read_commands.load(relaxed);
+      t.write_commands += e->counted.write_commands.load(relaxed);
+      t.bytes_read += e->counted.bytes_read.load(relaxed);
+      t.bytes_written += e->counted.bytes_written.load(relaxed);
+    }
+    for (std::uint32_t q = 0; cqs_ && q <= config_.max_io_queues; ++q) t.completions_posted += cqs_[q].posted.load(relaxed);
+    return t;
+  }
   /// A namespace's mapping registered through `memory_hooks::register_host`, unregistered
   /// when this is destroyed. Keeps the pointer, not the store: namespaces move while the
   /// vector holding them grows, their mappings do not.
@@ -349,8 +375,7 @@ class controller_state {
   std::atomic<bool> fatal_{false};
   std::atomic<bool> setup_failed_{false};  // a thread's device-copy setup failed: every enable is fatal
   std::atomic<std::uint64_t> thread_failures_{0};
-  std::atomic<std::uint64_t> admin_commands_{0}, io_commands_{0}, completions_posted_{0};
-  std::atomic<std::uint64_t> bytes_read_{0}, bytes_written_{0}, host_read_commands_{0}, host_write_commands_{0};
+  std::atomic<std::uint64_t> admin_commands_{0};
   std::atomic<std::uint64_t> doorbell_errors_{0}, completions_dropped_{0};
   std::vector<std::thread> threads_;
 };

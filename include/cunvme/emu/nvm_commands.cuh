@@ -178,7 +178,7 @@ class nvm_commands : public queues {
 
   // ---- NVM commands -----------------------------------------------------------------------------
   outcome execute_io(engine& e, const dma_space::view& mem, const spec::submission_entry& sqe) {
-    io_commands_.fetch_add(1, std::memory_order_relaxed);
+    e.counted.commands.fetch_add(1, std::memory_order_relaxed);
     if (sqe.fuse() != spec::fused_operation::normal || sqe.psdt() != spec::data_transfer_kind::prp) {
       return fail(spec::status::invalid_field_in_command);
     }
@@ -282,15 +282,15 @@ class nvm_commands : public queues {
     }
     o.bytes = bytes;
     if (is_write) {
-      bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
-      host_write_commands_.fetch_add(1, std::memory_order_relaxed);
+      e.counted.bytes_written.fetch_add(bytes, std::memory_order_relaxed);
+      e.counted.write_commands.fetch_add(1, std::memory_order_relaxed);
       // Force Unit Access, or no volatile cache: the data is durable before completion.
       if ((spec::rw_fields::fua::get(sqe.cdw12) || !volatile_write_cache_enabled_) && !durable(*n)) {
         o.status = spec::status::write_fault;
       }
     } else {
-      bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
-      host_read_commands_.fetch_add(1, std::memory_order_relaxed);
+      e.counted.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+      e.counted.read_commands.fetch_add(1, std::memory_order_relaxed);
     }
     return o;
   }

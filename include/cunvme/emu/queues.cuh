@@ -157,7 +157,7 @@ class queues : public doorbells {
     }
     cq.tail = next;
     if (next == 0) cq.phase = !cq.phase;
-    completions_posted_.fetch_add(1, std::memory_order_relaxed);
+    cq.posted.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
 
