@@ -521,8 +521,10 @@ struct result {
 };
 
 /// --probe: copies the first queue pairs' counters, completion records and CQs on a stream of
-/// its own while the run goes on, and sorts each copy into stages (bench/queue_probe.hpp). A
-/// copy that fails stops the probe and keeps the reason; the run itself goes on.
+/// its own while the run goes on, and sorts each copy into stages (bench/queue_probe.hpp). Made
+/// before any kernel starts (its pinned allocation would wait for them, and a throw with the
+/// null controller running would leave it running); it never throws: a step that fails stops
+/// the probe and keeps the reason, and the run itself goes on.
 class queue_prober {
  public:
   static constexpr unsigned most_queues = 16;
@@ -531,22 +533,25 @@ class queue_prober {
     for (std::size_t i = 0; i < views.size() && i < most_queues; ++i) views_.push_back(views[i]);
     std::size_t bytes = 0;
     for (const queue_view& v : views_) bytes += sizeof(queue_counters) + std::size_t{v.cids()} * sizeof(completion_record) + std::size_t{v.entries} * sizeof(spec::completion_entry);
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create the probe's stream");
-    check(cudaHostAlloc(&staging_, bytes, cudaHostAllocDefault), "allocate the probe's pinned memory");
+    if (!ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create its stream")) return;
+    (void)ok(cudaHostAlloc(&staging_, bytes, cudaHostAllocDefault), "allocate its pinned memory");
   }
   queue_prober(const queue_prober&) = delete;
   queue_prober& operator=(const queue_prober&) = delete;
   ~queue_prober() {
-    cudaStreamSynchronize(stream_);
+    if (stream_ != nullptr) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
     cudaFreeHost(staging_);
-    cudaStreamDestroy(stream_);
   }
 
   void sample() {
     if (!error_.empty()) return;
     auto* at = static_cast<std::byte*>(staging_);
+    bool copied = true;
     const auto copy = [&](const void* from, std::size_t bytes) {
-      if (const cudaError_t e = cudaMemcpyAsync(at, from, bytes, cudaMemcpyDefault, stream_); e != cudaSuccess && error_.empty()) error_ = cudaGetErrorString(e);
+      copied = copied && ok(cudaMemcpyAsync(at, from, bytes, cudaMemcpyDefault, stream_), "copy a queue's bookkeeping");
       at += bytes;
     };
     for (const queue_view& v : views_) {
@@ -554,11 +559,7 @@ class queue_prober {
       copy(v.records, std::size_t{v.cids()} * sizeof(completion_record));
       copy(v.cq, std::size_t{v.entries} * sizeof(spec::completion_entry));
     }
-    if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess && error_.empty()) error_ = cudaGetErrorString(e);
-    if (!error_.empty()) {
-      error_ = "the probe could not copy the queues' bookkeeping: " + error_;
-      return;
-    }
+    if (!ok(cudaStreamSynchronize(stream_), "wait for its copies") || !copied) return;
     at = static_cast<std::byte*>(staging_);
     for (const queue_view& v : views_) {
       queue_counters c;
@@ -583,6 +584,14 @@ class queue_prober {
   }
 
  private:
+  /// Whether `e` is success; otherwise keeps the first failure and clears CUDA's last error.
+  bool ok(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return true;
+    (void)cudaGetLastError();
+    if (error_.empty()) error_ = std::string("the probe could not ") + what + ": " + cudaGetErrorString(e);
+    return false;
+  }
+
   std::vector<queue_view> views_;
   cudaStream_t stream_ = nullptr;
   void* staging_ = nullptr;
@@ -653,6 +662,8 @@ result run_io(const options& o, target& t) {
   // A profiler range around the device's and the readers' kernels (no-op without a profiler):
   // Nsight Compute's kernel replay serialises kernels, and the null controller's kernel runs
   // until the I/O kernel ends, so only a range (`ncu --replay-mode app-range`) can see both.
+  std::optional<queue_prober> prober;
+  if (o.probe) prober.emplace(t.views);
   (void)cudaProfilerStart();
   t.start();
   if (std::is_same_v<Completion, completion::dedicated_poller>) {
@@ -674,8 +685,6 @@ result run_io(const options& o, target& t) {
   }
   check(cudaGetLastError(), "launch the I/O kernel");
   check(cudaEventRecord(end, work), "record an event");
-  std::optional<queue_prober> prober;
-  if (o.probe) prober.emplace(t.views);
   {
     progress_bar bar(progress, o.size != 0 ? p.ops_per_thread * o.threads : 0, o.time, true);
     while (cudaEventQuery(end) == cudaErrorNotReady) {
@@ -796,9 +805,9 @@ int run_benchmark(const options& o) {
         const auto n = m.stages_per_queue();
         const auto us = m.stage_microseconds();
         std::printf("  where commands wait (%u queue pairs, %llu snapshots; commands per queue pair / µs per command): waiting for an SQ slot %.1f / %.1f, "
-                    "unrung %.1f / %.1f, at the device %.1f / %.1f, CQE unread %.1f / %.1f, record untaken %.1f / %.1f\n",
+                    "unrung %.1f / %.1f, at the device %.1f / %.1f, CQE unread %.1f / %.1f, being delivered %.1f / %.1f, record untaken %.1f / %.1f\n",
                     m.probed_queues, static_cast<unsigned long long>(m.probe_samples), n.waiting_for_slot, us.waiting_for_slot, n.unrung, us.unrung,
-                    n.at_device, us.at_device, n.cq_unread, us.cq_unread, n.record_untaken, us.record_untaken);
+                    n.at_device, us.at_device, n.cq_unread, us.cq_unread, n.being_delivered, us.being_delivered, n.record_untaken, us.record_untaken);
       }
       if (!m.probe_error.empty()) std::printf("  %s\n", m.probe_error.c_str());
       if (m.emulated) {

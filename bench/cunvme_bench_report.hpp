@@ -48,7 +48,7 @@ struct measurement {
   [[nodiscard]] queue_stages stages_per_queue() const {
     const double n = static_cast<double>(probe_samples) * probed_queues;
     queue_stages s = stages;
-    for (double* v : {&s.waiting_for_slot, &s.unrung, &s.at_device, &s.cq_unread, &s.record_untaken}) *v = n != 0 ? *v / n : 0;
+    for (double* v : s.stages()) *v = n != 0 ? *v / n : 0;
     return s;
   }
   /// The mean microseconds a command spends in each stage (Little's law, the queue pairs sharing
@@ -56,7 +56,7 @@ struct measurement {
   [[nodiscard]] queue_stages stage_microseconds() const {
     queue_stages s = stages_per_queue();
     const double per_queue = queues != 0 && seconds > 0 ? iops() / queues : 0;
-    for (double* v : {&s.waiting_for_slot, &s.unrung, &s.at_device, &s.cq_unread, &s.record_untaken}) *v = per_queue != 0 ? *v / per_queue * 1e6 : 0;
+    for (double* v : s.stages()) *v = per_queue != 0 ? *v / per_queue * 1e6 : 0;
     return s;
   }
 };
@@ -92,7 +92,7 @@ namespace detail {
 [[nodiscard]] inline json stage_fields(const queue_stages& s, int decimals) {
   return json{{"waiting_for_slot", rounded(s.waiting_for_slot, decimals)}, {"unrung", rounded(s.unrung, decimals)},
               {"at_device", rounded(s.at_device, decimals)}, {"cq_unread", rounded(s.cq_unread, decimals)},
-              {"record_untaken", rounded(s.record_untaken, decimals)}};
+              {"being_delivered", rounded(s.being_delivered, decimals)}, {"record_untaken", rounded(s.record_untaken, decimals)}};
 }
 
 }  // namespace detail

@@ -175,12 +175,14 @@ std::vector<cunvme::spec::completion_entry> cq_with_phases(std::uint32_t entries
   return cq;
 }
 
-std::vector<cunvme::completion_record> records_in(std::uint32_t cids, std::uint32_t reserved, std::uint32_t done, std::uint32_t pending) {
+std::vector<cunvme::completion_record> records_in(std::uint32_t cids, std::uint32_t reserved, std::uint32_t done, std::uint32_t pending,
+                                                  std::uint32_t delivering = 0) {
   std::vector<cunvme::completion_record> records(cids);
   std::uint32_t at = 0;
   for (std::uint32_t i = 0; i < reserved; ++i) records[at++].state = static_cast<std::uint32_t>(cunvme::record_state::reserved);
   for (std::uint32_t i = 0; i < done; ++i) records[at++].state = static_cast<std::uint32_t>(cunvme::record_state::done);
   for (std::uint32_t i = 0; i < pending; ++i) records[at++].state = static_cast<std::uint32_t>(cunvme::record_state::pending);
+  for (std::uint32_t i = 0; i < delivering; ++i) records[at++].state = static_cast<std::uint32_t>(cunvme::record_state::delivering);
   return records;
 }
 
@@ -194,12 +196,16 @@ TEST_CASE("the probe sorts a queue pair's commands into the stages they wait in"
   // CQ of 16 on its first pass: slots 5..7 posted (phase 1), slot 8 not yet (phase 0).
   std::vector<bool> phases(16, false);
   for (int i = 0; i < 8; ++i) phases[i] = true;
-  const bench::queue_stages s = bench::classify(c, records_in(15, 2, 3, 9), cq_with_phases(16, phases));
+  // 17 commands submitted (16 pending, 1 being written into its record): 3 unrung, 9 at the
+  // device, 3 unread, so 2 were consumed by a drain and are being delivered.
+  const bench::queue_stages s = bench::classify(c, records_in(31, 2, 3, 16, 1), cq_with_phases(16, phases));
   CHECK(s.waiting_for_slot == 2);
   CHECK(s.unrung == 3);
   CHECK(s.cq_unread == 3);
   CHECK(s.at_device == 17 - 5 - 3);
+  CHECK(s.being_delivered == 2);
   CHECK(s.record_untaken == 3);
+  CHECK(s.total() == 2 + 3 + 9 + 3 + 2 + 3);
 }
 
 TEST_CASE("the probe counts unread CQEs across the end of the CQ by the next pass's phase, at most entries - 1") {
@@ -219,6 +225,7 @@ TEST_CASE("a snapshot taken while commands move never puts a negative count in a
   CHECK(s.unrung == 0);
   CHECK(s.cq_unread == 5);  // slots 11..15 hold the phase of pass 0
   CHECK(s.at_device == 0);  // 12 rung − 11 consumed − 5 unread < 0
+  CHECK(s.being_delivered == 0);  // no record is pending
 }
 
 TEST_CASE("a probed run's record holds each stage per queue pair and in microseconds per command") {
@@ -235,6 +242,7 @@ TEST_CASE("a probed run's record holds each stage per queue pair and in microsec
   CHECK(r["stages"]["commands_per_queue"]["at_device"] == 10.0);
   CHECK(r["stages"]["commands_per_queue"]["cq_unread"] == 2.0);
   CHECK(r["stages"]["commands_per_queue"]["unrung"] == 0.0);
+  CHECK(r["stages"]["commands_per_queue"]["being_delivered"] == 0.0);
   CHECK(r["stages"]["us_per_command"]["at_device"] == 20000.0);  // 10 / 500 per second
   CHECK(r["stages"]["us_per_command"]["cq_unread"] == 4000.0);
   CHECK_FALSE(r.contains("probe_error"));

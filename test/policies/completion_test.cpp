@@ -254,6 +254,33 @@ TEST_CASE("duplicate completions drained by several threads at once complete eac
   }
 }
 
+TEST_CASE("two drainers delivering late completions of one abandoned command at once free its CID once") {
+  // Deliveries run after the drain lock, so two CQEs naming one CID can be delivered at the same
+  // time; the claim (abandoned -> free by compare-and-swap) lets only one of them free the CID.
+  fake_queue f(8);
+  const completion::detail::drained_entry e{0, 0, 0, 0, f.view.qid};
+  std::uint32_t twice = 0;
+  for (int round = 0; round < 2000; ++round) {
+    const std::uint16_t cid = take(f);
+    REQUIRE(cid == 0);
+    cunvme::bookkeeping_word<std::uint32_t>(f.records[cid].state).store(static_cast<std::uint32_t>(record_state::abandoned));
+    const std::uint32_t unexpected_before = f.counters->unexpected_completions;
+    std::atomic<int> ready{0};
+    auto deliver = [&] {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      completion::detail::deliver(f.view, e);
+    };
+    std::thread a(deliver), b(deliver);
+    a.join();
+    b.join();
+    CHECK(cunvme::cid_pool::in_use(f.view) == 0);
+    if (f.counters->unexpected_completions != unexpected_before + 1) ++twice;  // both took it for theirs
+  }
+  CHECK(twice == 0);
+}
+
 TEST_CASE("only one thread drains at a time; the others return at once") {
   fake_queue f(8);
   f.counters->drain_lock = 1;  // someone is draining

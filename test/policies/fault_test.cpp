@@ -204,6 +204,35 @@ TEST_CASE("a wait whose completion record was freed under it ends at the queue's
   CHECK(h.state == cunvme::io_handle::phase::finished);
 }
 
+TEST_CASE("a wait whose deadline passes while a drainer is writing its record takes the completion, not a timeout") {
+  emu::fault_rule lose;
+  lose.action = emu::fault_action::lose_completion;
+  lose.nth = 1;
+  rig r(with_rule(lose));
+  host::io_queue q(*r.ctrl, 4, host::queue_placement::host, 200ms);
+  reader_of<slots::multi_producer, completion::cooperative, doorbell::mmio> reader(q.view(), q.namespace_view(1));
+  auto buf = r.ctrl->memory().allocate(64 * 1024);
+  cunvme::io_handle h = reader.submit_read(0, 8, contiguous_of(buf), 0);
+  REQUIRE(h.state == cunvme::io_handle::phase::in_flight);
+  // A drainer claimed the record (deliveries run after the drain lock) and finishes it only
+  // after the waiter's deadline has passed.
+  cunvme::completion_record& record = q.view().records[h.cid];
+  cunvme::bookkeeping_word<std::uint32_t>(record.state).store(static_cast<std::uint32_t>(cunvme::record_state::delivering));
+  std::thread drainer([&] {
+    std::this_thread::sleep_for(400ms);
+    record.status = static_cast<std::uint16_t>(cunvme::spec::status::successful_completion);
+    record.status_field = 0;
+    cunvme::bookkeeping_word<std::uint32_t>(record.state).store(static_cast<std::uint32_t>(cunvme::record_state::done), cuda::std::memory_order_release);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const io_result res = reader.wait(h);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  drainer.join();
+  CHECK(res.ok());
+  CHECK(waited >= 300ms);
+  CHECK(h.state == cunvme::io_handle::phase::finished);
+}
+
 // DESIGN.md rule 4. A 2-entry queue has one CID; a command the reader did not submit (CID 0
 // too, its completion late) fills the SQ, so the reader holds CID 0 while it waits for a slot
 // and drains that foreign completion itself. Taken for its own, the read would "succeed"

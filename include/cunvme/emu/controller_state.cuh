@@ -91,12 +91,13 @@ class controller_state {
   /// What one engine's I/O commands did. Each engine counts its own, on a cache line of its own,
   /// and readers sum the engines (`io_totals`): counters shared by every worker, bumped several
   /// times per command, bounced one cache line between all the workers' cores.
-  struct io_counts {
+  struct alignas(64) io_counts {  // a whole cache line: nothing else of the engine shares it
     std::atomic<std::uint64_t> commands{0}, read_commands{0}, write_commands{0}, bytes_read{0}, bytes_written{0};
   };
   struct engine {
     explicit engine(std::uint64_t seed) : rng(seed) {}
-    alignas(64) io_counts counted;
+    io_counts counted;
+    static_assert(sizeof(io_counts) == 64);
     std::mutex pending_mutex;
     std::vector<pending_completion> pending;  // min-heap on due_ns
     std::vector<pending_completion> batch;
