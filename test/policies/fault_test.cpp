@@ -183,40 +183,46 @@ TEST_CASE("random injected errors under four threads: every failure is reported,
   CHECK(total_failed > 0);
 }
 
+namespace {
+/// One read in flight whose completion the controller loses: its record is the test's to play with.
+struct read_without_completion {
+  explicit read_without_completion(std::chrono::nanoseconds timeout)
+      : r(with_rule(lose_first())), q(*r.ctrl, 4, host::queue_placement::host, timeout), reader(q.view(), q.namespace_view(1)),
+        buf(r.ctrl->memory().allocate(64 * 1024)), h(reader.submit_read(0, 8, contiguous_of(buf), 0)) {
+    REQUIRE(h.state == cunvme::io_handle::phase::in_flight);
+  }
+  static emu::fault_rule lose_first() {
+    emu::fault_rule lose;
+    lose.action = emu::fault_action::lose_completion;
+    lose.nth = 1;
+    return lose;
+  }
+  rig r;
+  host::io_queue q;
+  mp_reader reader;
+  host::dma_buffer buf;
+  cunvme::io_handle h;
+};
+}  // namespace
+
 TEST_CASE("a wait whose completion record was freed under it ends at the queue's timeout instead of waiting forever") {
-  emu::fault_rule lose;
-  lose.action = emu::fault_action::lose_completion;
-  lose.nth = 1;
-  rig r(with_rule(lose));
-  host::io_queue q(*r.ctrl, 4, host::queue_placement::host, 1s);
-  reader_of<slots::multi_producer, completion::cooperative, doorbell::mmio> reader(q.view(), q.namespace_view(1));
-  auto buf = r.ctrl->memory().allocate(64 * 1024);
-  cunvme::io_handle h = reader.submit_read(0, 8, contiguous_of(buf), 0);
-  REQUIRE(h.state == cunvme::io_handle::phase::in_flight);
+  read_without_completion t(1s);
   // Break the invariant the wait relies on, as a stray give_back would: the record is free.
-  cunvme::bookkeeping_word<std::uint32_t>(q.view().records[h.cid].state).store(static_cast<std::uint32_t>(cunvme::record_state::free));
+  cunvme::bookkeeping_word<std::uint32_t>(t.q.view().records[t.h.cid].state).store(static_cast<std::uint32_t>(cunvme::record_state::free));
   const auto start = std::chrono::steady_clock::now();
-  const io_result res = reader.wait(h);
+  const io_result res = t.reader.wait(t.h);
   const auto waited = std::chrono::steady_clock::now() - start;
   CHECK(res.error == io_error::timeout);
   CHECK(waited >= 1s);
   CHECK(waited < 10s);
-  CHECK(h.state == cunvme::io_handle::phase::finished);
+  CHECK(t.h.state == cunvme::io_handle::phase::finished);
 }
 
 TEST_CASE("a wait whose deadline passes while a drainer is writing its record takes the completion, not a timeout") {
-  emu::fault_rule lose;
-  lose.action = emu::fault_action::lose_completion;
-  lose.nth = 1;
-  rig r(with_rule(lose));
-  host::io_queue q(*r.ctrl, 4, host::queue_placement::host, 200ms);
-  reader_of<slots::multi_producer, completion::cooperative, doorbell::mmio> reader(q.view(), q.namespace_view(1));
-  auto buf = r.ctrl->memory().allocate(64 * 1024);
-  cunvme::io_handle h = reader.submit_read(0, 8, contiguous_of(buf), 0);
-  REQUIRE(h.state == cunvme::io_handle::phase::in_flight);
+  read_without_completion t(200ms);
   // A drainer claimed the record (deliveries run after the drain lock) and finishes it only
   // after the waiter's deadline has passed.
-  cunvme::completion_record& record = q.view().records[h.cid];
+  cunvme::completion_record& record = t.q.view().records[t.h.cid];
   cunvme::bookkeeping_word<std::uint32_t>(record.state).store(static_cast<std::uint32_t>(cunvme::record_state::delivering));
   std::thread drainer([&] {
     std::this_thread::sleep_for(400ms);
@@ -225,12 +231,12 @@ TEST_CASE("a wait whose deadline passes while a drainer is writing its record ta
     cunvme::bookkeeping_word<std::uint32_t>(record.state).store(static_cast<std::uint32_t>(cunvme::record_state::done), cuda::std::memory_order_release);
   });
   const auto start = std::chrono::steady_clock::now();
-  const io_result res = reader.wait(h);
+  const io_result res = t.reader.wait(t.h);
   const auto waited = std::chrono::steady_clock::now() - start;
   drainer.join();
   CHECK(res.ok());
   CHECK(waited >= 300ms);
-  CHECK(h.state == cunvme::io_handle::phase::finished);
+  CHECK(t.h.state == cunvme::io_handle::phase::finished);
 }
 
 // DESIGN.md rule 4. A 2-entry queue has one CID; a command the reader did not submit (CID 0
