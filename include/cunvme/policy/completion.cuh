@@ -132,7 +132,7 @@ template <class Doorbell>
                    q.slot(first));
   }
   // The entries are copied out and the heads moved: the next drainer may start now. Delivery
-  // (an acquire load and a compare-and-swap per record) happens after the unlock: inside it,
+  // (a compare-and-swap and a release store per record) happens after the unlock: inside it,
   // it made the lock the limit of a shared queue — 500–1000 CQEs waited unread per queue pair
   // while one drainer at a time delivered 16 (bench/RESULTS.md, `--probe`). Records are per CID
   // and handed over by compare-and-swap, so two drainers delivering at once cannot collide, and
