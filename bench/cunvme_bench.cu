@@ -42,7 +42,6 @@
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,7 +51,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -659,11 +657,11 @@ result run_io(const options& o, target& t) {
   // The controller and poller kernels run until stopped: the I/O kernel must be loaded and its
   // local memory reserved before they start, or its launch waits for them forever.
   bench::prepare_kernels_to_run_beside(io_kernel<queue_router<reader, writer>>, io_kernel<volume_router<reader, writer>>, poller_kernel);
+  std::optional<queue_prober> prober;  // before any kernel starts (see queue_prober)
+  if (o.probe) prober.emplace(t.views);
   // A profiler range around the device's and the readers' kernels (no-op without a profiler):
   // Nsight Compute's kernel replay serialises kernels, and the null controller's kernel runs
   // until the I/O kernel ends, so only a range (`ncu --replay-mode app-range`) can see both.
-  std::optional<queue_prober> prober;
-  if (o.probe) prober.emplace(t.views);
   (void)cudaProfilerStart();
   t.start();
   if (std::is_same_v<Completion, completion::dedicated_poller>) {
