@@ -5,7 +5,7 @@ computes on the current one.
     import cunvme, torch
     with cunvme.Device("emu:file=model.safetensors,readonly") as dev:
         weights = cunvme.load_safetensors(dev, "model.safetensors")          # {name: torch tensor}
-        for key, layer in cunvme.iter_layers(dev, "model.safetensors"):      # double buffered
+        for key, layer in cunvme.iter_layers(dev, "model.safetensors"):      # the next layer read meanwhile
             y = x @ layer[f"{key}.weight"]
 
 The header is read through the device and parsed by the C++ parser (``include/cunvme/loader``,
@@ -60,10 +60,18 @@ class Placement:
 
 
 def _torch_dtypes(torch):
+    # F4 is packed two to a byte: torch's float4_e2m1fn_x2 holds such a pair (see _PACKED).
+    # F6_E2M3 and F6_E3M2 have no torch dtype (nor numpy's, nor cupy's).
     names = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16", "F16": "float16", "BF16": "bfloat16",
              "I32": "int32", "U32": "uint32", "F32": "float32", "C64": "complex64", "I64": "int64", "U64": "uint64", "F64": "float64",
-             "F8_E5M2": "float8_e5m2", "F8_E4M3": "float8_e4m3fn", "F8_E8M0": "float8_e8m0fnu"}
+             "F8_E5M2": "float8_e5m2", "F8_E4M3": "float8_e4m3fn", "F8_E8M0": "float8_e8m0fnu",
+             "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz", "F4": "float4_e2m1fn_x2"}
     return {k: getattr(torch, v) for k, v in names.items() if hasattr(torch, v)}
+
+
+# Sub-byte types a framework holds as several elements per item: the last dimension shrinks by
+# this factor (as safetensors' own torch loader does).
+_PACKED = {"F4": 2}
 
 
 def _numpy_dtypes(np):
@@ -140,8 +148,25 @@ class _Framework:
     def dtype(self, t):
         d = self.dtypes.get(t["dtype"])
         if d is None:
-            raise TypeError(f"tensor '{t['name']}': {self.name} has no {t['dtype']} (load it with framework='torch')")
+            other = " (load it with framework='torch')" if t["dtype"] in _torch_dtype_names() and self.name != "torch" else ""
+            raise TypeError(f"tensor '{t['name']}': {self.name} has no {t['dtype']}{other}")
         return d
+
+    def shape(self, t):
+        """``t``'s shape in items of its framework dtype (packed types: fewer in the last dimension)."""
+        shape = tuple(t["shape"])
+        per = _PACKED.get(t["dtype"], 1) if self.name == "torch" else 1
+        if per == 1:
+            return shape
+        if not shape or shape[-1] % per != 0:
+            raise TypeError(f"tensor '{t['name']}': {t['dtype']} of shape {list(shape)} does not fill whole {self.dtypes[t['dtype']]} "
+                            f"items ({per} elements each, along the last dimension)")
+        return shape[:-1] + (shape[-1] // per,)
+
+    def check(self, t):
+        """Refuses, before anything is read, a tensor this framework cannot hold."""
+        self.dtype(t)
+        self.shape(t)
 
     def view(self, buffer, offset, t):
         """Tensor ``t`` at ``offset`` of ``buffer``: a view, or (misaligned) a copy; and whether copied."""
@@ -151,7 +176,7 @@ class _Framework:
         copied = offset % t["element_bytes"] != 0 and self.gpu
         if copied:
             raw = raw.clone() if self.name == "torch" else raw.copy()
-        return raw.view(dtype).reshape(t["shape"]), copied
+        return raw.view(dtype).reshape(self.shape(t)), copied
 
 
 class Loaded(dict):
@@ -166,23 +191,62 @@ class Loaded(dict):
     buffer = None
 
 
+def _torch_dtype_names():
+    return {"BOOL", "U8", "I8", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "C64", "I64", "U64", "F64", "F8_E5M2", "F8_E4M3",
+            "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4"}
+
+
+def _emulator_file(uri):
+    """The ``file=`` option of an ``emu:`` URI; "" for an emulator without one; None for any other device."""
+    scheme, _, options = uri.partition(":")
+    if scheme != "emu":
+        return None
+    for option in options.split(","):
+        key, _, value = option.partition("=")
+        if key == "file":
+            return value
+    return ""
+
+
+def _check_backing_file(dev, path):
+    """A path names the file the device serves from LBA 0: the emulator opened on it. Checked
+    where the device says (``emu:file=``: the same file by st_dev and st_ino, so another name for
+    it is fine); a real controller cannot tell which file lies on it, and the path is then taken
+    at its word."""
+    uri = getattr(dev, "uri", None)
+    backing = None if uri is None else _emulator_file(uri)
+    if backing is None:
+        return
+    if backing == "":
+        raise ValueError(f"{uri} is not backed by a file, so {path!r} cannot be on it: open the device as 'emu:file={path}' "
+                         "or give a Placement")
+    mine, theirs = os.stat(path), os.stat(backing)
+    if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
+        raise ValueError(f"{path!r} is not the file the device serves ({uri} is backed by {backing!r}): the tensors would be read "
+                         "from the wrong bytes")
+
+
 class SafetensorsFile:
     """A safetensors file on a device: its header read through ``dev`` and checked.
 
-    ``path_or_placement``: a path (the device is the emulator backed by that file: the file from
-    LBA 0 on, its size from the path) or a ``Placement``."""
+    ``path_or_placement``: a path or a ``Placement``. A path says "the device is the emulator
+    backed by this file" (the file from LBA 0 on): its size comes from the path, and the device
+    must be ``emu:file=`` that same file (compared by st_dev and st_ino; ``ValueError`` if not).
+    For any other device the bytes are read from the device, never from the path, which then
+    only gives the size: use a ``Placement`` for a file on a real controller."""
 
     def __init__(self, dev, path_or_placement):
         if isinstance(path_or_placement, Placement):
             self.placement = path_or_placement
         else:
             path = os.fspath(path_or_placement)
+            _check_backing_file(dev, path)
             self.placement = Placement.contiguous(dev, os.path.getsize(path), source=path)
         if self.placement.block_size != dev.block_size:
             raise ValueError(f"the placement has {self.placement.block_size}-byte blocks, the device {dev.block_size}")
         self.dev = dev
         source = self.placement.source
-        first8 = self._read_host(0, 8)
+        first8 = self._read_host(0, min(8, self.placement.file_size))
         n = _cunvme.safetensors_header_length(first8, self.placement.file_size, source)
         self.header = _cunvme.safetensors_header(self._read_host(8, n), self.placement.file_size, source)
         self.tensors = {t["name"]: t for t in self.header["tensors"]}
@@ -190,6 +254,8 @@ class SafetensorsFile:
 
     def _read_host(self, offset, length):
         """File bytes [offset, offset + length) through the host path (no numpy needed)."""
+        if length == 0:
+            return b""
         size, reads, offsets = _cunvme.plan_reads(self.placement.block_size, self.placement.file_size, self.placement.extents, [(offset, length)])
         buf = bytearray(size)
         view = memoryview(buf)
@@ -241,7 +307,7 @@ class SafetensorsFile:
         fw = _Framework(framework, device)
         tensors = self._select(names)
         for t in tensors:
-            fw.dtype(t)  # refuse a dtype the framework lacks before reading anything
+            fw.check(t)  # refuse a dtype the framework lacks before reading anything
         start = time.perf_counter()
         current = fw.current_stream()
         if fw.gpu and stream is not None and stream != current:
@@ -264,16 +330,28 @@ class SafetensorsFile:
 
 
 class LayerIterator:
-    """Yields ``(key, Loaded)`` per layer, double buffered: two arrays, each the size of the
-    largest layer; while the caller computes on layer k (enqueued on the current stream), layer
-    k + 1's reads run on the iterator's own load stream into the other array. Events order
-    reuse: layer k + 2's reads wait for the work the caller enqueued on layer k before asking for
-    the next one. So: **a layer's tensors are valid until the iterator has moved two layers on**
-    (clone what you keep), and enqueue work on them on the stream that was current when they
-    were yielded.
+    """Yields ``(key, Loaded)`` per layer, the next layer's reads running while the caller
+    computes on the current one. **A layer's tensors are valid until the iterator has moved two
+    layers on**: while layer k + 1 is the current one, layer k's tensors are intact (compute on k
+    may still run under k + 1's); asking for layer k + 2 ends them (clone what you keep). Enqueue
+    work on a layer on the stream that was current when it was yielded.
+
+    torch and cupy: three arrays, each the size of the largest layer, taken in turn. When layer k
+    is asked for, layer k + 1's reads are enqueued on the iterator's own load stream into the
+    array of layer k - 2 (which the caller has just moved two layers past), after an event
+    recorded then on the stream layer k - 2 was yielded on: the reads wait for the work the
+    caller enqueued on it. Two arrays would have to choose between the promise and the overlap:
+    layer k + 1's reads would go into layer k - 1's array while k - 1 must stay valid.
+
+    numpy: no streams; each layer is read when asked for, into two arrays taken in turn.
 
     ``load_events``: per layer, (start, end) timing events on the load stream (torch and cupy),
-    for measuring how far loads overlapped compute. numpy: no streams; layers load in turn."""
+    for measuring how far loads overlapped compute. An iterator of pairs: ``dict(iter_layers(…))``
+    maps keys to layers (the promise above still holds for their tensors)."""
+
+    # Arrays the GPU path takes in turn: the current layer, the one before it (still valid) and
+    # the one being read.
+    gpu_buffers = 3
 
     def __init__(self, file, fw, tensors, layer_key):
         self.file = file
@@ -291,48 +369,54 @@ class LayerIterator:
     def __len__(self):
         return len(self.groups)
 
-    def keys(self):
+    def layer_keys(self):
+        """The layers' keys, in the order they come. (Not ``keys()``: ``dict()`` would take the
+        iterator for a mapping.)"""
         return [k for k, _ in self.groups]
 
     def __iter__(self):
         fw = self.fw
         for _, g in self.groups:
             for t in g:
-                fw.dtype(t)
-        buffers = [fw.empty(self.buffer_bytes), fw.empty(self.buffer_bytes)]
+                fw.check(t)
         count = len(self.groups)
         if count == 0:
             return
         if not fw.gpu:
+            buffers = [fw.empty(self.buffer_bytes), fw.empty(self.buffer_bytes)]
             for k, (key, _) in enumerate(self.groups):
                 yield key, self._loaded(k, buffers[k % 2])
             return
+        buffers = [fw.empty(self.buffer_bytes) for _ in range(self.gpu_buffers)]
         load = fw.new_stream()
         # The buffers were allocated on the current stream: the load stream starts after it.
         allocated = fw.event()
         fw.record(allocated, fw.current_stream())
         fw.wait(load, allocated)
-        released = [None, None]
-        pending = self._enqueue(0, buffers, load, released)
+        # Per array: the stream its layer was yielded on (None before the first).
+        used_on = [None] * self.gpu_buffers
+        pending = self._enqueue(0, buffers, load, used_on)
         for k in range(count):
-            following = self._enqueue(k + 1, buffers, load, released) if k + 1 < count else None
+            following = self._enqueue(k + 1, buffers, load, used_on) if k + 1 < count else None
             result = self._finish(k, buffers, pending)
             current = fw.current_stream()
             fw.wait(current, pending["loaded"])
+            used_on[k % self.gpu_buffers] = current
             yield self.groups[k][0], result
-            # Whatever the caller enqueued on layer k is on `current` now: the buffer is free
-            # for layer k + 2 once `current` passes this event.
-            released[k % 2] = fw.event()
-            fw.record(released[k % 2], current)
             pending = following
 
-    def _enqueue(self, k, buffers, load, released):
+    def _enqueue(self, k, buffers, load, used_on):
         fw = self.fw
-        if released[k % 2] is not None:
-            fw.wait(load, released[k % 2])
+        slot = k % self.gpu_buffers
+        if used_on[slot] is not None:
+            # Everything the caller enqueued on the layer that held this array is on that stream
+            # now: the reads start after it.
+            released = fw.event()
+            fw.record(released, used_on[slot])
+            fw.wait(load, released)
         start, loaded = fw.event(timing=True), fw.event(timing=True)
         fw.record(start, load)
-        _, offsets, transfers, read = self.file._enqueue(fw, self.groups[k][1], buffers[k % 2], load)
+        _, offsets, transfers, read = self.file._enqueue(fw, self.groups[k][1], buffers[slot], load)
         fw.record(loaded, load)
         self.load_events.append((start, loaded))
         self.bytes_read += read
@@ -343,8 +427,8 @@ class LayerIterator:
             tr.wait()
         result = Loaded()
         result.bytes_read = pending["read"]
-        result.buffer = buffers[k % 2]
-        return self.file._hand_out(self.fw, self.groups[k][1], buffers[k % 2], pending["offsets"], result)
+        result.buffer = buffers[k % self.gpu_buffers]
+        return self.file._hand_out(self.fw, self.groups[k][1], result.buffer, pending["offsets"], result)
 
     def _loaded(self, k, buffer):
         _, offsets, _, read = self.file._enqueue(self.fw, self.groups[k][1], buffer, None)
@@ -363,6 +447,6 @@ def load_safetensors(dev, path_or_placement, framework="torch", device=None, nam
 
 
 def iter_layers(dev, path_or_placement, framework="torch", device=None, names=None, layer_key=None):
-    """``(key, Loaded)`` per layer, double buffered (see ``LayerIterator``)."""
+    """``(key, Loaded)`` per layer, the next one read while the caller computes (see ``LayerIterator``)."""
     return SafetensorsFile(dev, path_or_placement).layers(framework, device, names, layer_key)
 

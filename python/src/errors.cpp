@@ -26,8 +26,17 @@ error_classes& errors() {
   return *classes;
 }
 
+/// A message as Python text. Messages may quote bytes from a file (a parse error shows what it
+/// read): bytes that are not UTF-8 come out as \xNN escapes instead of failing the conversion,
+/// which would replace the error the caller can catch with a UnicodeDecodeError.
+nb::str text(const std::string& message) {
+  PyObject* s = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace");
+  if (s == nullptr) throw nb::python_error();
+  return nb::steal<nb::str>(s);
+}
+
 void raise_python(const nb::object& type, const std::string& message, nb::kwargs details) {
-  nb::object e = type(message, **details);
+  nb::object e = type(text(message), **details);
   PyErr_SetObject(type.ptr(), e.ptr());
 }
 
@@ -51,8 +60,8 @@ void translate(const std::exception_ptr& p, void*) {
     raise_python(errors().io_error, f.operation + ": " + cunvme::to_string(f.result), k);
   } catch (const host::error& e) {
     nb::kwargs k;
-    k["operation"] = e.operation();
-    k["device"] = e.device();
+    k["operation"] = text(e.operation());
+    k["device"] = text(e.device());
     if (e.status()) k["status"] = spec::name(*e.status());
     raise_python(errors().device_error, e.what(), k);
   } catch (const device_failure& f) {

@@ -15,7 +15,11 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -27,13 +31,16 @@ namespace loader = cunvme::loader;
 namespace cunvme_python {
 namespace {
 
-/// Runs `f`, turning the loader's `host::error`s into FormatError.
+/// Runs `f`, turning the loader's `host::error`s into FormatError (and a JSON library error,
+/// should one ever escape the parser's own handling: it, too, can only come from the file).
 template <class F>
 auto as_format_error(F&& f) {
   try {
     return f();
   } catch (const cunvme::host::error& e) {
     throw format_failure{e.what()};
+  } catch (const nlohmann::json::exception& e) {
+    throw format_failure{std::string("Parse the safetensors header: ") + e.what()};
   }
 }
 
@@ -48,6 +55,7 @@ nb::dict header_dict(const loader::safetensors_header& h) {
     e["name"] = t.name;
     e["dtype"] = std::string(loader::name(t.type));
     e["element_bytes"] = loader::element_bytes(t.type);
+    e["element_bits"] = loader::element_bits(t.type);
     nb::list shape;
     for (std::uint64_t s : t.shape) shape.append(s);
     e["shape"] = nb::tuple(shape);
@@ -67,10 +75,17 @@ nb::dict header_dict(const loader::safetensors_header& h) {
 void register_loader(nb::module_& m) {
   m.def("safetensors_header_length",
         [](nb::bytes first8, std::uint64_t file_bytes, const std::string& source) {
-          if (first8.size() < 8) throw format_failure{"Parse the safetensors header on " + source + ": the header length needs 8 bytes"};
-          return as_format_error([&] { return loader::header_length(static_cast<const std::byte*>(first8.data()), file_bytes, source); });
+          // A file shorter than 8 bytes has fewer to give: header_length refuses it by its size
+          // before it reads any.
+          if (first8.size() < std::min<std::uint64_t>(8, file_bytes)) {
+            throw format_failure{"Parse the safetensors header on " + source + ": the header length needs the file's first 8 bytes"};
+          }
+          std::array<std::byte, 8> padded{};
+          std::memcpy(padded.data(), first8.data(), std::min<std::size_t>(8, first8.size()));
+          return as_format_error([&] { return loader::header_length(padded.data(), file_bytes, source); });
         },
-        nb::arg("first8"), nb::arg("file_bytes"), nb::arg("source"), "N, from a safetensors file's first 8 bytes, checked (C++ header_length).");
+        nb::arg("first8"), nb::arg("file_bytes"), nb::arg("source"),
+        "N, from a safetensors file's first 8 bytes (all of it when shorter), checked (C++ header_length).");
   m.def("safetensors_header",
         [](nb::bytes json, std::uint64_t file_bytes, const std::string& source) {
           const std::string_view text(json.c_str(), json.size());
@@ -83,7 +98,8 @@ void register_loader(nb::module_& m) {
         },
         nb::arg("json"), nb::arg("file_bytes"), nb::arg("source"),
         "The header's JSON (the N bytes after the length) parsed and checked by the C++ parser: a dict with header_bytes, "
-        "data_offset, file_bytes, tensors (by data offset: name, dtype, element_bytes, shape, begin, end) and metadata.");
+        "data_offset, file_bytes, tensors (by data offset: name, dtype, element_bytes (1 for packed sub-byte types), element_bits, "
+        "shape, begin, end) and metadata.");
   m.def("plan_reads",
         [](std::uint64_t block_bytes, std::uint64_t file_bytes, const std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>>& extents,
            const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {

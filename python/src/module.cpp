@@ -88,7 +88,7 @@ class transfer {
 
 class device {
  public:
-  device(const std::string& uri, std::uint32_t nsid, double timeout_seconds, std::optional<bool> use_gpu) : nsid_(nsid) {
+  device(const std::string& uri, std::uint32_t nsid, double timeout_seconds, std::optional<bool> use_gpu) : uri_(uri), nsid_(nsid) {
     if (!std::isfinite(timeout_seconds) || timeout_seconds <= 0 || timeout_seconds > 86400) {
       throw nb::value_error("timeout must be a number of seconds in (0, 86400]");
     }
@@ -118,6 +118,7 @@ class device {
   [[nodiscard]] std::uint64_t block_size() const { return ns_.block_bytes(); }
   [[nodiscard]] std::uint64_t blocks() const { return ns_.lba_count; }
   [[nodiscard]] std::uint32_t nsid() const { return nsid_; }
+  [[nodiscard]] const std::string& uri() const { return uri_; }
   [[nodiscard]] bool gpu() const {
     const std::shared_lock life(life_);
     return gpu_ != nullptr;
@@ -258,6 +259,7 @@ class device {
     }
   }
 
+  std::string uri_;
   std::uint32_t nsid_;
   std::string gpu_reason_;
   // Declared before what uses them, so destroyed after: the GPU path owns the controller
@@ -303,6 +305,7 @@ NB_MODULE(_cunvme, m) {
       .def_prop_ro("block_size", &device::block_size, "Bytes per block in a caller's array (data, and metadata with extended LBAs).")
       .def_prop_ro("blocks", &device::blocks, "Blocks in the namespace (NSZE).")
       .def_prop_ro("nsid", &device::nsid)
+      .def_prop_ro("uri", &device::uri, "The URI the device was opened with.")
       .def_prop_ro("name", &device::name, "The controller's name (the URI's device).")
       .def_prop_ro("gpu", &device::gpu, "Whether GPU arrays are taken (a CUDA GPU was found and gpu was not False).")
       .def_prop_ro("gpu_unavailable_reason", &device::gpu_unavailable, "Why there is no GPU path, or ''.")

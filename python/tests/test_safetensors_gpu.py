@@ -95,7 +95,7 @@ def test_torch_load_on_a_stream_of_ones_own_and_a_subset(dev, model, want):
 def test_torch_layers_overlap_and_what_compute_saw_is_the_file(dev, model, want):
     torch = pytest.importorskip("torch")
     it = cunvme.iter_layers(dev, model, framework="torch")
-    assert it.keys() == [""] + [f"model.layers.{i}" for i in range(LAYERS)]
+    assert it.layer_keys() == [""] + [f"model.layers.{i}" for i in range(LAYERS)]
     x = torch.randn(256, DIM, device="cuda")
     seen = {}
     for key, layer in it:

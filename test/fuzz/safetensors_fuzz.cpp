@@ -40,12 +40,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (std::size_t i = 0; i < h.tensors.size(); ++i) {
     const loader::tensor_info& t = h.tensors[i];
     FUZZ_CHECK(t.begin <= t.end && t.end <= data_bytes);
-    unsigned __int128 product = loader::element_bytes(t.type);
+    unsigned __int128 product = loader::element_bits(t.type);
     // Accepted shapes have every prefix product below 2^64 (the parser refuses at the first
     // that is not), so 128 bits hold each step exactly.
     for (std::uint64_t d : t.shape) product *= d;
     FUZZ_CHECK(t.shape.size() <= loader::max_rank);
-    FUZZ_CHECK(product == t.bytes());
+    FUZZ_CHECK(product == unsigned __int128{t.bytes()} * 8);
     if (i > 0) FUZZ_CHECK(h.tensors[i - 1].begin <= t.begin);
     for (std::size_t j = 0; j < i; ++j) {
       const loader::tensor_info& u = h.tensors[j];

@@ -4,9 +4,12 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loader = cunvme::loader;
@@ -65,11 +68,47 @@ TEST_CASE("a header reads as written: tensors by offset, metadata, the data offs
 
 TEST_CASE("every dtype the table names parses, with its element size") {
   for (const loader::dtype_entry& e : loader::dtype_table) {
-    const std::string json = R"({"t":{"dtype":")" + std::string(e.name) + R"(","shape":[3],"data_offsets":[0,)" + std::to_string(3 * e.bytes) + "]}}";
-    const auto h = parse(json, 3 * e.bytes);
+    // 8 elements: whole bytes for every type, the packed sub-byte ones included.
+    const std::uint64_t bytes = 8 * e.bits / 8;
+    const std::string json = R"({"t":{"dtype":")" + std::string(e.name) + R"(","shape":[2,4],"data_offsets":[0,)" + std::to_string(bytes) + "]}}";
+    CAPTURE(json);
+    const auto h = parse(json, bytes);
     CHECK(h.tensors.at(0).type == e.type);
+    CHECK(h.tensors.at(0).elements() == 8);
     CHECK(loader::name(e.type) == e.name);
+    CHECK(loader::element_bits(e.type) == e.bits);
   }
+}
+
+TEST_CASE("the dtype table is safetensors' complete Dtype enum, each with its size in bits") {
+  // safetensors 0.8's Dtype (safetensors/src/tensor.rs), in its order, with `bitsize()`.
+  const std::pair<const char*, unsigned> reference[] = {
+      {"BOOL", 8},  {"F4", 4},   {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"U8", 8},   {"I8", 8},   {"F8_E5M2", 8}, {"F8_E4M3", 8},
+      {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16}, {"U16", 16}, {"F16", 16}, {"BF16", 16}, {"I32", 32},
+      {"U32", 32},  {"F32", 32}, {"C64", 64},    {"F64", 64},    {"I64", 64}, {"U64", 64},
+  };
+  REQUIRE(loader::dtype_table.size() == std::size(reference));
+  for (const auto& [dtype_name, bits] : reference) {
+    CAPTURE(dtype_name);
+    const auto* e = std::find_if(loader::dtype_table.begin(), loader::dtype_table.end(), [&](const loader::dtype_entry& x) { return x.name == dtype_name; });
+    REQUIRE(e != loader::dtype_table.end());
+    CHECK(e->bits == bits);
+    // As the reference's writer would write it: 16 elements.
+    const std::string json = R"({"t":{"dtype":")" + std::string(dtype_name) + R"(","shape":[16],"data_offsets":[0,)" + std::to_string(2 * bits) + "]}}";
+    CHECK(parse(json, 2 * bits).tensors.at(0).bytes() == 2 * bits);
+  }
+}
+
+TEST_CASE("sub-byte tensors: bytes are elements x bits / 8, and a tensor that ends inside a byte is refused") {
+  // F4: two elements a byte; F6: four elements in three bytes.
+  CHECK(parse(R"({"t":{"dtype":"F4","shape":[3,2],"data_offsets":[0,3]}})", 3).tensors.at(0).bytes() == 3);
+  CHECK(parse(R"({"t":{"dtype":"F6_E2M3","shape":[4],"data_offsets":[0,3]}})", 3).tensors.at(0).elements() == 4);
+  CHECK(parse(R"({"t":{"dtype":"F6_E3M2","shape":[0],"data_offsets":[0,0]}})", 3).tensors.at(0).bytes() == 0);
+  CHECK(refusal(R"({"t":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})").find("12 bits, not whole bytes") != std::string::npos);
+  CHECK(refusal(R"({"t":{"dtype":"F6_E2M3","shape":[2],"data_offsets":[0,2]}})").find("12 bits, not whole bytes") != std::string::npos);
+  CHECK(refusal(R"({"t":{"dtype":"F4","shape":[4],"data_offsets":[0,4]}})").find("is 2 bytes, data_offsets [0,4] span 4") != std::string::npos);
+  // The element count times the bits is checked for overflow, as the reference does.
+  CHECK(refusal(R"({"t":{"dtype":"F4","shape":[4611686018427387904,2],"data_offsets":[0,8]}})").find("more than 2^64") != std::string::npos);
 }
 
 TEST_CASE("gaps, trailing bytes, empty tensors and empty headers are accepted") {
@@ -120,15 +159,16 @@ TEST_CASE("malformed headers are refused, each with its reason") {
       {R"({"a":{"shape":[2],"data_offsets":[0,8]}})", "no 'dtype'"},
       {R"({"a":{"dtype":"F32","data_offsets":[0,8]}})", "no 'shape'"},
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"extra":1}})", "unknown field 'extra'"},
-      {R"({"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", "unknown dtype \"F4\""},
+      {R"({"a":{"dtype":"F5","shape":[2],"data_offsets":[0,1]}})", "unknown dtype \"F5\""},
+      {R"({"a":{"dtype":"F4","shape":[1],"data_offsets":[0,1]}})", "4 bits, not whole bytes"},
       {R"({"a":{"dtype":"f32","shape":[2],"data_offsets":[0,8]}})", "unknown dtype"},
       {R"({"a":{"dtype":7,"shape":[2],"data_offsets":[0,8]}})", "unknown dtype 7"},
       {R"({"a":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", "not an array"},
       {R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", "shape[0] is -2"},
       {R"({"a":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", "shape[0] is 2.0"},
       {R"({"a":{"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,8]}})", "not an integer"},
-      {R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", "more than 2^64 bytes"},
-      {R"({"a":{"dtype":"U8","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", "more than 2^64 bytes"},
+      {R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", "more than 2^64 bits"},
+      {R"({"a":{"dtype":"U8","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", "more than 2^64 bits"},
       {R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", "is 12 bytes, data_offsets [0,8] span 8"},
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", "end before they begin"},
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", "not [begin, end]"},

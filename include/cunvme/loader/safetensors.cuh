@@ -34,22 +34,30 @@
 CUNVME_NAMESPACE_BEGIN
 namespace loader {
 
-/// The element types safetensors names (its `Dtype` enum). Sub-byte types (F4, F6_*) are not
-/// taken: a tensor of them has no whole-byte elements to hand out.
-enum class dtype : std::uint8_t { BOOL, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, C64, I64, U64, F64 };
+/// The element types safetensors names: its `Dtype` enum as of safetensors 0.8, in its order
+/// (which is by size in bits). F4 and F6_* are packed: elements share bytes, and a tensor of
+/// them must end on a byte (elements × bits a multiple of 8), as the reference requires.
+enum class dtype : std::uint8_t {
+  BOOL, F4, F6_E2M3, F6_E3M2, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ,
+  I16, U16, F16, BF16, I32, U32, F32, C64, F64, I64, U64
+};
 
 struct dtype_entry {
   dtype type;
   std::string_view name;  ///< as the header spells it
-  std::uint8_t bytes;     ///< per element
+  std::uint8_t bits;      ///< per element (the reference's `bitsize()`)
 };
 
 /// One table: the name each dtype has in headers and its element size.
-inline constexpr std::array<dtype_entry, 17> dtype_table{{
-    {dtype::BOOL, "BOOL", 1}, {dtype::U8, "U8", 1},   {dtype::I8, "I8", 1},   {dtype::F8_E5M2, "F8_E5M2", 1}, {dtype::F8_E4M3, "F8_E4M3", 1},
-    {dtype::F8_E8M0, "F8_E8M0", 1}, {dtype::I16, "I16", 2}, {dtype::U16, "U16", 2}, {dtype::F16, "F16", 2}, {dtype::BF16, "BF16", 2},
-    {dtype::I32, "I32", 4}, {dtype::U32, "U32", 4}, {dtype::F32, "F32", 4}, {dtype::C64, "C64", 8}, {dtype::I64, "I64", 8},
-    {dtype::U64, "U64", 8}, {dtype::F64, "F64", 8},
+inline constexpr std::array<dtype_entry, 22> dtype_table{{
+    {dtype::BOOL, "BOOL", 8},       {dtype::F4, "F4", 4},       {dtype::F6_E2M3, "F6_E2M3", 6},
+    {dtype::F6_E3M2, "F6_E3M2", 6}, {dtype::U8, "U8", 8},       {dtype::I8, "I8", 8},
+    {dtype::F8_E5M2, "F8_E5M2", 8}, {dtype::F8_E4M3, "F8_E4M3", 8}, {dtype::F8_E8M0, "F8_E8M0", 8},
+    {dtype::F8_E4M3FNUZ, "F8_E4M3FNUZ", 8}, {dtype::F8_E5M2FNUZ, "F8_E5M2FNUZ", 8},
+    {dtype::I16, "I16", 16},        {dtype::U16, "U16", 16},    {dtype::F16, "F16", 16},
+    {dtype::BF16, "BF16", 16},      {dtype::I32, "I32", 32},    {dtype::U32, "U32", 32},
+    {dtype::F32, "F32", 32},        {dtype::C64, "C64", 64},    {dtype::F64, "F64", 64},
+    {dtype::I64, "I64", 64},        {dtype::U64, "U64", 64},
 }};
 static_assert([] {
   for (std::size_t i = 0; i < dtype_table.size(); ++i) {
@@ -59,7 +67,10 @@ static_assert([] {
 }(), "dtype_table is indexed by dtype: keep it in the enum's order");
 
 [[nodiscard]] constexpr std::string_view name(dtype t) noexcept { return dtype_table[static_cast<std::size_t>(t)].name; }
-[[nodiscard]] constexpr std::uint8_t element_bytes(dtype t) noexcept { return dtype_table[static_cast<std::size_t>(t)].bytes; }
+[[nodiscard]] constexpr unsigned element_bits(dtype t) noexcept { return dtype_table[static_cast<std::size_t>(t)].bits; }
+/// Bytes per element; 1 for the packed sub-byte types, whose elements share bytes: in both
+/// cases the alignment a typed view of the tensor's first byte needs.
+[[nodiscard]] constexpr unsigned element_bytes(dtype t) noexcept { return element_bits(t) < 8 ? 1 : element_bits(t) / 8; }
 
 /// The format's own cap on N (the reference implementation's MAX_HEADER_SIZE): parsing never
 /// holds more than this much JSON.
@@ -77,7 +88,12 @@ struct tensor_info {
   std::uint64_t end = 0;
 
   [[nodiscard]] std::uint64_t bytes() const noexcept { return end - begin; }
-  [[nodiscard]] std::uint64_t elements() const noexcept { return bytes() / element_bytes(type); }
+  /// The shape's product (a parsed header's fits: elements × bits was checked below 2^64).
+  [[nodiscard]] std::uint64_t elements() const noexcept {
+    std::uint64_t n = 1;
+    for (std::uint64_t d : shape) n *= d;
+    return n;
+  }
 };
 
 /// A parsed, checked header.
@@ -207,12 +223,19 @@ class parse_guard {
   const nlohmann::json& shape = entry["shape"];
   if (!shape.is_array()) refuse(source, at + ": shape is " + shape.dump() + ", not an array");
   if (shape.size() > max_rank) refuse(source, at + ": " + std::to_string(shape.size()) + " dimensions (at most " + std::to_string(max_rank) + ")");
-  std::uint64_t bytes = element_bytes(t.type);
+  // In bits, as the reference counts (so sub-byte types need no special case), overflow-checked
+  // at every step.
+  std::uint64_t bits = element_bits(t.type);
   for (std::size_t d = 0; d < shape.size(); ++d) {
     const std::uint64_t extent = unsigned_value(shape[d], source, at + ": shape[" + std::to_string(d) + "]");
     t.shape.push_back(extent);
-    if (cunvme::detail::mul_overflows(bytes, extent, bytes)) refuse(source, at + ": shape " + shape.dump() + " holds more than 2^64 bytes");
+    if (cunvme::detail::mul_overflows(bits, extent, bits)) refuse(source, at + ": shape " + shape.dump() + " holds more than 2^64 bits");
   }
+  if (bits % 8 != 0) {
+    refuse(source, at + ": shape " + shape.dump() + " of " + std::string(name(t.type)) + " is " + std::to_string(bits) +
+                       " bits, not whole bytes (a packed tensor must end on a byte)");
+  }
+  const std::uint64_t bytes = bits / 8;
 
   const nlohmann::json& offsets = entry["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2) refuse(source, at + ": data_offsets is " + offsets.dump() + ", not [begin, end]");
@@ -251,8 +274,8 @@ class parse_guard {
 /// `file_bytes` bytes. Checked: the text is one JSON object (whitespace after it, as writers
 /// pad with, is fine) starting with '{', valid UTF-8, with no duplicate key; "__metadata__" is
 /// an object of strings; every other key is a non-empty tensor name whose entry has exactly
-/// dtype (a known one), shape (at most `max_rank` integers, their product × the element size
-/// within 2^64) and data_offsets ([begin, end], integers, end - begin the shape's bytes, end
+/// dtype (a known one), shape (at most `max_rank` integers, their product × the element's bits
+/// within 2^64 and a multiple of 8) and data_offsets ([begin, end], integers, end - begin the shape's bytes, end
 /// within the file); no two tensors share a byte. Gaps between tensors and bytes after the
 /// last are accepted (the reference implementation refuses them): a file padded to whole
 /// blocks for a block device still loads. Throws `host::error` naming `source`.
