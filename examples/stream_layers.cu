@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     cunvme::device dev(uri);
     namespace ld = cunvme::loader;
     ld::safetensors_file model(dev, ld::file_placement::contiguous(dev.block_bytes(), first_lba, file.size(), dev.ns().lba_count), path);
-    ld::layer_streamer layers(model);  // two buffers the size of the largest layer, registered now
+    ld::layer_streamer layers(model);  // three buffers the size of the largest layer, registered now
     example::stream compute;
     const int passes = 8;
     unsigned long long* sums = nullptr;

@@ -3,20 +3,26 @@
 // kernel on the compute stream saw them. Skipped (exit 77) without a GPU.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/facade/copy.cuh>
 #include <cunvme/facade/device.cuh>
+#include <cunvme/host/gpu_context.cuh>
 #include <cunvme/loader/loader.cuh>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace loader = cunvme::loader;
@@ -142,6 +148,97 @@ TEST_CASE("layers stream double buffered: what the compute stream sees is the fi
   CHECK_FALSE(layers.next(compute).has_value());
   REQUIRE(cudaFree(sums) == cudaSuccess);
   REQUIRE(cudaStreamDestroy(compute) == cudaSuccess);
+}
+
+TEST_CASE("a layer stays intact while the next one is current") {
+  // The promise: layer k's tensors hold its bytes until `next` has been called twice more. The
+  // load stream is drained before each look, so any read the streamer let into layer k's buffer
+  // early would have landed.
+  const written w = write_model("/tmp/cunvme_loader_lifetime.safetensors", 11, 256, false);
+  cunvme::device dev("emu:file=" + w.path + ",readonly,lba=4096");
+  loader::safetensors_file file(dev, loader::file_placement::contiguous(dev.block_bytes(), 0, w.bytes.size(), dev.ns().lba_count), w.path);
+  loader::layer_streamer layers(file);
+  REQUIRE(layers.size() == 12);
+  std::optional<loader::layer> previous;
+  std::size_t seen = 0;
+  while (auto l = layers.next()) {
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    for (const std::optional<loader::layer>* which : {&previous, &l}) {
+      if (!which->has_value()) continue;
+      for (const loader::gpu_tensor& t : (*which)->tensors) {
+        CAPTURE(seen);
+        CAPTURE(t.info->name);
+        CHECK(to_host(t) == in_file(w, file.header(), *t.info));
+      }
+    }
+    previous = std::move(l);
+    ++seen;
+  }
+  CHECK(seen == 12);
+}
+
+TEST_CASE("a thread that made no CUDA call yet copies and loads through a device made elsewhere") {
+  const written w = write_model("/tmp/cunvme_loader_threads.safetensors", 2, 256, false);
+  cunvme::device dev("emu:file=" + w.path + ",readonly,lba=4096");
+  const std::size_t bytes = 4 * 4096;
+  void* gpu = nullptr;
+  REQUIRE(cudaMalloc(&gpu, bytes) == cudaSuccess);
+  using get_current = CUresult (*)(CUcontext*);
+  const auto current = reinterpret_cast<get_current>(cunvme::host::driver_entry_point("cuCtxGetCurrent"));
+  REQUIRE((current != nullptr));
+
+  // copy_n first: its driver look-ups need a context the thread does not have.
+  cunvme::io_result result = cunvme::io_result::failure(cunvme::io_error::invalid_request, 0, 0);
+  std::string failure;
+  CUcontext before = reinterpret_cast<CUcontext>(1), after = reinterpret_cast<CUcontext>(1);
+  std::thread([&] {
+    try {
+      (void)current(&before);
+      result = cunvme::copy_n(dev, 0, 4, static_cast<std::byte*>(gpu), nullptr).wait();
+      (void)current(&after);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }).join();
+  CHECK(failure == "");
+  CHECK(result.ok());
+  CHECK(before == nullptr);
+  CHECK(after == nullptr);  // the thread's (absent) context is left as it was
+  std::vector<std::byte> got(bytes);
+  REQUIRE(cudaMemcpy(got.data(), gpu, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(std::equal(got.begin(), got.end(), w.bytes.begin()));
+
+  // The loader likewise, from two fresh threads at once on the one device.
+  loader::safetensors_file file(dev, loader::file_placement::contiguous(dev.block_bytes(), 0, w.bytes.size(), dev.ns().lba_count), w.path);
+  std::string failures[2];
+  bool matched[2] = {false, false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        loader::safetensors_file mine(dev, file.placement(), w.path);
+        loader::loaded_tensors all = mine.load();
+        all.wait();
+        bool same = true;
+        for (const loader::gpu_tensor& t : all.tensors()) {
+          // No doctest assertion off the test's thread: a failed REQUIRE would throw through it.
+          std::vector<std::byte> got(static_cast<std::size_t>(t.info->bytes()));
+          same = same && cudaMemcpy(got.data(), t.data, got.size(), cudaMemcpyDeviceToHost) == cudaSuccess &&
+                 got == in_file(w, mine.header(), *t.info);
+        }
+        matched[i] = same && all.tensors().size() == 5;
+      } catch (const std::exception& e) {
+        failures[i] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < 2; ++i) {
+    CAPTURE(i);
+    CHECK(failures[i] == "");
+    CHECK(matched[i]);
+  }
+  REQUIRE(cudaFree(gpu) == cudaSuccess);
 }
 
 TEST_CASE("a placement of another block size and a damaged header are refused") {

@@ -15,6 +15,7 @@
 #include <cunvme/facade/pinned_pool.cuh>
 #include <cunvme/facade/registration_cache.cuh>
 #include <cunvme/facade/tuning.cuh>
+#include <cunvme/host/gpu_context.cuh>
 #include <cunvme/host/gpu_dma_buf.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/host/gpu_reach.cuh>
@@ -95,6 +96,11 @@ struct gpu_mapping {
 ///
 /// The destructor waits for the copies still in flight (their streams must be able to reach
 /// them), deletes the queues (which ends their commands), then unmaps every buffer.
+///
+/// Threads: a device serves the GPU current on the thread that constructs it (`gpu()`). Its
+/// calls may come from any thread — one that never made a CUDA call included: each makes that
+/// GPU's context current for its duration (`make_current()`, `host::gpu_context_scope`) and
+/// leaves the thread's own as it found it.
 class device {
  public:
   using queue_policy = queue<slots::warp_aggregated, completion::cooperative>;
@@ -137,6 +143,12 @@ class device {
   device(const device&) = delete;
   device& operator=(const device&) = delete;
   ~device() {
+    std::optional<host::gpu_context_scope> scope;
+    try {
+      scope.emplace(gpu_, ctrl_->name());
+    } catch (...) {
+      // No context to be had: the waits and unmaps below are the runtime's and the OS's.
+    }
     const std::lock_guard lock(mutex_);
     for (const in_flight& f : in_flight_) (void)cudaEventSynchronize(f.state->done);
     // The queues first: deleting them ends their commands (or stops the controller, see
@@ -145,6 +157,12 @@ class device {
     in_flight_.clear();
     cache_.clear();
   }
+
+  /// The GPU (CUDA ordinal) the device serves.
+  [[nodiscard]] int gpu() const noexcept { return gpu_; }
+  /// Makes the device's GPU's context current on the calling thread until the scope ends: for
+  /// code of the caller's own (or the loader's) that calls CUDA for this device from any thread.
+  [[nodiscard]] host::gpu_context_scope make_current() const { return host::gpu_context_scope(gpu_, ctrl_->name()); }
 
   [[nodiscard]] host::controller& controller() noexcept { return *ctrl_; }
   /// The first queue pair (examples that launch their own kernels use this one).
@@ -163,6 +181,7 @@ class device {
   /// them mapped until `deregister_buffer(gpu)`: copies within them map nothing. Throws
   /// `host::error` for memory outside one GPU allocation or a `gpu` registered already.
   void register_buffer(const void* gpu, std::size_t bytes) {
+    const host::gpu_context_scope scope = make_current();
     const gpu_allocation a = detail::gpu_allocation_of(gpu, ctrl_->name());
     const std::lock_guard lock(mutex_);
     cache_.register_buffer(a, reinterpret_cast<std::uintptr_t>(gpu), bytes, [this](const host::gpu_window& w) { return map(w); });
@@ -171,6 +190,7 @@ class device {
   /// Ends the registration made at `gpu`; copies in flight keep the mapping until they are
   /// done. Throws `host::error` when no buffer is registered there.
   void deregister_buffer(const void* gpu) {
+    const host::gpu_context_scope scope = make_current();
     const std::lock_guard lock(mutex_);
     if (!cache_.deregister_buffer(reinterpret_cast<std::uintptr_t>(gpu))) {
       throw host::error("Deregister a buffer", ctrl_->name(), "no buffer is registered at GPU address " + std::to_string(reinterpret_cast<std::uintptr_t>(gpu)));
@@ -195,6 +215,7 @@ class device {
   /// recovery of timed-out copies where it is due (see above): may take an Abort's or a reset's
   /// time, and throws `host::error` where a reset fails.
   [[nodiscard]] std::size_t copies_in_flight() {
+    const host::gpu_context_scope scope = make_current();
     const std::lock_guard lock(mutex_);
     reap();
     return in_flight_.size();
@@ -209,6 +230,7 @@ class device {
   /// Runs the recovery of timed-out copies now, if no copy is in flight; returns the buffers
   /// still quarantined. Throws `host::error` when the controller had to be reset and could not be.
   std::size_t recover() {
+    const host::gpu_context_scope scope = make_current();
     const std::lock_guard lock(mutex_);
     reap();
     return quarantine_.size();
@@ -220,12 +242,16 @@ class device {
   template <class Launch>
   [[nodiscard]] pending_copy enqueue(void* gpu, std::size_t bytes, std::uint64_t warps, cudaStream_t stream, const char* operation, Launch&& launch) {
     const std::string& name = ctrl_->name();
+    // The launch, events and the driver's look-ups below, on the device's GPU whichever thread
+    // calls (one that never made a CUDA call has no context at all).
+    const host::gpu_context_scope scope = make_current();
     const gpu_allocation a = detail::gpu_allocation_of(gpu, name);
     const auto address = reinterpret_cast<std::uintptr_t>(gpu);
     const std::lock_guard lock(mutex_);
     reap();
     std::shared_ptr<const detail::gpu_mapping> mapping = cache_.find(a, address, bytes, [this](const host::gpu_window& w) { return map(w); });
     auto state = std::make_shared<detail::copy_state>(name, operation);
+    state->gpu = gpu_;
     state->results = pool_->take(warps * sizeof(io_result));
     state->warps = warps;
     check(cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming), "Create an event");
@@ -352,6 +378,7 @@ class device {
 
   // Declared first, destroyed last: mappings unmap through the controller.
   std::unique_ptr<host::controller> ctrl_;
+  int gpu_ = host::gpu_context_scope::current_gpu();
   // Before the queues, so destroyed after them: deleting a queue ends its commands (or stops
   // the controller) before a quarantined buffer is unmapped.
   std::vector<std::shared_ptr<const detail::gpu_mapping>> quarantine_;

@@ -1,12 +1,14 @@
 // The GPU allocation a pointer lies in, as the CUDA driver describes it: its range
 // (cuMemGetAddressRange) and its process-unique buffer ID (CU_POINTER_ATTRIBUTE_BUFFER_ID).
 // Reached through the runtime's driver entry points, so programs need not link libcuda
-// themselves. CUDA host code.
+// themselves; run in a context of the GPU the memory is on (`host::gpu_context_scope`), which a
+// thread that made no CUDA call yet does not have. CUDA host code.
 #pragma once
 
 #include <cunvme/config.cuh>
 #include <cunvme/facade/registration_cache.cuh>
 #include <cunvme/host/error.cuh>
+#include <cunvme/host/gpu_context.cuh>
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -18,24 +20,13 @@
 CUNVME_NAMESPACE_BEGIN
 namespace detail {
 
-/// A driver entry point by name (CUDA 12.0 ABI), or null where the driver lacks it.
-[[nodiscard]] inline void* driver_entry_point(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess || found != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  return fn;
-}
-
 /// The GPU allocation `gpu` lies in. Throws `host::error` when `gpu` is not GPU memory or in
 /// no allocation.
 [[nodiscard]] inline gpu_allocation gpu_allocation_of(const void* gpu, const std::string& device) {
   using get_address_range = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);  // cuMemGetAddressRange_v2 (CUDA 3.2+)
   using get_attribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);      // cuPointerGetAttribute (CUDA 4.0+)
-  static const auto get_range = reinterpret_cast<get_address_range>(driver_entry_point("cuMemGetAddressRange"));
-  static const auto get_pointer_attribute = reinterpret_cast<get_attribute>(driver_entry_point("cuPointerGetAttribute"));
+  static const auto get_range = reinterpret_cast<get_address_range>(host::driver_entry_point("cuMemGetAddressRange"));
+  static const auto get_pointer_attribute = reinterpret_cast<get_attribute>(host::driver_entry_point("cuPointerGetAttribute"));
   if (get_range == nullptr || get_pointer_attribute == nullptr) {
     throw host::error("Find the GPU allocation", device, "the CUDA driver offers no cuMemGetAddressRange or cuPointerGetAttribute");
   }
@@ -47,6 +38,9 @@ namespace detail {
   if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) {
     throw host::error("Find the GPU allocation", device, where + " is not GPU memory (cudaPointerGetAttributes)");
   }
+  // The driver's calls need a context: the memory's own GPU's (a no-op where the caller's
+  // scope has made it current already).
+  const host::gpu_context_scope scope(attributes.device, device);
   CUdeviceptr base = 0;
   std::size_t size = 0;
   if (const CUresult r = get_range(&base, &size, reinterpret_cast<CUdeviceptr>(gpu)); r != CUDA_SUCCESS) {

@@ -11,6 +11,7 @@
 #include <cunvme/config.cuh>
 #include <cunvme/facade/pinned_pool.cuh>
 #include <cunvme/host/error.cuh>
+#include <cunvme/host/gpu_context.cuh>
 #include <cunvme/io/io_result.cuh>
 
 #include <cuda_runtime.h>
@@ -39,6 +40,12 @@ struct copy_state {
 
   /// Whether the stream has passed the copy (or failed on the way there).
   [[nodiscard]] bool reached() const noexcept {
+    std::optional<host::gpu_context_scope> scope;
+    try {
+      scope.emplace(gpu, device);
+    } catch (...) {
+      // The query then runs in whatever context the runtime gives the thread: events work across them.
+    }
     const cudaError_t e = cudaEventQuery(done);
     if (e == cudaErrorNotReady) {
       // Not an error: kept out of the caller's next cudaGetLastError, which keeps theirs.
@@ -59,6 +66,7 @@ struct copy_state {
   }
 
   std::string device;
+  int gpu = 0;            ///< the device's GPU: waits run in its context, whichever thread waits
   const char* operation;  ///< "Run the read kernel", for errors
   cudaEvent_t done = nullptr;
   pinned_pool::lease results;  ///< `warps` io_results, one per warp
@@ -104,6 +112,8 @@ class pending_copy {
     if (state_ == nullptr) return refused_;
     detail::copy_state& s = *state_;
     if (s.outcome) return *s.outcome;
+    // A thread that made no CUDA call would otherwise have the runtime set up GPU 0 for it.
+    const host::gpu_context_scope scope(s.gpu, s.device);
     if (const cudaError_t e = cudaEventSynchronize(s.done); e != cudaSuccess) {
       (void)cudaGetLastError();
       throw host::error(s.operation, s.device, std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")");

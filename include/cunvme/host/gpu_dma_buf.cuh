@@ -2,12 +2,13 @@
 // path to peer-to-peer DMA into GPU memory with NVIDIA's open kernel modules, no nv-p2p.h.
 // The CUDA half of `kmod_allocator::map_dma_buf`. CUDA host code: include from .cu files.
 // Reaches cuMemGetHandleForAddressRange through the runtime's driver entry points, so
-// programs need not link libcuda themselves.
+// programs need not link libcuda themselves, in the memory's GPU's context (gpu_context.cuh).
 #pragma once
 
 #include <cunvme/config.cuh>
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/error.cuh>
+#include <cunvme/host/gpu_context.cuh>
 #include <cunvme/host/kmod_backend.cuh>
 
 #include <cuda.h>
@@ -38,17 +39,13 @@ namespace host {
   }
   // cuMemGetHandleForAddressRange (CUDA 11.7+), by the 12.0 ABI as the other entry points.
   using get_handle = CUresult (*)(void*, CUdeviceptr, std::size_t, CUmemRangeHandleType, unsigned long long);
-  static const auto get = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return get_handle{nullptr};
-    }
-    return reinterpret_cast<get_handle>(fn);
-  }();
+  static const auto get = reinterpret_cast<get_handle>(driver_entry_point("cuMemGetHandleForAddressRange"));
   if (get == nullptr) throw error("Export GPU memory as a dma-buf", device, "the CUDA driver offers no cuMemGetHandleForAddressRange (CUDA 11.7+)");
+  // In a context of the GPU the memory is on (the runtime tells which without one): the
+  // caller's thread may have none. Memory that is no GPU's is left to the driver to refuse.
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, gpu) != cudaSuccess) (void)cudaGetLastError();
+  const gpu_context_scope scope(attributes.type == cudaMemoryTypeDevice ? attributes.device : gpu_context_scope::current_gpu(), device);
   int fd = -1;
   const CUresult r = get(&fd, reinterpret_cast<CUdeviceptr>(gpu), bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
   if (r != CUDA_SUCCESS || fd < 0) {

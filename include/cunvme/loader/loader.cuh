@@ -1,6 +1,6 @@
 // Safetensors files on a `cunvme::device`, into GPU memory: named tensors all at once, or one
 // layer at a time with the next layer's reads running while the caller computes on the current
-// one. CUDA host code: include from .cu.
+// one (and the one before it). CUDA host code: include from .cu.
 //
 // Where the bytes go: every tensor is read, with the whole blocks around it, into GPU memory
 // laid out like the file (runs of touching blocks, each run on 4 KiB), and handed out at its
@@ -24,6 +24,7 @@
 #include <cunvme/facade/device.cuh>
 #include <cunvme/facade/pending_copy.cuh>
 #include <cunvme/host/error.cuh>
+#include <cunvme/host/gpu_context.cuh>
 #include <cunvme/io/io_result.cuh>
 #include <cunvme/loader/layers.cuh>
 #include <cunvme/loader/placement.cuh>
@@ -86,6 +87,7 @@ class gpu_buffer {
  public:
   gpu_buffer(device& dev, std::size_t bytes, const std::string& source) : dev_(dev), bytes_(bytes) {
     if (bytes_ == 0) return;
+    const host::gpu_context_scope scope = dev_.make_current();  // on the device's GPU, from any thread
     check_cuda(cudaMalloc(&data_, bytes_), "Allocate GPU memory for tensors", source);
     try {
       dev_.register_buffer(data_, bytes_);
@@ -98,7 +100,9 @@ class gpu_buffer {
   gpu_buffer& operator=(const gpu_buffer&) = delete;
   ~gpu_buffer() {
     if (data_ == nullptr) return;
+    std::optional<host::gpu_context_scope> scope;
     try {
+      scope.emplace(dev_.gpu(), dev_.controller().name());
       dev_.deregister_buffer(data_);
     } catch (...) {
       // Registered in the constructor; nothing else deregisters it.
@@ -187,7 +191,8 @@ class loaded_tensors {
 
 /// A safetensors file on a device: the header read through `dev` (into GPU memory with
 /// `copy_n`, then to the host) and checked by `parse_header`. Throws `host::error` naming
-/// `source` for a refused file or a failed read.
+/// `source` for a refused file or a failed read. Its calls (and the streamer's) may come from any
+/// thread: each runs in the device's GPU's context (`device::make_current`).
 class safetensors_file {
  public:
   safetensors_file(device& dev, file_placement where, std::string source = "safetensors file")
@@ -196,6 +201,7 @@ class safetensors_file {
       throw host::error("Open a safetensors file", source_, "the placement has " + std::to_string(where_.block_bytes()) +
                                                                "-byte blocks, the device " + std::to_string(dev_.block_bytes()));
     }
+    const host::gpu_context_scope scope = dev_.make_current();
     const std::vector<std::byte> first8 = read_to_host(0, 8);
     const std::uint64_t n = header_length(first8.data(), where_.file_bytes(), source_);
     const std::vector<std::byte> json = read_to_host(8, n);
@@ -230,6 +236,7 @@ class safetensors_file {
       indices.push_back(static_cast<std::size_t>(t - header_.tensors.data()));
     }
     const read_plan p = plan(indices);
+    const host::gpu_context_scope scope = dev_.make_current();
     auto buffer = std::make_unique<detail::gpu_buffer>(dev_, static_cast<std::size_t>(p.buffer_bytes), source_);
     std::vector<pending_copy> copies = detail::enqueue_reads(dev_, p, buffer->data(), stream);
     std::vector<gpu_tensor> tensors;
@@ -266,16 +273,26 @@ struct layer {
   [[nodiscard]] const gpu_tensor* find(std::string_view name) const { return find_tensor(tensors, name); }
 };
 
-/// A file's layers (`group_by_layer`), double buffered: two GPU buffers the size of the largest
-/// layer; layer k + 1 is read on the streamer's own load stream into one while the caller
-/// computes on layer k in the other. Events order the reuse: layer k + 2's reads wait on the
-/// caller's stream for everything enqueued on layer k before `next` was called again.
+/// A file's layers (`group_by_layer`), each read while the caller computes on the one before.
+/// A layer's tensors are valid until `next` has been called twice more: while layer k + 1 is
+/// the current one, layer k is intact, so work on k may still run under k + 1's.
 ///
-/// So a layer's tensors are valid until `next` has been called twice more, and work on them
-/// must be enqueued on the stream given to the `next` that returned them (or one ordered after
-/// it). The destructor waits for the reads in flight.
+/// Three GPU buffers the size of the largest layer, taken in turn: the current layer's, the one
+/// before it (still valid) and the one being read. `next` returning layer k enqueues layer
+/// k + 1's reads on the streamer's own load stream into the buffer of layer k - 2, which the
+/// caller has just moved two layers past; they wait for an event recorded then on the stream
+/// given to the `next` that returned layer k - 2, so everything enqueued on it by then is done
+/// first. With two buffers the promise would cost the overlap: layer k + 1 could only be read
+/// into layer k - 1's buffer once the caller let go of k - 1, i.e. after asking for k + 1.
+///
+/// So work on a layer must be enqueued on the stream given to the `next` that returned it (or
+/// one ordered before its next use by it), and that stream must stay valid until `next` has
+/// been called twice more. The destructor waits for the reads in flight.
 class layer_streamer {
  public:
+  /// Buffers taken in turn (see above).
+  static constexpr std::size_t buffers = 3;
+
   explicit layer_streamer(safetensors_file& file, const std::function<std::string(std::string_view)>& key = default_layer_key)
       : file_(file), groups_(group_by_layer(file.header(), key)) {
     std::uint64_t largest = 0;
@@ -284,8 +301,9 @@ class layer_streamer {
       largest = std::max(largest, plans_.back().buffer_bytes);
     }
     // Every handle is owned by a member as soon as it exists: a throw part-way (no GPU memory
-    // for the second buffer, say) releases what was made, as members are destroyed.
+    // for the last buffer, say) releases what was made, as members are destroyed.
     const std::string& source = file_.source();
+    const host::gpu_context_scope scope = file_.dev().make_current();
     load_ = detail::make_stream("Create the load stream", source);
     for (slot& s : slots_) {
       s.buffer = std::make_unique<detail::gpu_buffer>(file_.dev(), static_cast<std::size_t>(largest), source);
@@ -298,6 +316,12 @@ class layer_streamer {
   /// Waits for the reads in flight, so the buffers are not freed under them; the members then
   /// release the stream, events and buffers.
   ~layer_streamer() {
+    std::optional<host::gpu_context_scope> scope;
+    try {
+      scope.emplace(file_.dev().gpu(), file_.source());
+    } catch (...) {
+      // The waits below then run in whatever context the runtime gives the thread.
+    }
     for (slot& s : slots_) {
       for (pending_copy& c : s.copies) (void)c.wait();
     }
@@ -313,25 +337,21 @@ class layer_streamer {
   /// (on the host) for its own reads, and makes `compute` wait for them. Throws `host::error`
   /// for a failed read.
   [[nodiscard]] std::optional<layer> next(cudaStream_t compute = nullptr) {
-    const std::string& source = file_.source();
-    if (next_ > 0) {
-      // Everything the caller enqueued on the previous layer is on `compute_` now.
-      slot& done = slots_[(next_ - 1) % 2];
-      detail::check_cuda(cudaEventRecord(done.released.get(), compute_), "Record an event", source);
-      done.released_recorded = true;
-    }
     if (next_ >= groups_.size()) return std::nullopt;
+    const std::string& source = file_.source();
+    const host::gpu_context_scope scope = file_.dev().make_current();
     if (next_ == 0) enqueue(0);
     if (next_ + 1 < groups_.size()) enqueue(next_ + 1);
-    slot& s = slots_[next_ % 2];
+    slot& s = slots_[next_ % buffers];
     detail::wait_all(s.copies, "Load layer '" + groups_[next_].key + "'", source);
     detail::check_cuda(cudaStreamWaitEvent(compute, s.loaded.get(), 0), "Order the compute stream after the load", source);
+    s.compute = compute;
+    s.handed_out = true;
     layer l{groups_[next_].key, next_, {}};
     const read_plan& p = plans_[next_];
     for (std::size_t k = 0; k < groups_[next_].tensors.size(); ++k) {
       l.tensors.push_back({&file_.header().tensors[groups_[next_].tensors[k]], s.buffer->data() + p.offsets[k]});
     }
-    compute_ = compute;
     ++next_;
     return l;
   }
@@ -342,13 +362,19 @@ class layer_streamer {
     std::vector<pending_copy> copies;
     detail::owned_event loaded;    ///< on the load stream, after the layer's reads
     detail::owned_event released;  ///< on the caller's stream, after its work on the layer
-    bool released_recorded = false;
+    cudaStream_t compute = nullptr;  ///< the stream the buffer's layer was handed out for
+    bool handed_out = false;
   };
 
   void enqueue(std::size_t k) {
-    slot& s = slots_[k % 2];
+    slot& s = slots_[k % buffers];
     const std::string& source = file_.source();
-    if (s.released_recorded) detail::check_cuda(cudaStreamWaitEvent(load_.get(), s.released.get(), 0), "Order the load after the compute", source);
+    if (s.handed_out) {
+      // Everything the caller enqueued on the buffer's previous layer is on its stream now.
+      detail::check_cuda(cudaEventRecord(s.released.get(), s.compute), "Record an event", source);
+      detail::check_cuda(cudaStreamWaitEvent(load_.get(), s.released.get(), 0), "Order the load after the compute", source);
+      s.handed_out = false;
+    }
     s.copies = detail::enqueue_reads(file_.dev(), plans_[k], s.buffer->data(), load_.get());
     detail::check_cuda(cudaEventRecord(s.loaded.get(), load_.get()), "Record an event", source);
     for (const block_read& r : plans_[k].reads) bytes_read_ += r.blocks * file_.placement().block_bytes();
@@ -359,9 +385,8 @@ class layer_streamer {
   std::vector<read_plan> plans_;
   // Destroyed in reverse: the load stream first, then the slots' events and buffers (the
   // destructor has waited for the stream, so nothing on it still uses them).
-  slot slots_[2];
+  slot slots_[buffers];
   detail::owned_stream load_;
-  cudaStream_t compute_ = nullptr;
   std::size_t next_ = 0;
   std::uint64_t bytes_read_ = 0;
 };
