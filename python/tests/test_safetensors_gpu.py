@@ -126,3 +126,66 @@ def test_cupy_load_and_layers(dev, model, want):
     cupy.cuda.get_current_stream().synchronize()
     for name, a in want.items():
         np.testing.assert_array_equal(cupy.asnumpy(seen[name]), a, err_msg=name)
+
+
+def test_two_threads_load_from_one_device(dev, model, want):
+    # Threads that made no CUDA call of their own: the device makes its GPU's context current.
+    torch = pytest.importorskip("torch")
+    import threading
+
+    outcomes = [None, None]
+
+    def load(i):
+        try:
+            loaded = cunvme.load_safetensors(dev, model, framework="torch")
+            outcomes[i] = {name: t.cpu().numpy() for name, t in loaded.items()}
+        except Exception as e:  # reported below, on the test's thread
+            outcomes[i] = e
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for got in outcomes:
+        assert not isinstance(got, Exception), repr(got)
+        assert sorted(got) == sorted(want)
+        for name, a in want.items():
+            np.testing.assert_array_equal(got[name], a, err_msg=name)
+
+
+def test_torch_layer_is_intact_while_the_next_one_is_current(dev, model, want):
+    # The promise: valid until the iterator has moved two layers on. Everything the load stream
+    # was given is drained before each look.
+    torch = pytest.importorskip("torch")
+    previous = None
+    count = 0
+    for _, layer in cunvme.iter_layers(dev, model, framework="torch"):
+        torch.cuda.synchronize()
+        for held in (previous, layer):
+            for name, t in (held or {}).items():
+                np.testing.assert_array_equal(t.cpu().numpy(), want[name], err_msg=name)
+        previous = layer
+        count += 1
+    assert count == LAYERS + 1
+
+
+def test_torch_takes_the_fnuz_and_packed_f4_dtypes(tmp_path):
+    torch = pytest.importorskip("torch")
+    import json
+    import struct
+
+    raw = bytes(range(256)) * 16
+    wanted = {"F8_E4M3FNUZ": ("float8_e4m3fnuz", [4096], [4096]), "F8_E5M2FNUZ": ("float8_e5m2fnuz", [4096], [4096]),
+              "F4": ("float4_e2m1fn_x2", [64, 128], [64, 64])}
+    for dtype, (torch_name, shape, torch_shape) in wanted.items():
+        if not hasattr(torch, torch_name):
+            continue
+        header = json.dumps({"t": {"dtype": dtype, "shape": shape, "data_offsets": [0, len(raw)]}}).encode()
+        header += b" " * ((-(8 + len(header))) % 4096)
+        path = tmp_path / f"{dtype}.safetensors"
+        path.write_bytes(struct.pack("<Q", len(header)) + header + raw)
+        with cunvme.Device(f"emu:file={path},readonly,lba=4096", gpu=True) as d:
+            t = cunvme.load_safetensors(d, path, framework="torch")["t"]
+        assert t.dtype == getattr(torch, torch_name) and list(t.shape) == torch_shape
+        assert t.view(torch.uint8).cpu().numpy().tobytes() == raw
