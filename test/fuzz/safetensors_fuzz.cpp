@@ -45,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // that is not), so 128 bits hold each step exactly.
     for (std::uint64_t d : t.shape) product *= d;
     FUZZ_CHECK(t.shape.size() <= loader::max_rank);
-    FUZZ_CHECK(product == unsigned __int128{t.bytes()} * 8);
+    FUZZ_CHECK(product == static_cast<unsigned __int128>(t.bytes()) * 8);
     if (i > 0) FUZZ_CHECK(h.tensors[i - 1].begin <= t.begin);
     for (std::size_t j = 0; j < i; ++j) {
       const loader::tensor_info& u = h.tensors[j];

@@ -143,12 +143,7 @@ class device {
   device(const device&) = delete;
   device& operator=(const device&) = delete;
   ~device() {
-    std::optional<host::gpu_context_scope> scope;
-    try {
-      scope.emplace(gpu_, ctrl_->name());
-    } catch (...) {
-      // No context to be had: the waits and unmaps below are the runtime's and the OS's.
-    }
+    const host::gpu_context_scope scope(gpu_, ctrl_->name(), std::nothrow);
     const std::lock_guard lock(mutex_);
     for (const in_flight& f : in_flight_) (void)cudaEventSynchronize(f.state->done);
     // The queues first: deleting them ends their commands (or stops the controller, see

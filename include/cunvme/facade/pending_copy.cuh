@@ -40,12 +40,7 @@ struct copy_state {
 
   /// Whether the stream has passed the copy (or failed on the way there).
   [[nodiscard]] bool reached() const noexcept {
-    std::optional<host::gpu_context_scope> scope;
-    try {
-      scope.emplace(gpu, device);
-    } catch (...) {
-      // The query then runs in whatever context the runtime gives the thread: events work across them.
-    }
+    const host::gpu_context_scope scope(gpu, device, std::nothrow);
     const cudaError_t e = cudaEventQuery(done);
     if (e == cudaErrorNotReady) {
       // Not an error: kept out of the caller's next cudaGetLastError, which keeps theirs.

@@ -19,6 +19,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -78,23 +79,16 @@ struct context_api {
 /// naming `device` where the driver refuses.
 class gpu_context_scope {
  public:
-  gpu_context_scope(int ordinal, std::string_view device) {
-    const detail::context_api& api = detail::context_api::get();
-    if (!api.complete()) fail(device, "the CUDA driver lacks its context calls (cuCtxGetCurrent, cuDevicePrimaryCtxRetain, …)", CUDA_SUCCESS);
-    if (const CUresult r = api.init(0); r != CUDA_SUCCESS) fail(device, "cuInit", r);
-    if (const CUresult r = api.device_get(&device_, ordinal); r != CUDA_SUCCESS) fail(device, "cuDeviceGet(" + std::to_string(ordinal) + ")", r);
-    if (const CUresult r = api.get_current(&previous_); r != CUDA_SUCCESS) fail(device, "cuCtxGetCurrent", r);
-    if (previous_ != nullptr) {
-      CUdevice current = 0;
-      if (api.context_device(&current) == CUDA_SUCCESS && current == device_) return;  // already in that GPU's context
+  gpu_context_scope(int ordinal, std::string_view device) { enter(ordinal, device); }
+  /// For destructors and other code that must not throw: where the context cannot be made
+  /// current, the scope does nothing and the calls in it run in whatever context the runtime
+  /// gives the thread (waits and frees work across contexts).
+  gpu_context_scope(int ordinal, std::string_view device, std::nothrow_t) noexcept {
+    try {
+      enter(ordinal, device);
+    } catch (...) {
+      switched_ = false;
     }
-    CUcontext primary = nullptr;
-    if (const CUresult r = api.retain_primary(&primary, device_); r != CUDA_SUCCESS) fail(device, "cuDevicePrimaryCtxRetain", r);
-    if (const CUresult r = api.set_current(primary); r != CUDA_SUCCESS) {
-      (void)api.release_primary(device_);
-      fail(device, "cuCtxSetCurrent", r);
-    }
-    switched_ = true;
   }
   gpu_context_scope(const gpu_context_scope&) = delete;
   gpu_context_scope& operator=(const gpu_context_scope&) = delete;
@@ -119,6 +113,25 @@ class gpu_context_scope {
   }
 
  private:
+  void enter(int ordinal, std::string_view device) {
+    const detail::context_api& api = detail::context_api::get();
+    if (!api.complete()) fail(device, "the CUDA driver lacks its context calls (cuCtxGetCurrent, cuDevicePrimaryCtxRetain, …)", CUDA_SUCCESS);
+    if (const CUresult r = api.init(0); r != CUDA_SUCCESS) fail(device, "cuInit", r);
+    if (const CUresult r = api.device_get(&device_, ordinal); r != CUDA_SUCCESS) fail(device, "cuDeviceGet(" + std::to_string(ordinal) + ")", r);
+    if (const CUresult r = api.get_current(&previous_); r != CUDA_SUCCESS) fail(device, "cuCtxGetCurrent", r);
+    if (previous_ != nullptr) {
+      CUdevice current = 0;
+      if (api.context_device(&current) == CUDA_SUCCESS && current == device_) return;  // already in that GPU's context
+    }
+    CUcontext primary = nullptr;
+    if (const CUresult r = api.retain_primary(&primary, device_); r != CUDA_SUCCESS) fail(device, "cuDevicePrimaryCtxRetain", r);
+    if (const CUresult r = api.set_current(primary); r != CUDA_SUCCESS) {
+      (void)api.release_primary(device_);
+      fail(device, "cuCtxSetCurrent", r);
+    }
+    switched_ = true;
+  }
+
   [[noreturn]] static void fail(std::string_view device, const std::string& call, CUresult r) {
     throw error("Make the GPU's context current", std::string(device),
                 call + (r == CUDA_SUCCESS ? std::string() : ": CUresult " + std::to_string(static_cast<int>(r))));

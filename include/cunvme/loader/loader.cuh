@@ -100,9 +100,8 @@ class gpu_buffer {
   gpu_buffer& operator=(const gpu_buffer&) = delete;
   ~gpu_buffer() {
     if (data_ == nullptr) return;
-    std::optional<host::gpu_context_scope> scope;
+    const host::gpu_context_scope scope(dev_.gpu(), dev_.controller().name(), std::nothrow);
     try {
-      scope.emplace(dev_.gpu(), dev_.controller().name());
       dev_.deregister_buffer(data_);
     } catch (...) {
       // Registered in the constructor; nothing else deregisters it.
@@ -316,12 +315,7 @@ class layer_streamer {
   /// Waits for the reads in flight, so the buffers are not freed under them; the members then
   /// release the stream, events and buffers.
   ~layer_streamer() {
-    std::optional<host::gpu_context_scope> scope;
-    try {
-      scope.emplace(file_.dev().gpu(), file_.source());
-    } catch (...) {
-      // The waits below then run in whatever context the runtime gives the thread.
-    }
+    const host::gpu_context_scope scope(file_.dev().gpu(), file_.source(), std::nothrow);
     for (slot& s : slots_) {
       for (pending_copy& c : s.copies) (void)c.wait();
     }
