@@ -33,8 +33,9 @@ object dtype); NVMe statuses raise ``NvmeError``; setup failures ``DeviceError``
 Safetensors files (``cunvme.safetensors``): ``load_safetensors(dev, path_or_placement,
 framework='torch'|'cupy'|'numpy', device=None, names=None)`` returns ``{name: tensor}`` read
 straight into one array per call, ``iter_layers(...)`` yields ``(layer key, {name: tensor})``
-double buffered (the next layer's reads overlap the caller's compute); ``Placement`` says where
-the file lies on the device (a path: the emulator backed by that file); headers are checked by
+with the next layer's reads overlapping the caller's compute (a layer valid until the iterator
+has moved two layers on); ``Placement`` says where the file lies on the device (a path: the
+emulator ``emu:file=`` that same file, checked); headers are checked by
 the C++ parser, and a file it refuses raises ``FormatError``.
 
 Importing cunvme sets ``CUDA_DEVICE_MAX_CONNECTIONS=32`` and ``CUDA_MODULE_LOADING=EAGER`` where
