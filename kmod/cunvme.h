@@ -38,7 +38,7 @@
 extern atomic64_t cunvme_pinned_pages;		/* host pages */
 extern atomic64_t cunvme_pinned_gpu_pages;	/* 64 KiB GPU pages */
 extern atomic64_t cunvme_dma_buf_pages;		/* mapped dma-buf pages */
-/* The last handle given out: handles are never 0 and never reused, across files. */
+/* The last handle given out (pin.c): never 0, never reused, across files and kinds. */
 extern atomic64_t cunvme_next_handle;
 
 struct cunvme_dev {

@@ -38,6 +38,24 @@ static void cunvme_gpu_unmap_cpu(struct cunvme_pin *pin, struct nvidia_p2p_page_
 }
 
 /*
+ * Takes the pin's tables, leaving NULL: of the free callback and the release, whichever comes
+ * second finds nothing and leaves the pages to the other.
+ */
+static struct nvidia_p2p_page_table *cunvme_gpu_take_tables(struct cunvme_pin *pin,
+							     struct nvidia_p2p_dma_mapping **mapping)
+{
+	struct nvidia_p2p_page_table *page_table;
+
+	mutex_lock(&pin->gpu_lock);
+	page_table = pin->page_table;
+	*mapping = pin->mapping;
+	pin->page_table = NULL;
+	pin->mapping = NULL;
+	mutex_unlock(&pin->gpu_lock);
+	return page_table;
+}
+
+/*
  * The NVIDIA driver calls this when the GPU memory goes away under a pin (cudaFree, process
  * exit). It has already revoked the mapping: free the tables and never call put_pages for it
  * (NVIDIA's GPUDirect RDMA guide, "Handling the free callback"). It may come while the pin
@@ -49,12 +67,7 @@ static void cunvme_gpu_free_callback(void *data)
 	struct nvidia_p2p_page_table *page_table;
 	struct nvidia_p2p_dma_mapping *mapping;
 
-	mutex_lock(&pin->gpu_lock);
-	page_table = pin->page_table;
-	mapping = pin->mapping;
-	pin->page_table = NULL;
-	pin->mapping = NULL;
-	mutex_unlock(&pin->gpu_lock);
+	page_table = cunvme_gpu_take_tables(pin, &mapping);
 	if (!page_table)
 		return;	/* unpin got there first and is putting the pages */
 	/* The memory is going: no process may touch it through a mapping of ours after this. */
@@ -71,12 +84,7 @@ void cunvme_release_gpu_pin(struct cunvme_dev *cd, struct cunvme_pin *pin)
 	struct nvidia_p2p_page_table *page_table;
 	struct nvidia_p2p_dma_mapping *mapping;
 
-	mutex_lock(&pin->gpu_lock);
-	page_table = pin->page_table;
-	mapping = pin->mapping;
-	pin->page_table = NULL;
-	pin->mapping = NULL;
-	mutex_unlock(&pin->gpu_lock);
+	page_table = cunvme_gpu_take_tables(pin, &mapping);
 	if (!page_table)
 		return;	/* revoked by the free callback */
 	/*
@@ -91,8 +99,7 @@ void cunvme_release_gpu_pin(struct cunvme_dev *cd, struct cunvme_pin *pin)
 		atomic64_sub(pin->bytes >> CUNVME_GPU_PAGE_SHIFT, &cunvme_pinned_gpu_pages);
 }
 
-int cunvme_pin_gpu(struct cunvme_file *f, struct cunvme_pin *pin,
-			  u64 address, u64 __user *out)
+int cunvme_pin_gpu(struct cunvme_file *f, struct cunvme_pin *pin, u64 address, u64 __user *out)
 {
 	u32 entries = pin->bytes >> CUNVME_GPU_PAGE_SHIFT;
 	u64 *addresses;
