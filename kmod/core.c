@@ -55,7 +55,7 @@ atomic64_t cunvme_pinned_pages = ATOMIC64_INIT(0);
 atomic64_t cunvme_pinned_gpu_pages = ATOMIC64_INIT(0);
 atomic64_t cunvme_dma_buf_pages = ATOMIC64_INIT(0);
 
-/* ---- Function reset ------------------------------------------------------------------- */
+/* ---- Function reset ------------------------------------------------------------------ */
 
 /*
  * Resets the PCI function (FLR where it has one; the PCI core picks from
@@ -78,7 +78,7 @@ int cunvme_reset(struct cunvme_dev *cd, bool device_locked)
 	return 0;
 }
 
-/* ---- sysfs: pinned-page counters ------------------------------------------------------ */
+/* ---- sysfs: pinned-page counters ----------------------------------------------------- */
 
 static ssize_t pinned_pages_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
@@ -159,7 +159,7 @@ static struct class cunvme_class = {
 	.dev_groups = cunvme_dev_groups,
 };
 
-/* ---- PCI driver ----------------------------------------------------------------------- */
+/* ---- PCI driver ---------------------------------------------------------------------- */
 
 static bool cunvme_wanted(struct pci_dev *pdev)
 {
@@ -299,11 +299,16 @@ static struct pci_driver cunvme_driver = {
 	.groups = cunvme_driver_groups,	/* driver attributes; PCI copies them to .driver */
 };
 
-/* ---- module --------------------------------------------------------------------------- */
+/* ---- module -------------------------------------------------------------------------- */
 
-/* The layout cunvme's user-space side (host/kmod_abi.cuh) was written against. */
+/*
+ * The layout this module was written against. The header is shared with user space, so a
+ * change to it reaches both sides at once; these make it a deliberate one (a new
+ * CUNVME_ABI_VERSION), as host/kmod_abi.cuh's static_asserts do on the library's side.
+ */
 static void __init cunvme_check_abi(void)
 {
+	BUILD_BUG_ON(CUNVME_ABI_VERSION != 1);
 	BUILD_BUG_ON(sizeof(struct cunvme_device_info) != 112);
 	BUILD_BUG_ON(offsetof(struct cunvme_device_info, flags) != 4);
 	BUILD_BUG_ON(offsetof(struct cunvme_device_info, bar_size) != 8);
@@ -327,6 +332,7 @@ static void __init cunvme_check_abi(void)
 	BUILD_BUG_ON(offsetof(struct cunvme_dma_buf_request, page_shift) != 36);
 	BUILD_BUG_ON(offsetof(struct cunvme_dma_buf_request, handle) != 40);
 	BUILD_BUG_ON(offsetof(struct cunvme_dma_buf_request, count) != 48);
+	BUILD_BUG_ON(offsetof(struct cunvme_dma_buf_request, reserved) != 52);
 	BUILD_BUG_ON(CUNVME_IOCTL_INFO != 0x80704301u);
 	BUILD_BUG_ON(CUNVME_IOCTL_PIN != 0xc0304302u);
 	BUILD_BUG_ON(CUNVME_IOCTL_UNPIN != 0x40084303u);

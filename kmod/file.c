@@ -7,7 +7,6 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/compat.h>
 #include <linux/delay.h>
 #include <linux/fs.h>
 #include <linux/io.h>
@@ -30,7 +29,7 @@
 /* Release waits at most this long for CSTS.RDY to clear; bus mastering goes off anyway. */
 #define CUNVME_DISABLE_WAIT_MS 5000
 
-/* ---- ioctls: INFO here, the others in pin.c and dmabuf.c ------------------------------ */
+/* ---- ioctls: INFO here, the others in pin.c and dmabuf.c ----------------------------- */
 
 static long cunvme_ioctl_info(struct cunvme_file *f, void __user *arg)
 {
@@ -73,7 +72,7 @@ static long cunvme_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	}
 }
 
-/* ---- mmap: a BAR (bar.c) or a GPU pin (pin.c, p2p.c) ----------------------------------- */
+/* ---- mmap: a BAR (bar.c) or a GPU pin (pin.c, p2p.c) --------------------------------- */
 
 static int cunvme_mmap(struct file *file, struct vm_area_struct *vma)
 {
@@ -88,7 +87,7 @@ static int cunvme_mmap(struct file *file, struct vm_area_struct *vma)
 	return cunvme_mmap_bar(f, vma);
 }
 
-/* ---- open and release ----------------------------------------------------------------- */
+/* ---- open and release ---------------------------------------------------------------- */
 
 static int cunvme_open(struct inode *inode, struct file *file)
 {

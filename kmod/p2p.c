@@ -18,7 +18,7 @@
 
 #include "nv-p2p.h"
 
-/* ---- Pinning GPU memory --------------------------------------------------------------- */
+/* ---- Pinning GPU memory -------------------------------------------------------------- */
 
 /*
  * Removes the pin's pages from every CPU mapping of it (see cunvme_mmap_gpu) and drops the

@@ -26,7 +26,7 @@ MODULE_PARM_DESC(max_pinned_mb,
 
 atomic64_t cunvme_next_handle = ATOMIC64_INIT(0);
 
-/* ---- Pinning host memory -------------------------------------------------------------- */
+/* ---- Pinning host memory ------------------------------------------------------------- */
 
 static void cunvme_release_host_pin(struct cunvme_dev *cd, struct cunvme_pin *pin)
 {
@@ -120,7 +120,7 @@ uncharge:
 	return ret;
 }
 
-/* ---- Any pin -------------------------------------------------------------------------- */
+/* ---- Any pin ------------------------------------------------------------------------- */
 
 /* A GPU pin's struct outlives its unpinning while a CPU mapping (vma) of it remains. */
 void cunvme_pin_put(struct cunvme_pin *pin)
@@ -147,7 +147,7 @@ void cunvme_release_pin(struct cunvme_file *f, struct cunvme_pin *pin)
 	cunvme_pin_put(pin);
 }
 
-/* ---- PIN and UNPIN -------------------------------------------------------------------- */
+/* ---- PIN and UNPIN ------------------------------------------------------------------- */
 
 u64 cunvme_max_pinned_bytes(void)
 {

@@ -26,6 +26,8 @@ using pin_request = ::cunvme_pin_request;
 using dma_buf_request = ::cunvme_dma_buf_request;
 using unpin_request = ::cunvme_unpin_request;
 
+// The layout of ABI version 1; a change to it comes with a new version, checked at open.
+static_assert(abi_version == 1);
 static_assert(sizeof(device_info) == 112);
 static_assert(offsetof(device_info, flags) == 4);
 static_assert(offsetof(device_info, bar_size) == 8);
