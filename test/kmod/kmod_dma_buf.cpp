@@ -17,10 +17,10 @@
 #include <cunvme/host/kmod_backend.cuh>
 #include <cunvme/host/queue_pair.cuh>
 #include <cunvme/host/uri_options.cuh>
+#include <cunvme/kmod/cunvme_ioctl.h>
 
 #include "../guest_checks.hpp"
 
-#include "cunvme_ioctl.h"
 #include "cunvme_test_exporter.h"
 
 #include <cerrno>
@@ -47,22 +47,6 @@
 namespace host = cunvme::host;
 namespace kmod = cunvme::host::kmod;
 namespace spec = cunvme::spec;
-
-// The module's C header and the library's C++ header describe one ABI.
-static_assert(sizeof(cunvme_dma_buf_request) == sizeof(kmod::dma_buf_request));
-static_assert(offsetof(cunvme_dma_buf_request, fd) == offsetof(kmod::dma_buf_request, fd));
-static_assert(offsetof(cunvme_dma_buf_request, flags) == offsetof(kmod::dma_buf_request, flags));
-static_assert(offsetof(cunvme_dma_buf_request, offset) == offsetof(kmod::dma_buf_request, offset));
-static_assert(offsetof(cunvme_dma_buf_request, bytes) == offsetof(kmod::dma_buf_request, bytes));
-static_assert(offsetof(cunvme_dma_buf_request, addresses) == offsetof(kmod::dma_buf_request, addresses));
-static_assert(offsetof(cunvme_dma_buf_request, max_addresses) == offsetof(kmod::dma_buf_request, max_addresses));
-static_assert(offsetof(cunvme_dma_buf_request, page_shift) == offsetof(kmod::dma_buf_request, page_shift));
-static_assert(offsetof(cunvme_dma_buf_request, handle) == offsetof(kmod::dma_buf_request, handle));
-static_assert(offsetof(cunvme_dma_buf_request, count) == offsetof(kmod::dma_buf_request, count));
-static_assert(offsetof(cunvme_dma_buf_request, reserved) == offsetof(kmod::dma_buf_request, reserved));
-static_assert(CUNVME_IOCTL_MAP_DMA_BUF == kmod::ioctl_map_dma_buf);
-static_assert(CUNVME_INFO_DMA_BUF == kmod::info_dma_buf);
-static_assert(CUNVME_INFO_DMA_REVOKED == kmod::info_dma_revoked);
 
 namespace {
 

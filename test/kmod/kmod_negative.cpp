@@ -7,12 +7,10 @@
 // Needs root, the module loaded and the controller bound to it, nobody else holding
 // /dev/cunvme/BDF open. Prints "PASS name" / "FAIL name: why" per check and a summary; exits 0
 // when all passed.
-#include <cunvme/host/kmod_abi.cuh>
 #include <cunvme/host/kmod_backend.cuh>
+#include <cunvme/kmod/cunvme_ioctl.h>
 
 #include "../guest_checks.hpp"
-
-#include "cunvme_ioctl.h"
 
 #include <cerrno>
 #include <csignal>
@@ -34,37 +32,6 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-namespace kmod = cunvme::host::kmod;
-
-// The module's C header and the library's C++ header describe one ABI: same sizes, offsets
-// and request numbers, byte for byte.
-static_assert(sizeof(cunvme_device_info) == sizeof(kmod::device_info));
-static_assert(offsetof(cunvme_device_info, abi_version) == offsetof(kmod::device_info, abi_version));
-static_assert(offsetof(cunvme_device_info, flags) == offsetof(kmod::device_info, flags));
-static_assert(offsetof(cunvme_device_info, bar_size) == offsetof(kmod::device_info, bar_size));
-static_assert(offsetof(cunvme_device_info, bar_bus_address) == offsetof(kmod::device_info, bar_bus_address));
-static_assert(offsetof(cunvme_device_info, max_pinned_bytes) == offsetof(kmod::device_info, max_pinned_bytes));
-static_assert(sizeof(cunvme_pin_request) == sizeof(kmod::pin_request));
-static_assert(offsetof(cunvme_pin_request, address) == offsetof(kmod::pin_request, address));
-static_assert(offsetof(cunvme_pin_request, bytes) == offsetof(kmod::pin_request, bytes));
-static_assert(offsetof(cunvme_pin_request, addresses) == offsetof(kmod::pin_request, addresses));
-static_assert(offsetof(cunvme_pin_request, max_addresses) == offsetof(kmod::pin_request, max_addresses));
-static_assert(offsetof(cunvme_pin_request, flags) == offsetof(kmod::pin_request, flags));
-static_assert(offsetof(cunvme_pin_request, handle) == offsetof(kmod::pin_request, handle));
-static_assert(offsetof(cunvme_pin_request, count) == offsetof(kmod::pin_request, count));
-static_assert(offsetof(cunvme_pin_request, page_shift) == offsetof(kmod::pin_request, page_shift));
-static_assert(sizeof(cunvme_unpin_request) == sizeof(kmod::unpin_request));
-static_assert(CUNVME_IOCTL_INFO == kmod::ioctl_info);
-static_assert(CUNVME_IOCTL_PIN == kmod::ioctl_pin);
-static_assert(CUNVME_IOCTL_UNPIN == kmod::ioctl_unpin);
-static_assert(CUNVME_ABI_VERSION == kmod::abi_version);
-static_assert(CUNVME_INFO_GPU_PINNING == kmod::info_gpu_pinning);
-static_assert(CUNVME_PIN_GPU_MEMORY == kmod::pin_gpu_memory);
-static_assert((std::uint64_t{3} << CUNVME_BAR_MMAP_SHIFT) == kmod::bar_mmap_offset(3));
-static_assert(CUNVME_INFO_GPU_MAPPING == kmod::info_gpu_mapping);
-static_assert(CUNVME_GPU_MMAP_OFFSET(1) == kmod::gpu_mmap_offset(1));
-static_assert(CUNVME_GPU_MMAP_OFFSET(0x123456789ull) == kmod::gpu_mmap_offset(0x123456789ull));
 
 namespace {
 

@@ -9,6 +9,11 @@
 #   kmod_test.sh guest KMOD_SRC OUT RUN_GUEST [run_guest.sh args...]
 #                                            build, then boot that kernel under QEMU with the
 #                                            module loaded and the controller bound to it
+#   kmod_test.sh abi-c INCLUDE_DIR OUT C_FILE
+#                                            build C_FILE (kmod_abi.c) as strict C11 user space
+#                                            against INCLUDE_DIR, natively and for i386 where the
+#                                            compiler has 32-bit headers: the ABI header
+#                                            (<cunvme/kmod/cunvme_ioctl.h>) is plain C
 #   kmod_test.sh build-exporter KMOD_SRC OUT EXPORTER_SRC
 #                                            build the dma-buf test exporter (test/kmod/exporter)
 #                                            with -Werror against the same headers
@@ -27,10 +32,27 @@
 # sources) are missing.
 set -euo pipefail
 
-usage() { echo "usage: kmod_test.sh build|build-nvidia|guest|build-exporter|guest-dma-buf KMOD_SRC OUT [ARGS...]" >&2; exit 2; }
+usage() { echo "usage: kmod_test.sh build|build-nvidia|guest|build-exporter|guest-dma-buf KMOD_SRC OUT [ARGS...] | abi-c INCLUDE_DIR OUT C_FILE" >&2; exit 2; }
 [ $# -ge 3 ] || usage
 mode=$1 src=$2 out=$3
 shift 3
+
+# User space only: no kernel needed.
+if [ "$mode" = abi-c ]; then
+  [ $# -eq 1 ] || usage
+  command -v gcc >/dev/null 2>&1 || { echo "skipped: missing gcc"; exit 77; }
+  mkdir -p "$out"
+  cflags=(-std=c11 -pedantic -Wall -Wextra -Werror -I "$src")
+  gcc "${cflags[@]}" "$1" -o "$out/kmod_abi" && "$out/kmod_abi" || { echo "FAIL: $1 against $src (native)"; exit 1; }
+  echo "== the ABI header builds as strict C11 user space ($(uname -m))"
+  if echo '#include <linux/ioctl.h>' | gcc -m32 -x c -c - -o /dev/null 2>/dev/null; then
+    gcc -m32 "${cflags[@]}" -c "$1" -o "$out/kmod_abi32.o" || { echo "FAIL: $1 against $src (i386)"; exit 1; }
+    echo "== and for i386: the layout compat_ioctl hands the module is the same"
+  else
+    echo "== i386 not checked: the compiler has no 32-bit kernel headers (gcc-multilib)"
+  fi
+  exit 0
+fi
 
 kernel="" kdir=""
 for k in $(printf '%s\n' /boot/vmlinuz-* | sort -rV); do
@@ -47,15 +69,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   exit 77
 fi
 
-# Builds in $1 (a copy of kmod/, so the source tree stays clean; make rebuilds what changed).
+# Builds in $1, a copy made by kmod/'s own "make source-tree" (what DKMS builds from), so the
+# source tree stays clean and that copy is proven to build on its own; make rebuilds what changed.
 build() {
   local dir=$1
   shift
   mkdir -p "$dir"
-  for f in Kbuild Makefile cunvme.c cunvme_ioctl.h; do
-    cmp -s "$src/$f" "$dir/$f" || cp "$src/$f" "$dir/$f"
-  done
   local log=$dir/build.log
+  if ! make -s -C "$src" source-tree DEST="$(cd "$dir" && pwd)" >"$log" 2>&1; then
+    cat "$log"
+    echo "FAIL: make source-tree did not copy kmod/ and its ABI header"
+    return 1
+  fi
   if ! make -C "$dir" KDIR="$kdir" CUNVME_WERROR=1 "$@" >"$log" 2>&1; then
     cat "$log"
     echo "FAIL: cunvme.ko did not build against $kdir"

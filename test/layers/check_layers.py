@@ -5,7 +5,8 @@
   check_layers.py lengths INCLUDE_DIR   fails naming every header outside spec/ longer than MAX_LINES
   check_layers.py self-test             both checks against small trees made on the spot
 
-Layers, bottom to top: spec (0) < detail (1: access.cuh, checked.cuh, write_combined.cuh) < policy (2) < io (3)
+Layers, bottom to top: spec (0, beside it kmod: the kernel module's ioctl ABI, a plain C
+header shared with kmod/) < detail (1: access.cuh, checked.cuh, write_combined.cuh) < policy (2) < io (3)
 < volume (4: several namespaces as one, over the readers) < cache (5: the page cache and arrays over a
 namespace or a volume) < host (6) < emu (7). A header may include its own layer and those below. The
 facade (8) sits beside them: it may include everything up to host, but not emu; the loader (9) may
@@ -21,7 +22,7 @@ import re
 import sys
 import tempfile
 
-LAYERS = {'spec': 0, 'detail': 1, 'policy': 2, 'io': 3, 'volume': 4, 'cache': 5, 'host': 6, 'emu': 7, 'facade': 8, 'loader': 9}
+LAYERS = {'spec': 0, 'kmod': 0, 'detail': 1, 'policy': 2, 'io': 3, 'volume': 4, 'cache': 5, 'host': 6, 'emu': 7, 'facade': 8, 'loader': 9}
 # Which layers each layer may include (itself and those below, but the facade skips emu:
 # it drives devices through host::open, never the emulator's own types).
 ALLOWED = {name: {other for other, at in LAYERS.items() if at <= level} for name, level in LAYERS.items()}

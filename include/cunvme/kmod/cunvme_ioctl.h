@@ -4,10 +4,13 @@
  * controller bound to the module, these ioctls, and mmap offsets that select a BAR or a
  * pin of GPU memory.
  *
- * cunvme's C++ side (include/cunvme/host/kmod_abi.cuh) lays these out byte for byte the same;
- * the module checks sizes, offsets and request numbers at build time (BUILD_BUG_ON in
- * cunvme_check_abi()) and the guest test (test/kmod/kmod_negative.cpp) checks that both
- * headers agree.
+ * The one definition of the ABI: the module (kmod/, whose Kbuild puts include/ on its path)
+ * and the library (host/kmod_abi.cuh, C++ names over these) both include this file, as
+ * gdrcopy's user library includes gdrdrv.h. Plain C for the kernel and for user space (C or
+ * C++, 64- or 32-bit: every field is naturally aligned, so i386 lays them out the same and
+ * compat_ioctl passes them through). Each side asserts the sizes, offsets and request numbers
+ * it was written against: the module in cunvme_check_abi(), the library in kmod_abi.cuh,
+ * C user space in test/kmod/kmod_abi.c. Changing any of them means a new CUNVME_ABI_VERSION.
  */
 #ifndef CUNVME_IOCTL_H
 #define CUNVME_IOCTL_H
