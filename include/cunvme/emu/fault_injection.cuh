@@ -45,13 +45,7 @@ enum class fault_action : std::uint8_t {
 /// commands the rule fires once on the `nth`, or on a `fraction` chosen by a seeded hash of
 /// the command, at most `max_fires` times.
 ///
-/// ```
-/// emu::fault_rule r;                               // about 1 % of reads fail, retryably
-/// r.status = spec::status::unrecovered_read_error;
-/// r.dnr = false;
-/// r.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
-/// r.fraction = 0.01;
-/// ```
+/// Usage: examples/snippets/emu.cpp, `one_percent_of_reads_fail`.
 struct fault_rule {
   fault_action action = fault_action::complete_with_status;
   spec::status status = spec::status::successful_completion;  ///< for complete_with_status; must be an error
@@ -117,13 +111,7 @@ struct fault_counters {
 /// delay and a status, say. A command gets at most one injected status: once a rule has
 /// given it one, later complete_with_status rules skip the command and do not count it.
 ///
-/// ```
-/// emu::fault_rule fail_third_read{.opcode = 0x02, .nth = 3};
-/// fail_third_read.status = spec::status::unrecovered_read_error;
-/// emu::fault_injector faults({fail_third_read}, /*seed=*/42);
-/// const auto d = faults.decide(emu::command_view{.sqid = 1, .cid = 7, .opcode = 0x02, .sequence = 2});
-/// if (d.status) post_with(*d.status, d.dnr);
-/// ```
+/// Usage: examples/snippets/emu.cpp, `third_read_fails`.
 class fault_injector {
  public:
   /// An injector that injects nothing.
