@@ -5,7 +5,6 @@
 #include <cunvme/detail/checked.cuh>
 #include <cunvme/emu/controller.cuh>
 #include <cunvme/emu/controller_config.cuh>
-#include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/emu/timing_model.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/host_registration.cuh>
