@@ -350,7 +350,7 @@ namespace detail {
   constexpr std::uint64_t max = ~std::uint64_t{0};
   uri_options o(options, uri);
   emu::controller_config config;
-  emu::namespace_config ns = emu::namespace_config::in_memory(512, 1ull << 17);  // 64 MiB
+  emu::namespace_config ns = emu::namespace_config::in_memory(512, 1ull << 17);  // 131072 blocks: 64 MiB, 512 MiB with lba=4096
   if (const auto lba = o.number("lba", 512, 4096)) {
     if (*lba != 512 && *lba != 4096) o.refuse("lba", "'lba' must be 512 or 4096");
     ns.lba_size = static_cast<std::uint32_t>(*lba);
