@@ -1,6 +1,8 @@
 // Usage snippets of the emulator (include/cunvme/emu/), compiled and run by `meson test` (suite
 // `snippets`) so they cannot drift from the headers. Each function is the snippet a header's
 // comment points to by name; main runs them and checks what their comments promise.
+#include "snippet_check.hpp"
+
 #include <cunvme/emu/backing_store.cuh>
 #include <cunvme/emu/controller.cuh>
 #include <cunvme/emu/controller_config.cuh>
@@ -25,13 +27,7 @@ namespace spec = cunvme::spec;
 
 namespace {
 
-int failures = 0;
-void expect(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "snippet check failed: %s\n", what);
-    ++failures;
-  }
-}
+using snippet::expect;
 
 /// `controller`: the default controller, its BAR and a buffer it may DMA to.
 std::uint32_t controller_version() {
@@ -169,6 +165,5 @@ int main() {
     expect(flaky.injected_faults().statuses == 0, "fault_rule");
   }
   expect(third_read_fails(), "fault_injector");
-  std::printf("%s\n", failures == 0 ? "emu snippets: all ran" : "emu snippets: FAILED");
-  return failures == 0 ? 0 : 1;
+  return snippet::finish("emu");
 }

@@ -4,6 +4,8 @@
 // function is the snippet a header's comment points to by name; main runs them and checks what
 // their comments promise. The real backends' snippets (sysfs, VFIO, kmod, pagemap) compile
 // here and run only when given a BDF: `snippets_host sysfs|vfio|kmod|pagemap 0000:01:00.0`.
+#include "snippet_check.hpp"
+
 #include <cunvme/cunvme.cuh>
 #include <cunvme/host/controller.cuh>
 #include <cunvme/host/dma_memory.cuh>
@@ -35,13 +37,7 @@ namespace spec = cunvme::spec;
 
 namespace {
 
-int failures = 0;
-void expect(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "snippet check failed: %s\n", what);
-    ++failures;
-  }
-}
+using snippet::expect;
 
 using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
 
@@ -275,6 +271,5 @@ int main(int argc, char** argv) {
   expect(page_cache_reads(), "page_cache");
   expect(striped_volume(), "volume");
   expect(sha256_of("abc", 3) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "sha256");
-  std::printf("%s\n", failures == 0 ? "host snippets: all ran" : "host snippets: FAILED");
-  return failures == 0 ? 0 : 1;
+  return snippet::finish("host");
 }

@@ -2,6 +2,8 @@
 // placement.cuh, layers.cuh), compiled and run by `meson test` (suite `snippets`) so they cannot
 // drift from the headers. Each function is the snippet a header's comment points to by name;
 // main runs them on a small safetensors file it builds in memory.
+#include "snippet_check.hpp"
+
 #include <cunvme/loader/layers.cuh>
 #include <cunvme/loader/placement.cuh>
 #include <cunvme/loader/safetensors.cuh>
@@ -17,13 +19,7 @@ namespace ld = cunvme::loader;
 
 namespace {
 
-int failures = 0;
-void expect(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "snippet check failed: %s\n", what);
-    ++failures;
-  }
-}
+using snippet::expect;
 
 /// `header_length` and `parse_header`: the 8-byte length, then the JSON it announces.
 ld::safetensors_header parse_file(const std::vector<std::byte>& file) {
@@ -68,6 +64,5 @@ int main() {
   const ld::read_plan p = plan(file.size(), 1024, h);
   expect(p.reads.size() == 1 && p.offsets.size() == 2, "plan_reads");
   expect(layers(h) == 202, "group_by_layer");
-  std::printf("%s\n", failures == 0 ? "loader snippets: all ran" : "loader snippets: FAILED");
-  return failures == 0 ? 0 : 1;
+  return snippet::finish("loader");
 }

@@ -2,6 +2,8 @@
 // run by `meson test` (suite `snippets`) so they cannot drift from the headers. Each function
 // is the snippet a header's comment points to by name; main runs them all and checks what
 // their comments promise.
+#include "snippet_check.hpp"
+
 #include <cunvme/detail/checked.cuh>
 #include <cunvme/spec/bit_field.cuh>
 #include <cunvme/spec/identify.cuh>
@@ -21,13 +23,7 @@ namespace spec = cunvme::spec;
 
 namespace {
 
-int failures = 0;
-void expect(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "snippet check failed: %s\n", what);
-    ++failures;
-  }
-}
+using snippet::expect;
 
 // ---- detail/checked.cuh ------------------------------------------------------------------------
 
@@ -220,6 +216,5 @@ int main() {
   expect(data_units_read(1001) == 2, "data_units");
   spec::smart_health_information_log log{};
   expect(written_bytes_upper_bound(log) == 0, "smart log");
-  std::printf("%s\n", failures == 0 ? "spec snippets: all ran" : "spec snippets: FAILED");
-  return failures == 0 ? 0 : 1;
+  return snippet::finish("spec");
 }
