@@ -106,6 +106,7 @@ TEST_CASE("delay_us delays a completion; fatal sets CSTS.CFS") {
 
   host::controller_options options;
   options.command_timeout = std::chrono::milliseconds(200);
+  options.admin_timeout = std::chrono::seconds(10);  // queue creation is not what this times out
   options.abort_on_timeout = false;
   auto fatal = host::open("emu:blocks=64,fault=read:fatal:nth=1", options);
   auto q = fatal->create_queue_pair(8);
