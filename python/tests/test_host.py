@@ -112,6 +112,42 @@ def test_writing_a_write_protected_namespace_raises_its_status():
         assert e.value.status == "Namespace is Write Protected"
 
 
+def test_a_fault_rule_in_the_uri_fails_the_nth_read_with_its_status():
+    # emu:fault=: the emulator's fault injection (its docs page lists the fields).
+    with cunvme.Device("emu:blocks=64,fault=read:status=0x281:nth=2:lba=8-15", gpu=False) as d:
+        out = np.zeros(512, dtype=np.uint8)
+        d.read(8, 1, out)
+        d.read(0, 1, out)  # outside the rule's LBA range: not counted
+        with pytest.raises(cunvme.NvmeError) as e:
+            d.read(9, 1, out)
+        assert (e.value.status, e.value.status_code, e.value.lba, e.value.blocks) == ("Unrecovered Read Error", 0x281, 9, 1)
+        d.read(9, 1, out)  # nth fires once
+
+
+def test_a_lost_completion_from_a_fault_rule_is_a_device_error_naming_the_timeout():
+    # timeout bounds admin commands too: 1 s leaves queue creation room on a loaded machine.
+    with cunvme.Device("emu:blocks=64,fault=write:lose:nth=1", timeout=1.0, gpu=False) as d:
+        with pytest.raises(cunvme.DeviceError, match="no completion within 1000 ms"):
+            d.write(0, 1, np.zeros(512, dtype=np.uint8))
+
+
+@pytest.mark.parametrize(
+    "rule, message",
+    [
+        ("reed:status=0x281:nth=1", "'reed' is no class of commands"),
+        ("read:nth=1", "needs an action"),
+        ("read:status=0x281", "needs nth=N .* or fraction=F"),
+        ("read:status=0x1ff:nth=1", "not a status of the specification"),
+        ("read:status=0x281:fraction=2", r"outside \[0, 1\]"),
+        ("read:status=0x281:nth=1:bogus", "unknown option 'bogus'"),
+    ],
+)
+def test_a_malformed_fault_rule_raises_device_error_naming_the_rule(rule, message):
+    with pytest.raises(cunvme.DeviceError, match=message) as e:
+        cunvme.Device("emu:blocks=64,fault=" + rule, gpu=False)
+    assert "fault rule 1 ('" + rule + "')" in str(e.value)
+
+
 def test_status_name_gives_the_specification_name():
     assert cunvme.status_name(0x080) == "LBA Out of Range"
     assert cunvme.status_name(0x002) == "Invalid Field in Command"

@@ -10,6 +10,8 @@
 
 #include <doctest/doctest.h>
 
+#include "uri_refusal.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -20,25 +22,8 @@ namespace spec = cunvme::spec;
 
 namespace {
 
-emu::controller& emulator(std::unique_ptr<host::controller>& c) { return dynamic_cast<host::emu_backend&>(c->backend()).controller(); }
-
-/// The message of the host::error `uri` is refused with ("" when it opens).
-std::string refusal(const std::string& uri) {
-  try {
-    auto c = host::open(uri);
-  } catch (const host::error& e) {
-    return e.what();
-  }
-  return {};
-}
-
-/// Whether opening `uri` is refused with a host::error whose message holds every one of `parts`.
-template <class... Parts>
-bool refused_naming(const std::string& uri, const Parts&... parts) {
-  const std::string what = refusal(uri);
-  INFO(uri, " -> '", what, "'");
-  return !what.empty() && ((what.find(parts) != std::string::npos) && ...);
-}
+using uri_test::emulator;
+using uri_test::refused_naming;
 
 }  // namespace
 

@@ -3,16 +3,7 @@
 // sizeof(T) bytes at byte `first_byte + i × sizeof(T)` — so data written by `copy_n`, `dd` or
 // the host path reads back as written.
 //
-// ```
-// using cache = cunvme::page_cache<queue, cunvme::doorbell::mmio>;
-// __global__ void k(cunvme::array<float, cache> a, const std::uint64_t* idx, float* out, std::uint64_t n) {
-//   __shared__ cunvme::warp_group::temp_storage storage[8];         // policy/device_group.cuh
-//   cunvme::warp_group warp(storage[threadIdx.x / 32]);             // blocks of 256 threads
-//   const std::uint64_t first = (blockIdx.x * blockDim.x + threadIdx.x) / 32 * 32;
-//   if (first < n) (void)a.gather(warp, idx + first, n - first < 32 ? n - first : 32, out + first);
-//   if (auto x = a[7]; x) out[0] = x.value;                         // one element, with its io_result
-// }
-// ```
+// Usage: examples/snippets/kernels.cu, `gather` and `caches`.
 #pragma once
 
 #include <cunvme/cache/page_cache.cuh>

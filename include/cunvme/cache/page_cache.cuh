@@ -3,17 +3,7 @@
 // the block reader and written back by the block writer (over one queue pair, or through each
 // member's queue pairs of a volume).
 //
-// ```
-// using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
-// using cache = cunvme::page_cache<queue, cunvme::doorbell::mmio>;
-// __global__ void k(cache c, float* out) {
-//   const auto i = blockIdx.x * blockDim.x + threadIdx.x;
-//   float v;
-//   if (cunvme::io_result r = c.read(i * 4096ull, sizeof v, &v); r) out[i] = v;   // else r says why
-// }
-// // host: host::page_cache_memory m(*ctrl, q.namespace_view(1), 4096, 1024);
-// //       k<<<g, b>>>(cache(m.device_view(), q.view(), q.namespace_view(1)), out);
-// ```
+// Usage: examples/snippets/kernels.cu, `read_through_cache` and `caches`.
 //
 // The protocol (page_table.cuh has the word layout):
 // - hit: one compare-and-swap adds a reference to a VALID word (acquire, so the bytes the filler
@@ -417,11 +407,7 @@ class page_cache {
 
 /// A scoped reference to a page: acquired on construction, released on destruction (or
 /// `reset`). Move-only.
-/// ```
-/// cunvme::page_ref ref(cache, page, cunvme::page_access::read);
-/// if (!ref.ok()) return ref.result();
-/// const float x = reinterpret_cast<const float*>(ref.data())[3];
-/// ```
+/// Usage: examples/snippets/host.cpp, `page_cache_reads`.
 template <class Cache>
 class page_ref {
  public:

@@ -17,10 +17,7 @@ namespace detail {
 /// Whether `a * b` does not fit in `T`; otherwise stores it in `product`. Unsigned integers
 /// only (sizes), written without compiler builtins so it compiles for the device as well.
 ///
-/// ```
-/// std::uint64_t bytes;
-/// if (detail::mul_overflows(blocks, block_size, bytes)) return error;
-/// ```
+/// Usage: examples/snippets/spec.cpp, `bytes_of`.
 template <class T>
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr bool mul_overflows(T a, T b, T& product) noexcept {
   static_assert(cuda::std::is_unsigned_v<T>, "checked arithmetic is for sizes: unsigned integers");

@@ -35,13 +35,7 @@ namespace emu {
 /// race). Every access therefore holds reader/writer locks over its bytes; see `with_read_access`.
 /// A store moves but does not copy; a moved-from store may only be assigned to or destroyed.
 ///
-/// ```
-/// auto ram  = emu::backing_store::in_memory(1ull << 40);           // 1 TiB, costs what is written
-/// auto disk = emu::backing_store::from_file("model.bin");          // the file's size
-/// disk.read(4096, buffer, 512);
-/// ram.with_write_access(0, 4096, [&](std::byte* p) { std::memcpy(p, page, 4096); });
-/// ram.zero(0, 1 << 20);                                             // Write Zeroes / deallocate
-/// ```
+/// Usage: examples/snippets/emu.cpp, `backing_stores`.
 class backing_store {
  public:
   /// `bytes` of zeroed memory. The mapping is MAP_NORESERVE and pages appear on first write, so

@@ -69,12 +69,7 @@ struct controller_stats {
 
 /// A strict software NVMe controller.
 ///
-/// ```
-/// cunvme::emu::controller ctrl;                 // one 1 GiB RAM namespace, 512-byte LBAs
-/// std::byte* bar = ctrl.bar();                  // registers and doorbells (BAR0)
-/// auto bus = ctrl.dma().map(buffer, bytes);     // memory the controller may DMA to
-/// // … write AQA/ASQ/ACQ/CC, submit SQEs, ring doorbells, poll CQEs …
-/// ```
+/// Usage: examples/snippets/emu.cpp, `controller_version`.
 class controller : private detail::admin_commands {
  public:
   explicit controller(controller_config config = {}) : admin_commands(std::move(config)) {

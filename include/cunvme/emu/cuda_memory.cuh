@@ -172,12 +172,7 @@ inline void prepare_cuda_environment() {
 /// refuses; `controller::namespace_memory_pinned` tells. To never pin, clear
 /// `register_host` in the returned hooks.
 ///
-/// ```
-/// emu::controller_config config;
-/// config.memory = emu::cuda_memory();
-/// emu::controller ctrl(config);
-/// auto bus = ctrl.dma().map(device_buffer, bytes, emu::memory_kind::device);
-/// ```
+/// Usage: examples/snippets/kernels.cu, `emulator_with_cuda_memory`.
 [[nodiscard]] inline memory_hooks cuda_memory() {
   memory_hooks hooks;
   hooks.allocate = [](std::size_t bytes) -> void* {

@@ -66,13 +66,7 @@ struct device_copier {
 
 /// The set of regions the controller may reach, with bus addresses handed out like an IOMMU.
 ///
-/// ```
-/// emu::dma_space dma;
-/// std::vector<std::byte> buffer(1 << 20);
-/// std::uint64_t bus = dma.map(buffer.data(), buffer.size());   // give this to PRPs
-/// ...
-/// dma.unmap(bus);
-/// ```
+/// Usage: examples/snippets/emu.cpp, `dma_space_round_trip`.
 /// Bus addresses keep the buffer's offset inside a 2 MiB page (or the larger alignment `map`
 /// is given), so a buffer's page boundaries (4 KiB host pages, 64 KiB GPU pages, controller
 /// pages up to 2 MiB, larger ones when asked) fall where they fall in its virtual addresses,

@@ -45,13 +45,7 @@ enum class fault_action : std::uint8_t {
 /// commands the rule fires once on the `nth`, or on a `fraction` chosen by a seeded hash of
 /// the command, at most `max_fires` times.
 ///
-/// ```
-/// emu::fault_rule r;                               // about 1 % of reads fail, retryably
-/// r.status = spec::status::unrecovered_read_error;
-/// r.dnr = false;
-/// r.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
-/// r.fraction = 0.01;
-/// ```
+/// Usage: examples/snippets/emu.cpp, `one_percent_of_reads_fail`.
 struct fault_rule {
   fault_action action = fault_action::complete_with_status;
   spec::status status = spec::status::successful_completion;  ///< for complete_with_status; must be an error
@@ -117,13 +111,7 @@ struct fault_counters {
 /// delay and a status, say. A command gets at most one injected status: once a rule has
 /// given it one, later complete_with_status rules skip the command and do not count it.
 ///
-/// ```
-/// emu::fault_rule fail_third_read{.opcode = 0x02, .nth = 3};
-/// fail_third_read.status = spec::status::unrecovered_read_error;
-/// emu::fault_injector faults({fail_third_read}, /*seed=*/42);
-/// const auto d = faults.decide(emu::command_view{.sqid = 1, .cid = 7, .opcode = 0x02, .sequence = 2});
-/// if (d.status) post_with(*d.status, d.dnr);
-/// ```
+/// Usage: examples/snippets/emu.cpp, `third_read_fails`.
 class fault_injector {
  public:
   /// An injector that injects nothing.
@@ -189,6 +177,45 @@ class fault_injector {
     return state_[rule_index].fired.load(std::memory_order_relaxed);
   }
 
+  /// Why rule `r` can never apply as written (the constructor's checks, each reason a phrase
+  /// that follows "rule N"), or nothing: for front ends such as `emu:fault=` that name the rule
+  /// their own way.
+  [[nodiscard]] static std::optional<std::string> problem(const fault_rule& r) {
+    switch (r.action) {
+      case fault_action::complete_with_status:
+        if (r.status == spec::status::successful_completion) {
+          return std::string("completes with Successful Completion: complete_with_status needs an error status");
+        }
+        if (static_cast<unsigned>(r.status) > 0x7ffu) {
+          return std::string("has status " + std::to_string(static_cast<unsigned>(r.status)) +
+                 ", wider than the 11-bit SCT/SC field of a completion");
+        }
+        break;
+      case fault_action::add_delay:
+        if (r.delay_ns == 0) return std::string("is add_delay with delay_ns 0");
+        break;
+      case fault_action::lose_completion:
+      case fault_action::controller_fatal:
+        break;
+      default:
+        return std::string("has unknown action " + std::to_string(static_cast<unsigned>(r.action)));
+    }
+    if (std::isnan(r.fraction) || r.fraction < 0 || r.fraction > 1) {
+      return std::string("has fraction " + std::to_string(r.fraction) + ", outside [0, 1]");
+    }
+    if (r.nth != 0 && r.fraction != 0) {
+      return std::string("sets both nth (" + std::to_string(r.nth) + ") and fraction (" + std::to_string(r.fraction) +
+             "): give one");
+    }
+    if (r.nth == 0 && r.fraction == 0) return std::string("sets neither nth nor fraction, so it would never fire");
+    if (r.max_fires == 0) return std::string("has max_fires 0, so it would never fire");
+    if (r.lba_first > r.lba_last) {
+      return std::string("has lba_first " + std::to_string(r.lba_first) + " above lba_last " + std::to_string(r.lba_last));
+    }
+    if (r.admin && !full_lba_range(r)) return std::string("is an admin rule with an LBA range: admin commands carry no LBAs");
+    return std::nullopt;
+  }
+
  private:
   // Counters that several workers bump sit on lines of their own.
   struct alignas(64) rule_state {
@@ -200,41 +227,7 @@ class fault_injector {
   };
 
   static void validate(std::size_t index, const fault_rule& r) {
-    auto reject = [&](const std::string& why) {
-      throw std::invalid_argument("fault_injector: rule " + std::to_string(index) + " " + why);
-    };
-    switch (r.action) {
-      case fault_action::complete_with_status:
-        if (r.status == spec::status::successful_completion) {
-          reject("completes with Successful Completion: complete_with_status needs an error status");
-        }
-        if (static_cast<unsigned>(r.status) > 0x7ffu) {
-          reject("has status " + std::to_string(static_cast<unsigned>(r.status)) +
-                 ", wider than the 11-bit SCT/SC field of a completion");
-        }
-        break;
-      case fault_action::add_delay:
-        if (r.delay_ns == 0) reject("is add_delay with delay_ns 0");
-        break;
-      case fault_action::lose_completion:
-      case fault_action::controller_fatal:
-        break;
-      default:
-        reject("has unknown action " + std::to_string(static_cast<unsigned>(r.action)));
-    }
-    if (std::isnan(r.fraction) || r.fraction < 0 || r.fraction > 1) {
-      reject("has fraction " + std::to_string(r.fraction) + ", outside [0, 1]");
-    }
-    if (r.nth != 0 && r.fraction != 0) {
-      reject("sets both nth (" + std::to_string(r.nth) + ") and fraction (" + std::to_string(r.fraction) +
-             "): give one");
-    }
-    if (r.nth == 0 && r.fraction == 0) reject("sets neither nth nor fraction, so it would never fire");
-    if (r.max_fires == 0) reject("has max_fires 0, so it would never fire");
-    if (r.lba_first > r.lba_last) {
-      reject("has lba_first " + std::to_string(r.lba_first) + " above lba_last " + std::to_string(r.lba_last));
-    }
-    if (r.admin && !full_lba_range(r)) reject("is an admin rule with an LBA range: admin commands carry no LBAs");
+    if (auto why = problem(r)) throw std::invalid_argument("fault_injector: rule " + std::to_string(index) + " " + *why);
   }
 
   [[nodiscard]] static bool full_lba_range(const fault_rule& r) noexcept {

@@ -28,11 +28,7 @@ struct data_segment {
 
 /// Walks PRP entries; reuses its buffers so the I/O path does not allocate once warm.
 ///
-/// ```
-/// emu::prp_walker walker;
-/// auto status = walker.walk(dma.pin(), sqe.prp1, sqe.prp2, bytes, page_size, /*cmb mixing*/ false);
-/// if (status == spec::status::successful_completion) for (auto& s : walker.segments()) …
-/// ```
+/// Usage: examples/snippets/emu.cpp, `walk_prps`.
 class prp_walker {
  public:
   [[nodiscard]] spec::status walk(const dma_space::view& dma, std::uint64_t prp1, std::uint64_t prp2, std::uint64_t length,

@@ -25,11 +25,7 @@ namespace emu {
 /// (4 KiB random-read IOPS at high queue depth, sequential read bandwidth) and from
 /// published queue-depth-1 latency measurements. They model no particular product.
 ///
-/// ```
-/// emu::controller_config config;
-/// config.timing = emu::timing_model::gen4_tlc();          // or *emu::timing_preset("gen4-tlc")
-/// emu::timing_model custom{.read_latency_ns = 50'000, .max_iops = 2e6};
-/// ```
+/// Usage: examples/snippets/emu.cpp, `timing_models`.
 struct timing_model {
   std::uint64_t read_latency_ns = 0;  ///< fixed part of a read's latency
   std::uint64_t write_latency_ns = 0; ///< fixed part of a write's latency (and any other non-read)
@@ -75,9 +71,7 @@ struct timing_model {
 /// The preset named `name`: "none", "gen4-tlc", "datacenter-gen4" or "scm"; nullopt for any
 /// other name (names are case sensitive).
 ///
-/// ```
-/// if (auto m = emu::timing_preset(option)) config.timing = *m; else reject(option);
-/// ```
+/// Usage: examples/snippets/emu.cpp, `timing_models`.
 [[nodiscard]] inline std::optional<timing_model> timing_preset(std::string_view name) {
   if (name == "none") return timing_model::none();
   if (name == "gen4-tlc") return timing_model::gen4_tlc();
@@ -164,11 +158,7 @@ struct timing_costs {
 /// Decides when each command completes under a `timing_model` (`timing_costs` says how);
 /// lock-free and safe to call from any number of threads.
 ///
-/// ```
-/// emu::timing_scheduler timing(emu::timing_model::datacenter_gen4());
-/// const std::uint64_t due = timing.due_ns(now_ns, 4096, /*is_write=*/false);
-/// // post the completion once the steady clock reaches `due`
-/// ```
+/// Usage: examples/snippets/emu.cpp, `read_due_ns`.
 class timing_scheduler {
  public:
   /// Throws std::invalid_argument, naming the field, when a rate or the per-byte cost is

@@ -10,13 +10,7 @@
 // the buffer cannot take) is the `io_result` that `pending_copy::wait()` returns, that of the
 // first failing command by LBA.
 //
-// ```
-// cunvme::device dev("emu");                          // or "kmod:0000:01:00.0" …
-// thrust::device_vector<float> v(1 << 20);
-// cunvme::pending_copy c = cunvme::copy_n(dev, /*lba*/ 0, /*blocks*/ 8192, v, stream);
-// … more work on stream …
-// cunvme::io_result r = c.wait();                     // or cunvme::copy_n_sync(dev, 0, 8192, v)
-// ```
+// Usage: examples/snippets/facade.cu, `copies`.
 #pragma once
 
 #include <cunvme/config.cuh>

@@ -1,12 +1,7 @@
 // `cunvme::device`: a controller, GPU queue pairs and a namespace, ready for `copy_n`, with the
 // GPU buffers it maps for the controller kept mapped between copies. CUDA host code.
 //
-// ```
-// cunvme::device dev("emu");                  // or "kmod:0000:01:00.0" …
-// dev.register_buffer(gpu, bytes);            // optional: map once, up front (cuFileBufRegister)
-// … copy_n(dev, lba, blocks, gpu, stream) …
-// dev.deregister_buffer(gpu);                 // before cudaFree(gpu)
-// ```
+// Usage: examples/snippets/facade.cu, `registered`.
 #pragma once
 
 #include <cunvme/config.cuh>

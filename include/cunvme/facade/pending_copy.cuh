@@ -1,11 +1,7 @@
 // What `cunvme::copy_n` returns: a copy enqueued on a stream, whose outcome is read once the
 // stream has reached the end of it. CUDA host code.
 //
-// ```
-// cunvme::pending_copy c = cunvme::copy_n(dev, 0, 8192, v, stream);   // returns at once
-// launch_more_work<<<g, b, 0, stream>>>(…);                          // runs after the copy
-// if (cunvme::io_result r = c.wait(); !r) std::puts(cunvme::to_string(r).c_str());
-// ```
+// Usage: examples/snippets/facade.cu, `copies`.
 #pragma once
 
 #include <cunvme/config.cuh>

@@ -44,11 +44,7 @@ class io_queue;
 
 /// A controller brought up over a register backend.
 ///
-/// ```
-/// host::controller ctrl(std::make_unique<host::emu_backend>());
-/// for (const auto& ns : ctrl.namespaces()) std::printf("ns %u: %llu blocks\n", ns.nsid, ns.lba_count);
-/// auto qp = ctrl.create_queue_pair(1024);
-/// ```
+/// Usage: examples/snippets/host.cpp, `list_namespaces`.
 class controller {
  public:
   /// Brings the controller up. `gpu`, where given, registers for GPU threads what the backend

@@ -25,11 +25,7 @@ enum class memory_location : std::uint8_t {
 /// A buffer and the bus address of each of its pages, as the controller sees them.
 /// Move-only; it releases its memory (and its mappings) when destroyed.
 ///
-/// ```
-/// host::dma_buffer buf = ctrl.allocator().allocate(1 << 20);
-/// std::uint64_t prp1 = buf.bus(0);               // bus address of byte 0
-/// std::memcpy(buf.data(), src, 4096);            // host pointer (nullptr for GPU memory)
-/// ```
+/// Usage: examples/snippets/host.cpp, `first_prp`.
 class dma_buffer {
  public:
   dma_buffer() = default;

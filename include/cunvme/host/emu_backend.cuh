@@ -10,7 +10,10 @@
 #include <cunvme/host/host_registration.cuh>
 #include <cunvme/host/register_backend.cuh>
 #include <cunvme/host/uri_options.cuh>
+#include <cunvme/spec/opcodes.cuh>
+#include <cunvme/spec/status.cuh>
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -23,6 +26,7 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 CUNVME_NAMESPACE_BEGIN
 namespace host {
@@ -218,22 +222,135 @@ class emu_backend final : public register_backend {
 
 namespace detail {
 
+/// A number of an `emu:fault=` field: decimal, or hexadecimal after 0x (statuses and opcodes
+/// are written in hex in the specification); nullopt unless the whole text is one in [0, max].
+[[nodiscard]] inline std::optional<std::uint64_t> fault_number(std::string_view text, std::uint64_t max) {
+  int base = 10;
+  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+    text.remove_prefix(2);
+    base = 16;
+  }
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || value > max) return std::nullopt;
+  return value;
+}
+
+/// One `emu:fault=` rule, `COMMANDS:FIELD:…` (`rule` counts from 1, for messages): COMMANDS is
+/// read, write, flush, write_zeroes, dsm, io (any I/O command) or admin (any admin command),
+/// narrowed by opcode=N for io and admin; exactly one action: status=S (S = SCT << 8 | SC, a
+/// status of the specification's table, dnr=0 to post it retryable), delay_us=N, lose or
+/// fatal; nth=N or fraction=F to pick commands, max=N firings at most, lba=A-B or lba=A and
+/// sqid=N to narrow them. What `emu::fault_injector` refuses is refused here, naming the rule.
+[[nodiscard]] inline emu::fault_rule parse_fault_rule(std::string_view text, std::size_t rule, std::string_view uri) {
+  const auto colon = text.find(':');
+  const std::string_view commands = text.substr(0, colon);
+  uri_options f(colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1), uri, ':',
+                "fault rule " + std::to_string(rule) + " ('" + std::string(text) + "'): ");
+  emu::fault_rule r;
+  struct named_opcode {
+    std::string_view name;
+    spec::nvm_opcode opcode;
+  };
+  constexpr named_opcode io_commands[] = {{"read", spec::nvm_opcode::read},
+                                          {"write", spec::nvm_opcode::write},
+                                          {"flush", spec::nvm_opcode::flush},
+                                          {"write_zeroes", spec::nvm_opcode::write_zeroes},
+                                          {"dsm", spec::nvm_opcode::dataset_management}};
+  for (const named_opcode& c : io_commands) {
+    if (c.name == commands) r.opcode = static_cast<std::uint8_t>(c.opcode);
+  }
+  r.admin = commands == "admin";
+  if (!r.opcode && !r.admin && commands != "io") {
+    f.fail("'" + std::string(commands) + "' is no class of commands: read, write, flush, write_zeroes, dsm, io or admin");
+  }
+  if (const auto opcode = f.text("opcode")) {
+    if (r.opcode) f.refuse("opcode", "'opcode' goes with io or admin; '" + std::string(commands) + "' names its opcode already");
+    const auto value = fault_number(*opcode, 0xff);
+    if (!value) f.refuse("opcode", "'opcode' needs a number 0..255 (decimal, or hex after 0x)");
+    r.opcode = static_cast<std::uint8_t>(*value);
+  }
+  int actions = 0;
+  const auto status = f.text("status");
+  if (status) {
+    ++actions;
+    const auto value = fault_number(*status, 0x7ff);
+    if (!value) f.refuse("status", "'status' needs a number SCT << 8 | SC, 0x000..0x7ff (0x281: Unrecovered Read Error)");
+    r.status = static_cast<spec::status>(*value);
+    bool listed = false;
+    for (const auto& row : spec::status_names()) listed = listed || row.value == r.status;
+    if (!listed) f.refuse("status", std::string(*status) + " is not a status of the specification's table (spec/status.cuh)");
+  }
+  if (const auto us = f.number("delay_us", 1, 3'600'000'000)) {
+    ++actions;
+    r.action = emu::fault_action::add_delay;
+    r.delay_ns = *us * 1000;
+  }
+  if (f.flag("lose")) {
+    ++actions;
+    r.action = emu::fault_action::lose_completion;
+  }
+  if (f.flag("fatal")) {
+    ++actions;
+    r.action = emu::fault_action::controller_fatal;
+  }
+  if (actions == 0) f.fail("needs an action: status=S, delay_us=N, lose or fatal");
+  if (actions > 1) f.fail("gives more than one action (status, delay_us, lose, fatal): give one action a rule");
+  if (const auto dnr = f.number("dnr", 0, 1)) {
+    if (!status) f.refuse("dnr", "'dnr' (Do Not Retry) goes with a 'status' rule");
+    r.dnr = *dnr == 1;
+  }
+  r.nth = f.number("nth", 1, ~std::uint64_t{0}).value_or(0);
+  if (const auto fraction = f.text("fraction")) {
+    const auto [end, ec] = std::from_chars(fraction->data(), fraction->data() + fraction->size(), r.fraction);
+    if (ec != std::errc{} || end != fraction->data() + fraction->size()) f.refuse("fraction", "'fraction' needs a decimal number in [0, 1]");
+  }
+  if (r.nth == 0 && r.fraction == 0) f.fail("needs nth=N (the Nth matching command) or fraction=F (that share of them)");
+  if (const auto max = f.number("max", 1, ~std::uint64_t{0})) r.max_fires = *max;
+  if (const auto sqid = f.number("sqid", 0, 0xffff)) r.sqid = static_cast<std::uint16_t>(*sqid);
+  if (const auto lba = f.text("lba")) {
+    const auto dash = lba->find('-');
+    const auto first = fault_number(lba->substr(0, dash), ~std::uint64_t{0});
+    const auto last = dash == std::string_view::npos ? first : fault_number(lba->substr(dash + 1), ~std::uint64_t{0});
+    if (!first || !last) f.refuse("lba", "'lba' needs FIRST-LAST or one LBA");
+    r.lba_first = *first;
+    r.lba_last = *last;
+  }
+  f.finish();
+  if (const auto why = emu::fault_injector::problem(r)) f.fail(*why);
+  return r;
+}
+
+/// The rules of `emu:fault=RULE[+RULE…]`, in order.
+[[nodiscard]] inline std::vector<emu::fault_rule> parse_fault_rules(std::string_view rules, std::string_view uri) {
+  std::vector<emu::fault_rule> parsed;
+  for (;;) {
+    const auto plus = rules.find('+');
+    const std::string_view rule = rules.substr(0, plus);
+    if (rule.empty()) throw error("Open", std::string(uri), "fault rule " + std::to_string(parsed.size() + 1) + " is an empty rule: rules are joined by single '+'");
+    parsed.push_back(parse_fault_rule(rule, parsed.size() + 1, uri));
+    if (plus == std::string_view::npos) return parsed;
+    rules.remove_prefix(plus + 1);
+  }
+}
+
 /// `emu:` options: lba=512|4096, blocks=N, namespaces=1..1024, file=PATH (the namespaces'
 /// bytes: ⌈size / block⌉ blocks unless `blocks` is given, `emu::namespace_config::from_file`), cmb_mb=0..4095,
 /// timing=none|gen4-tlc|datacenter-gen4|scm, workers=1..1024, mpsmin=0..15 (CAP.MPSMIN: the
 /// smallest controller page is 2^(12 + mpsmin) bytes), and the flags (bare, =1/true or
-/// =0/false) pattern, readonly (a file namespace opened read-only: writes fail with Write
-/// Fault), spin (worker threads poll without ever sleeping: for latency measurements, at a
+/// =0/false) pattern (every namespace filled with `pattern_word`), readonly (Write, Write Zeroes and deallocation
+/// fail with Namespace Is Write Protected; a file is opened read-only), spin (worker threads poll without ever sleeping: for latency measurements, at a
 /// busy core per thread; or idle_spins=N polls before sleeping idle_us=1..10^6 µs per poll,
 /// `emu::idle_policy`: fewer spins and longer sleeps trade latency for host CPU), nodata (Read and Write are checked and complete but copy no data:
 /// `emu::controller_config::move_data`, for command-rate measurements); ms=0..4096 (metadata
 /// bytes per block, LBAF.MS) with mset=1 (extended LBAs: metadata at the end of each block) or
-/// mset=0 (the default: a separate metadata buffer through MPTR), as QEMU's nvme-ns options.
+/// mset=0 (the default: a separate metadata buffer through MPTR), as QEMU's nvme-ns options;
+/// fault=RULE[+RULE…] (`parse_fault_rule`) with fault_seed=N (default 1).
 [[nodiscard]] inline emu::controller_config parse_emu(std::string_view options, std::string_view uri, bool& fill_pattern) {
   constexpr std::uint64_t max = ~std::uint64_t{0};
   uri_options o(options, uri);
   emu::controller_config config;
-  emu::namespace_config ns = emu::namespace_config::in_memory(512, 1ull << 17);  // 64 MiB
+  emu::namespace_config ns = emu::namespace_config::in_memory(512, 1ull << 17);  // 131072 blocks: 64 MiB, 512 MiB with lba=4096
   if (const auto lba = o.number("lba", 512, 4096)) {
     if (*lba != 512 && *lba != 4096) o.refuse("lba", "'lba' must be 512 or 4096");
     ns.lba_size = static_cast<std::uint32_t>(*lba);
@@ -276,6 +393,11 @@ namespace detail {
   }
   if (idle_spins) config.idle.spins = static_cast<std::uint32_t>(*idle_spins);
   if (idle_us) config.idle.sleep = std::chrono::microseconds(*idle_us);
+  if (const auto faults = o.text("fault")) config.faults = parse_fault_rules(*faults, uri);
+  if (const auto seed = o.number("fault_seed", 0, max)) {
+    if (config.faults.empty()) o.refuse("fault_seed", "'fault_seed' seeds the 'fault' rules' fraction draws: give 'fault' too");
+    config.fault_seed = *seed;
+  }
   o.finish();
   if (ns.lba_count > max / ns.stored_block_bytes()) {
     o.refuse("blocks", "'blocks' of " + std::to_string(ns.stored_block_bytes()) + " bytes exceed 2^64 bytes");

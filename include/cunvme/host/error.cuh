@@ -18,10 +18,7 @@ namespace host {
 /// A failed host operation, e.g.
 /// "Create I/O SQ 3 on 0000:01:00.0: Invalid Queue Size (1/0x02)".
 ///
-/// ```
-/// try { ctrl.create_queue_pair(70000); }
-/// catch (const cunvme::host::error& e) { if (e.status() == spec::status::invalid_queue_size) … }
-/// ```
+/// Usage: examples/snippets/host.cpp, `refused_queue_size`.
 class error : public std::runtime_error {
  public:
   /// The controller completed the command with a non-success status.

@@ -28,11 +28,7 @@ namespace host {
 /// GPU memory with nvidia_p2p and maps its pages), or the constructor below over memory that
 /// something else mapped.
 ///
-/// ```
-/// host::gpu_mapping m = backend.kmod_memory().map_gpu_for_cpu(d_flags, 65536);
-/// m.copy_to(0, &flag, sizeof flag);         // visible to the GPU before any later store
-/// m.copy_from(64, &result, sizeof result);
-/// ```
+/// Usage: examples/snippets/host.cpp, `gpu_flag`.
 class gpu_mapping {
  public:
   gpu_mapping() = default;

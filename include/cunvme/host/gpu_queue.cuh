@@ -109,10 +109,7 @@ void on_private_stream(Op&& op, const char* what, const std::string& name) {
 
 /// An io_queue of `entries` for kernels, its queues placed as tier `t` asks.
 ///
-/// ```
-/// auto q = cunvme::host::make_gpu_queue(*ctrl, 1024, cunvme::host::tier::host_queues_gpu_data);
-/// my_kernel<<<grid, block>>>(reader(q->view(), q->namespace_view(1)), …);
-/// ```
+/// Usage: examples/snippets/kernels.cu, `readers`.
 [[nodiscard]] inline std::unique_ptr<io_queue> make_gpu_queue(controller& ctrl, std::uint32_t entries, tier t,
                                                               std::chrono::nanoseconds timeout = std::chrono::seconds(10)) {
   if (t == tier::gpu_queues_gpu_data) {

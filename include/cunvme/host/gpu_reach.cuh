@@ -4,10 +4,7 @@
 // memory); and the CUDA environment kernels that wait for emulated I/O need. CUDA host code:
 // include from .cu files.
 //
-// ```
-// cunvme::host::prepare_cuda_environment();  // first in main
-// auto ctrl = cunvme::host::open("kmod:0000:01:00.0", {}, cunvme::host::gpu_reach());
-// ```
+// Usage: examples/snippets/kernels.cu, `open_for_kernels`.
 #pragma once
 
 #include <cunvme/config.cuh>

@@ -32,12 +32,7 @@ namespace host {
 
 /// A queue pair and its shared bookkeeping.
 ///
-/// ```
-/// auto ctrl = cunvme::host::open("emu");
-/// cunvme::host::io_queue q(*ctrl, 256);
-/// using queue  = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
-/// cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
-/// ```
+/// Usage: examples/snippets/host.cpp, `read_with_a_reader`.
 class io_queue {
  public:
   /// Creates an I/O queue pair of `entries` (2..MQES+1) on `ctrl`; every wait of a reader on

@@ -250,10 +250,7 @@ class kmod_allocator final : public dma_allocator {
 
 /// An NVMe controller bound to the cunvme kernel module.
 ///
-/// ```
-/// // insmod cunvme.ko; echo cunvme > /sys/bus/pci/devices/0000:01:00.0/driver_override; …
-/// host::controller ctrl(std::make_unique<host::kmod_backend>("0000:01:00.0"));
-/// ```
+/// Usage: examples/snippets/host.cpp, `kmod`.
 class kmod_backend final : public register_backend {
  public:
   explicit kmod_backend(std::string bdf, std::string device_dir = "/dev/cunvme") : bdf_(std::move(bdf)) {

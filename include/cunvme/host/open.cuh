@@ -41,10 +41,7 @@ namespace detail {
 
 /// Opens and brings up the controller `uri` names.
 ///
-/// ```
-/// auto ctrl = cunvme::host::open("emu:lba=4096,blocks=262144");
-/// auto real = cunvme::host::open("sysfs:0000:01:00.0");
-/// ```
+/// Usage: examples/snippets/host.cpp, `open_emulator`.
 /// `reach` says who besides CPU threads drives the controller: `host::gpu_reach()`
 /// (<cunvme/host/gpu_reach.cuh>) lets GPU threads ring its doorbells and use its queues —
 /// an emulated controller's memory is placed for them when it is built, a real controller's

@@ -40,14 +40,7 @@ using slot_allocator = std::function<dma_buffer(controller& ctrl, std::size_t by
 /// end that do not fill a whole page are not covered. The page table takes 8 bytes per page of
 /// the namespace (2 MiB for 1 GiB of 4 KiB pages).
 ///
-/// ```
-/// cunvme::host::io_queue q(*ctrl, 256);
-/// cunvme::host::page_cache_memory memory(*ctrl, q.namespace_view(1), 4096, 1024);   // 4 MiB of slots
-/// using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
-/// cunvme::page_cache<queue, cunvme::doorbell::mmio> cache(memory.view(), q.view(), q.namespace_view(1));
-/// std::uint64_t x;
-/// cunvme::io_result r = cache.read(8 * 1000, 8, &x);   // CPU threads; kernels take device_view()
-/// ```
+/// Usage: examples/snippets/host.cpp, `page_cache_reads`.
 class page_cache_memory {
  public:
   /// Throws `host::error` where the cache cannot exist: a page size that is not a power of two

@@ -60,11 +60,7 @@ enum class huge_pages : std::uint8_t {
 /// The mappings are also excluded from fork(): a child sharing them copy-on-write would make
 /// the parent's next write move the page.
 ///
-/// ```
-/// host::pagemap_allocator memory("0000:01:00.0");
-/// host::dma_buffer queue = memory.allocate(64 * 1024);   // one huge page when there is one
-/// std::uint64_t base = queue.bus(0);
-/// ```
+/// Usage: examples/snippets/host.cpp, `pagemap`.
 class pagemap_allocator final : public dma_allocator {
  public:
   /// `device` names the controller in error messages.

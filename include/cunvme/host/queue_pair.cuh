@@ -43,11 +43,7 @@ namespace host {
 /// of few entries, later commands then fail with "no command identifier", naming the cause.
 /// Each queue pair holds one PRP list per CID (about one 4 KiB page per CID up to 2 MiB MDTS).
 ///
-/// ```
-/// auto qp = ctrl.create_queue_pair(256);
-/// host::dma_buffer buf = ctrl.memory().allocate(1 << 20);
-/// if (qp->read(1, 0, 2048, buf) != spec::status::successful_completion) …
-/// ```
+/// Usage: examples/snippets/host.cpp, `read_a_megabyte`.
 namespace detail {
 /// Whether a Delete I/O SQ/CQ status leaves the queue gone: deleted, or unknown to the
 /// controller (Invalid Queue Identifier: a reset that failed before re-creating it).

@@ -19,11 +19,7 @@ namespace host {
 
 /// An incremental SHA-256.
 ///
-/// ```
-/// host::sha256 h;
-/// h.update(data, n);
-/// std::string hex = host::sha256::hex(h.finish());
-/// ```
+/// Usage: examples/snippets/host.cpp, `sha256_of`.
 class sha256 {
  public:
   using digest = std::array<std::uint8_t, 32>;

@@ -46,10 +46,7 @@ namespace host {
 /// controller by then, and a driver bound later (nvme, vfio-pci) programs the command
 /// register itself.
 ///
-/// ```
-/// // echo 0000:01:00.0 > /sys/bus/pci/devices/0000:01:00.0/driver/unbind   (as root)
-/// host::controller ctrl(std::make_unique<host::sysfs_backend>("0000:01:00.0"));
-/// ```
+/// Usage: examples/snippets/host.cpp, `sysfs`.
 class sysfs_backend final : public register_backend {
  public:
   /// Opens the controller at `bdf` ("0000:01:00.0") under `sysfs_root` (a fake tree in tests).

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 CUNVME_NAMESPACE_BEGIN
@@ -29,17 +30,23 @@ namespace detail {
 /// comes twice, a value is a plain decimal number in its key's range (no sign, no spaces, no
 /// wrap), a flag's value is 1/true or 0/false, a text value is not empty, and `finish` refuses
 /// every key nobody asked for. Errors are `host::error`s naming the key and the value, so a
-/// mistyped URI is never silently read as something else.
+/// mistyped URI is never silently read as something else. The fields inside one option's value
+/// (`emu:fault=read:nth=3`) are parsed the same way with their own `separator`, and `context`
+/// (which rule of which option) leads each of their errors.
 class uri_options {
  public:
-  uri_options(std::string_view options, std::string_view uri) : uri_(uri) {
+  uri_options(std::string_view options, std::string_view uri, char separator = ',', std::string context = {})
+      : uri_(uri), context_(std::move(context)) {
     if (options.empty()) return;
     for (;;) {
-      const auto comma = options.find(',');
+      const auto comma = options.find(separator);
       const std::string_view item = options.substr(0, comma);
       const auto eq = item.find('=');
       entry e{item.substr(0, eq), eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1), eq != std::string_view::npos};
-      if (e.key.empty()) fail("an empty option ('" + std::string(item) + "'): options are key=value or key, separated by single commas");
+      if (e.key.empty()) {
+        fail("an empty option ('" + std::string(item) + "'): options are key=value or key, separated by single '" +
+             std::string(1, separator) + "'");
+      }
       for (const entry& seen : entries_) {
         if (seen.key == e.key) refuse(e, "'" + std::string(e.key) + "' is given twice");
       }
@@ -89,6 +96,9 @@ class uri_options {
     fail(why);
   }
 
+  /// Refuses the whole URI for `why`.
+  [[noreturn]] void fail(const std::string& why) const { throw error("Open", std::string(uri_), context_ + why); }
+
   /// Refuses the first key nobody took.
   void finish() const {
     for (const entry& e : entries_) {
@@ -115,9 +125,8 @@ class uri_options {
   [[noreturn]] void refuse(const entry& e, const std::string& why) const {
     fail(std::string(e.key) + (e.has_value ? "=" + std::string(e.value) : std::string{}) + ": " + why);
   }
-  [[noreturn]] void fail(const std::string& why) const { throw error("Open", std::string(uri_), why); }
-
   std::string_view uri_;
+  std::string context_;
   std::vector<entry> entries_;
 };
 

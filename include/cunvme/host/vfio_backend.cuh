@@ -199,12 +199,7 @@ class vfio_allocator final : public dma_allocator {
 /// process mapped. Choose it wherever an IOMMU is on; it needs no root, only read/write access
 /// to /dev/vfio/<group>.
 ///
-/// ```
-/// // echo 0000:01:00.0 > /sys/bus/pci/devices/0000:01:00.0/driver/unbind
-/// // echo vfio-pci > /sys/bus/pci/devices/0000:01:00.0/driver_override
-/// // echo 0000:01:00.0 > /sys/bus/pci/drivers_probe
-/// host::controller ctrl(std::make_unique<host::vfio_backend>("0000:01:00.0"));
-/// ```
+/// Usage: examples/snippets/host.cpp, `vfio`.
 class vfio_backend final : public register_backend {
  public:
   /// Opens the controller at `bdf` ("0000:01:00.0"); `sysfs_root` is where its IOMMU group and

@@ -28,18 +28,12 @@ CUNVME_NAMESPACE_BEGIN
 namespace host {
 
 /// Namespaces on one or more controllers as one volume, and the queue pairs its threads use.
-/// The member table holds copies of the queue pairs' views: make the volume again after a
-/// queue pair is made again (a controller reset, say), and keep the queue pairs alive as long
-/// as the volume.
+/// The member table holds copies of the queue pairs' views, which are pointers and constants: a
+/// controller reset keeps each queue pair's identifier and memory, so the table stays valid
+/// across it (`controller::reset`). Make the volume again only after destroying and creating one
+/// of its queue pairs, and keep the queue pairs alive as long as the volume.
 ///
-/// ```
-/// auto a = cunvme::host::open("emu"), b = cunvme::host::open("emu");
-/// cunvme::host::io_queue qa(*a, 256), qb(*b, 256);
-/// auto vol = cunvme::host::volume::striped({{{&qa}, 1}, {{&qb}, 1}}, 64 * 1024);
-/// using io = cunvme::volume_io<cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>,
-///                              cunvme::doorbell::mmio>;
-/// io(vol.view()).read(lba, 8, buffers, 0);   // CPU threads; kernels take vol.device_view()
-/// ```
+/// Usage: examples/snippets/host.cpp, `striped_volume`; in kernels, kernels.cu `volumes`.
 class volume {
  public:
   /// One member: a namespace and queue pairs on its controller (all on the same controller).

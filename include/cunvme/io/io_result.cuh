@@ -50,10 +50,7 @@ enum class io_error : cuda::std::uint8_t {
 
 /// The outcome of one request. For a request split into several commands, the first failing
 /// command by LBA: its status and the LBA range it covered.
-/// ```
-/// cunvme::io_result r = reader.read(lba, 64, dst, 0);
-/// if (!r) { /* r.error, r.status, r.lba, r.blocks say what and where */ }
-/// ```
+/// Usage: examples/snippets/host.cpp, `read_with_a_reader`.
 struct io_result {
   io_error error = io_error::none;
   spec::status status = spec::status::successful_completion;

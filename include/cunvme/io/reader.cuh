@@ -1,14 +1,7 @@
 // Block readers and writers: the policies of a queue, a PRP builder and a doorbell composed
 // into one straight-line I/O path, run alike by GPU threads and CPU threads.
 //
-// ```
-// using queue  = cunvme::queue<cunvme::slots::warp_aggregated, cunvme::completion::cooperative>;
-// using reader = cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio>;
-// __global__ void k(reader r, cunvme::prp::contiguous dst) {
-//   const auto t = blockIdx.x * blockDim.x + threadIdx.x;
-//   cunvme::io_result s = r.read(/*lba*/ t * 8, /*blocks*/ 8, dst, /*byte offset*/ t * 4096);
-// }
-// ```
+// Usage: examples/snippets/kernels.cu, `read_per_thread`; on CPU threads, host.cpp `read_with_a_reader`.
 // Forms: per thread (`read(lba, n, dst, offset)`), per group (`read(group, …)`: a warp, a
 // thread block or `host_group` members call together with the same arguments and split the
 // request between them), and asynchronous (`submit_read` → `io_handle`, then `test`/`wait`), so one

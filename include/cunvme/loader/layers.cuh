@@ -1,9 +1,6 @@
 // Tensors grouped by layer, for loading a model one layer at a time. Host code, no CUDA.
 //
-// ```
-// auto groups = cunvme::loader::group_by_layer(header);          // "model.layers.7.mlp.w" → "model.layers.7"
-// auto mine   = cunvme::loader::group_by_layer(header, [](std::string_view n) { return std::string(n.substr(0, n.find('/'))); });
-// ```
+// Usage: examples/snippets/loader.cpp, `layers`.
 #pragma once
 
 #include <cunvme/config.cuh>

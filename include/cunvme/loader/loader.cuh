@@ -9,14 +9,7 @@
 // two blocks per run read that belong to neighbours. Reading into memory of the caller's
 // choosing would need tensors that start and end on blocks (or a staging copy): not offered.
 //
-// ```
-// cunvme::device dev("emu:file=model.safetensors,readonly");
-// auto where = cunvme::loader::file_placement::contiguous(dev.block_bytes(), 0, file_bytes, dev.ns().lba_count);
-// cunvme::loader::safetensors_file file(dev, where, "model.safetensors");
-// cunvme::loader::loaded_tensors all = file.load({}, stream);    // enqueued; all.wait() for errors
-// cunvme::loader::layer_streamer layers(file);                    // or layer by layer:
-// while (auto layer = layers.next(compute_stream)) { my_kernel<<<…, compute_stream>>>(layer->find("….weight")->data, …); }
-// ```
+// Usage: examples/snippets/facade.cu, `load`.
 #pragma once
 
 #include <cunvme/config.cuh>

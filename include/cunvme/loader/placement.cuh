@@ -7,12 +7,7 @@
 // `from_extent_map` over a map the `extent_map` tool took (host/extent_map.cuh). All answer
 // `map`, which is all the loader asks.
 //
-// ```
-// auto where = cunvme::loader::file_placement::contiguous(512, /*first_lba*/ 0, file_bytes, dev_blocks);
-// cunvme::loader::read_plan plan = cunvme::loader::plan_reads(where, {{offset, length}, …});
-// for (const auto& r : plan.reads) … copy_n(dev, r.lba, r.blocks, buffer + r.buffer_offset, stream) …
-// // range i's bytes are then at buffer + plan.offsets[i]
-// ```
+// Usage: examples/snippets/loader.cpp, `plan`.
 #pragma once
 
 #include <cunvme/config.cuh>

@@ -5,12 +5,7 @@
 // strictly, so a damaged or hostile file is a `host::error` naming the file and the entry,
 // never a crash, a wrapped size or a read outside the file.
 //
-// ```
-// std::uint64_t n = cunvme::loader::header_length(first_8_bytes, file_bytes, "model.safetensors");
-// … read bytes [8, 8 + n) …
-// cunvme::loader::safetensors_header h = cunvme::loader::parse_header(json_text, file_bytes, "model.safetensors");
-// for (const cunvme::loader::tensor_info& t : h.tensors) … h.data_offset + t.begin …
-// ```
+// Usage: examples/snippets/loader.cpp, `parse_file`.
 #pragma once
 
 #include <cunvme/config.cuh>

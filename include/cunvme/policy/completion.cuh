@@ -181,10 +181,7 @@ struct dedicated_poller {
 /// readers' kernel; then load the readers' kernel before the poller starts (launch it once, call
 /// cudaFuncGetAttributes on it, or set CUDA_MODULE_LOADING=EAGER): with lazy module loading a
 /// kernel's first launch waits for running kernels, and the poller runs until told to stop.
-/// ```
-/// std::atomic<std::uint32_t> stop{0};
-/// std::thread poller([&] { cunvme::completion::poller<cunvme::doorbell::mmio>::run(view, stop); });
-/// ```
+/// Usage: examples/snippets/host.cpp, `read_with_a_dedicated_poller`.
 template <class Doorbell>
 struct poller {
   /// Drains until `*stop` becomes non-zero. Returns the CQEs it consumed.

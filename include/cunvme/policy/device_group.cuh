@@ -1,14 +1,7 @@
 // GPU groups for the collective reader forms: a whole warp, or a whole thread block, built on
 // CUB's warp and block primitives. Device code only (include from .cu files).
 //
-// ```
-// __global__ void k(reader r, cunvme::prp::contiguous dst) {
-//   using group = cunvme::thread_block_group<256>;
-//   __shared__ group::temp_storage storage;
-//   group g(storage);
-//   cunvme::io_result s = r.read(g, blockIdx.x * 2048ull, 2048, dst, blockIdx.x * (2048ull << 9));
-// }
-// ```
+// Usage: examples/snippets/kernels.cu, `read_per_block`.
 #pragma once
 
 #include <cunvme/config.cuh>

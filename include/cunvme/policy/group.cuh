@@ -53,15 +53,11 @@ static_assert(thread_group<single_thread>);
 
 /// CPU threads acting as one group, as a warp or a thread block does on the GPU: the same collective
 /// reader code runs in CPU threads (and under ThreadSanitizer). Each of `size` threads takes
-/// its `member(rank)` and uses it as its group.
+/// its `member_at(rank)` and uses it as its group.
 ///
 /// When to choose it: tests and host-side tools that want the warp/thread-block code paths without
 /// a GPU; it synchronises through a std::barrier, so it is far slower than a warp.
-/// ```
-/// cunvme::host_group group(4);
-/// std::vector<std::thread> threads;
-/// for (unsigned r = 0; r < 4; ++r) threads.emplace_back([&, r] { auto m = group.member_at(r); reader.read(m, lba, n, dst, 0); });
-/// ```
+/// Usage: examples/snippets/host.cpp, `read_as_a_group`.
 class host_group {
   struct state;
 

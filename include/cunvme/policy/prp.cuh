@@ -139,12 +139,7 @@ template <class Buffer>
 /// as the controller's and aligned to it, once the transfer leaves PRP1's page), and list
 /// memory that is page aligned, large enough and not wrapping the bus address space.
 ///
-/// ```
-/// prp::prp_entries e;
-/// if (prp::build(prp::page_list{buf.pages().data(), 12}, 0, 64 * 1024, 12, slot_list, e) == prp::build_result::ok) {
-///   sqe.prp1 = e.prp1; sqe.prp2 = e.prp2;
-/// }
-/// ```
+/// Usage: examples/snippets/host.cpp, `build_prps`.
 template <class Buffer>
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr build_result build(const Buffer& buffer, cuda::std::uint64_t offset, cuda::std::uint64_t length,
                                                           unsigned page_shift, list_memory list, prp_entries& out) noexcept {

@@ -19,9 +19,7 @@ concept queue_policy = requires {
 /// The policies a reader uses on its queue pair.
 /// @tparam Slots      `slots::exclusive`, `slots::warp_aggregated` or `slots::multi_producer`
 /// @tparam Completion `completion::cooperative` or `completion::dedicated_poller`
-/// ```
-/// using queue = cunvme::queue<cunvme::slots::warp_aggregated, cunvme::completion::cooperative>;
-/// ```
+/// Usage: examples/snippets/host.cpp, `queue` (the alias every reader there uses`.
 template <slots::policy Slots, completion::policy Completion>
 struct queue {
   using slots = Slots;

@@ -20,11 +20,7 @@ namespace spec {
 /// @tparam Width number of bits
 /// @tparam Value type the field is presented as (an integer, `bool` or an enum)
 ///
-/// ```
-/// using mqes = bit_field<cuda::std::uint64_t, 0, 16, cuda::std::uint16_t>;
-/// auto n = mqes::get(cap_raw);          // 0-based queue entries
-/// cap_raw = mqes::set(cap_raw, 2047);   // other bits untouched
-/// ```
+/// Usage: examples/snippets/spec.cpp, `mqes_field`.
 template <class Raw, unsigned Lsb, unsigned Width, class Value = Raw>
 struct bit_field {
   static_assert(cuda::std::is_unsigned_v<Raw>, "a raw register word is an unsigned integer");

@@ -24,9 +24,7 @@ namespace spec {
 /// Controller or Namespace Structure (CNS) values of the Identify command, CDW10 bits 7:0
 /// (NVMe 2.0 Figure 273). Only the values a driver needs for bring-up are listed.
 ///
-/// ```
-/// cdw10 = static_cast<cuda::std::uint32_t>(identify_cns::controller);
-/// ```
+/// Usage: examples/snippets/spec.cpp, `identify_controller_cdw10`.
 enum class identify_cns : cuda::std::uint8_t {
   /// Identify Namespace data structure (`identify_namespace`) for the NSID in the command.
   namespace_data = 0x00,
@@ -40,11 +38,7 @@ enum class identify_cns : cuda::std::uint8_t {
 
 /// One LBA Format entry of Identify Namespace (NVM Command Set 1.0 Figure 98): a raw dword.
 ///
-/// ```
-/// lba_format f{};
-/// f.set_ms(8).set_lbads(12).set_rp(0);   // 4096-byte blocks with 8 bytes of metadata
-/// auto block = f.lba_data_size_bytes();  // 4096
-/// ```
+/// Usage: examples/snippets/spec.cpp, `lba_format_block`.
 struct lba_format {
   /// Metadata Size (MS), bits 15:0: metadata bytes per LBA.
   using ms_field = bit_field<cuda::std::uint32_t, 0, 16, cuda::std::uint16_t>;
@@ -94,10 +88,7 @@ static_assert(cuda::std::is_standard_layout_v<lba_format> && cuda::std::is_trivi
 /// Power State Descriptor (NVMe 2.0 Figure 276), one of 32 in Identify Controller bytes 3071:2048.
 /// Fields keep their raw bytes; the accessors decode only what a driver acts on.
 ///
-/// ```
-/// const auto& ps0 = id.psd[0];
-/// if (!ps0.non_operational()) budget_uw = ps0.max_power_microwatts();
-/// ```
+/// Usage: examples/snippets/spec.cpp, `power_budget`.
 struct power_state_descriptor {
   /// MXPS, byte 3 bit 0: MP is in 0.0001 W units when set, 0.01 W units when clear.
   using mxps_field = bit_field<cuda::std::uint8_t, 0, 1, bool>;
@@ -173,12 +164,7 @@ enum class flush_broadcast : cuda::std::uint8_t {
 /// arrays. Bytes 255:240 belong to the NVMe Management Interface Specification (NVMSR,
 /// VWCI, MEC) and 1791:1024 are reserved, so both stay raw.
 ///
-/// ```
-/// identify_controller id;                         // filled by Identify, CNS 01h
-/// auto max_bytes = id.mdts_bytes(4096);           // 0: no limit
-/// bool shadow = id.supports_doorbell_buffer_config();
-/// std::string model = trimmed(id.mn);
-/// ```
+/// Usage: examples/snippets/spec.cpp, `controller_summary`.
 struct identify_controller {
   // Controller Capabilities and Features
   cuda::std::uint16_t vid;            ///< PCI Vendor ID
@@ -517,11 +503,7 @@ static_assert(cuda::std::is_standard_layout_v<identify_controller> &&
 /// Identify Namespace data structure for the NVM Command Set, CNS 00h (NVM Command Set 1.0
 /// Figure 97): 4096 bytes. Sizes and capacities are in logical blocks of the current format.
 ///
-/// ```
-/// identify_namespace ns;                     // filled by Identify, CNS 00h, NSID 1
-/// auto block = ns.lba_size_bytes();          // 512 or 4096 on most drives
-/// auto bytes = ns.nsze * block;
-/// ```
+/// Usage: examples/snippets/spec.cpp, `namespace_bytes`.
 struct identify_namespace {
   cuda::std::uint64_t nsze;           ///< Namespace Size, logical blocks
   cuda::std::uint64_t ncap;           ///< Namespace Capacity, logical blocks
@@ -681,10 +663,7 @@ static_assert(cuda::std::is_standard_layout_v<identify_namespace> &&
 /// A controller with more namespaces is walked by issuing the command again with the last
 /// NSID returned.
 ///
-/// ```
-/// active_namespace_list list;               // filled by Identify, CNS 02h, NSID 0
-/// for (cuda::std::uint32_t i = 0; i < list.count(); ++i) open(list.nsid[i]);
-/// ```
+/// Usage: examples/snippets/spec.cpp, `active_namespaces`.
 struct active_namespace_list {
   cuda::std::uint32_t nsid[1024];
 
@@ -707,9 +686,7 @@ static_assert(cuda::std::is_standard_layout_v<active_namespace_list> &&
 /// ends at the first NUL and has leading and trailing spaces removed. Also reads SUBNQN, which
 /// is NUL terminated. Host only.
 ///
-/// ```
-/// std::string serial = trimmed(id.sn);
-/// ```
+/// Usage: examples/snippets/spec.cpp, `controller_summary`.
 template <std::size_t N>
 [[nodiscard]] inline std::string trimmed(const char (&field)[N]) {
   std::size_t end = 0;

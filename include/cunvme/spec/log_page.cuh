@@ -19,9 +19,7 @@ namespace spec {
 /// Log Page Identifiers, Get Log Page CDW10 bits 7:0 (NVMe 2.0 Figure 202). C0h-FFh are
 /// vendor specific; any byte converts with `static_cast<log_page_id>(byte)`.
 ///
-/// ```
-/// auto dw = get_log_page_dwords::for_log(log_page_id::smart_health_information, 512);
-/// ```
+/// Usage: examples/snippets/spec.cpp, `error_log_command`.
 enum class log_page_id : cuda::std::uint8_t {
   supported_log_pages = 0x00,
   error_information = 0x01,
@@ -54,12 +52,7 @@ enum class log_page_id : cuda::std::uint8_t {
 /// The transfer length NUMD is a 0-based dword count split across CDW10.NUMDL (low 16 bits)
 /// and CDW11.NUMDU (high 16 bits); the offset LPOL/LPOU is in bytes unless OT is set.
 ///
-/// ```
-/// auto dw = get_log_page_dwords::for_log(log_page_id::error_information,
-///                                        id.error_log_page_entries() * 64);
-/// sqe.cdw10 = dw.cdw10; sqe.cdw11 = dw.cdw11; sqe.cdw12 = dw.cdw12;
-/// sqe.cdw13 = dw.cdw13; sqe.cdw14 = dw.cdw14;
-/// ```
+/// Usage: examples/snippets/spec.cpp, `error_log_command`.
 struct get_log_page_dwords {
   using lid_field = bit_field<cuda::std::uint32_t, 0, 8, log_page_id>;
   /// Log Specific Parameter, 7 bits since NVMe 2.0 (4 bits, 11:8, before).
@@ -199,12 +192,7 @@ static_assert(cuda::std::is_standard_layout_v<get_log_page_dwords> &&
 /// Error Information Log Entry, log 01h (NVMe 2.0 Figure 206): 64 bytes; the log is ELPE + 1
 /// of these, newest first.
 ///
-/// ```
-/// for (const auto& e : entries) {
-///   if (!e.valid()) break;
-///   report(e.sqid, e.cid, e.status_code_type(), e.status_code(), e.parameter_error_byte());
-/// }
-/// ```
+/// Usage: examples/snippets/spec.cpp, `report_errors`.
 struct error_information_log_entry {
   /// Status Field word: bit 0 is the phase tag, bits 15:1 the Status Field as in CQE DW3 31:17.
   using phase_tag_field = bit_field<cuda::std::uint16_t, 0, 1, bool>;
@@ -291,11 +279,7 @@ static_assert(cuda::std::is_standard_layout_v<error_information_log_entry> &&
 /// high 8 bytes in memory, which is the value's own layout on the little-endian hosts and GPUs
 /// this library targets.
 ///
-/// ```
-/// u128_le reads{};
-/// reads.add(data_units(blocks_read));
-/// if (reads.fits_in_64_bits()) print(reads.low64());
-/// ```
+/// Usage: examples/snippets/spec.cpp, `data_units_read`.
 struct u128_le {
   cuda::std::uint64_t lo;
   cuda::std::uint64_t hi;
@@ -333,11 +317,7 @@ static_assert(cuda::std::is_standard_layout_v<u128_le> && cuda::std::is_triviall
 /// SMART / Health Information log, log 02h (NVMe 2.0 Figure 207): 512 bytes. Temperatures are
 /// in kelvin; 128-bit counters are `u128_le`.
 ///
-/// ```
-/// smart_health_information_log log;    // Get Log Page, LID 02h, NSID FFFFFFFFh, 512 bytes
-/// if (log.critical_warning != 0) warn(log.composite_temperature_kelvin() - 273);
-/// auto written_bytes_upper_bound = log.data_units_written.low64() * 1000 * 512;
-/// ```
+/// Usage: examples/snippets/spec.cpp, `written_bytes_upper_bound`.
 struct smart_health_information_log {
   template <unsigned Bit>
   using critical_warning_bit = bit_field<cuda::std::uint8_t, Bit, 1, bool>;

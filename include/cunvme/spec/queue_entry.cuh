@@ -28,12 +28,7 @@ enum class data_transfer_kind : cuda::std::uint8_t {
 /// Submission Queue Entry — 64 bytes (4.2, Figure 88 and 89).
 ///
 /// Plain data the host (or a GPU thread) fills and copies into a submission-queue slot.
-/// ```
-/// spec::submission_entry sqe{};
-/// sqe.set_opcode(spec::nvm_opcode::read).set_cid(7);
-/// sqe.nsid = 1;
-/// sqe.prp1 = buffer_bus_address;
-/// ```
+/// Usage: examples/snippets/spec.cpp, `read_command`.
 struct submission_entry {
   cuda::std::uint32_t cdw0;   ///< OPC 7:0, FUSE 9:8, PSDT 15:14, CID 31:16
   cuda::std::uint32_t nsid;   ///< Namespace Identifier
@@ -104,9 +99,7 @@ inline constexpr cuda::std::uint8_t completion_entry_size_log2 = 4;
 ///
 /// Valid only once `phase()` equals the phase the consumer expects; the payload is read
 /// after that test, behind an acquire fence (ordering rule 2 in DESIGN.md).
-/// ```
-/// if (cqe.phase() == expected_phase) { auto s = cqe.status(); auto cid = cqe.cid; … }
-/// ```
+/// Usage: examples/snippets/spec.cpp, `completion_for`.
 struct completion_entry {
   cuda::std::uint32_t dw0;           ///< command specific
   cuda::std::uint32_t dw1;           ///< command specific

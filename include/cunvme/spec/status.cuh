@@ -35,11 +35,7 @@ enum class status_code_type : cuda::std::uint8_t {
 ///
 /// Codes the spec reserves are left out; a device can still report one (or a vendor specific
 /// one), so a `status` may hold any 11-bit value, not only the enumerators.
-/// ```
-/// spec::status s = cqe.status();
-/// if (s == spec::status::lba_out_of_range) { … }
-/// if (!spec::is_success(s)) log(spec::to_string(s));  // "LBA Out of Range (0/0x80)"
-/// ```
+/// Usage: examples/snippets/spec.cpp, `describe`.
 enum class status : cuda::std::uint16_t {
   // "Generic Command Status Values".
   successful_completion = 0x000,
@@ -158,10 +154,7 @@ enum class status : cuda::std::uint16_t {
 
 /// The status with type `sct` and code `sc`.
 ///
-/// ```
-/// static_assert(spec::make_status(spec::status_code_type::generic, 0x80) ==
-///               spec::status::lba_out_of_range);
-/// ```
+/// Usage: examples/snippets/spec.cpp (the `make_status` static_assert).
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr status make_status(status_code_type sct,
                                                               cuda::std::uint8_t sc) noexcept {
   return static_cast<status>((static_cast<unsigned>(sct) & 0x7u) << 8 | sc);
@@ -193,9 +186,7 @@ struct status_name {
 ///
 /// A function, not a namespace-scope array: device code may not read a constexpr variable that
 /// lacks `__device__` at a run-time index, and giving it `__device__` hides it from the host.
-/// ```
-/// for (auto [value, text] : spec::status_names()) print(text);
-/// ```
+/// Usage: examples/snippets/spec.cpp, `count_status_names`.
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr auto status_names() noexcept {
   return cuda::std::array{
       status_name{status::successful_completion, "Successful Completion"},
@@ -361,9 +352,7 @@ static_assert(detail::status_names_strictly_increasing(),
 /// of any type), "Reserved" for any other code the table lacks. Never null, so it can go
 /// straight into a message, on the host or in a kernel's `printf`.
 ///
-/// ```
-/// printf("read failed: %s\n", spec::name(cqe.status()));
-/// ```
+/// Usage: examples/snippets/spec.cpp, `print_failure`.
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr const char* name(status s) noexcept {
   if (const char* found = detail::find_status_name(
           s, cuda::std::make_index_sequence<status_names().size()>{})) {
@@ -379,9 +368,7 @@ static_assert(detail::status_names_strictly_increasing(),
 /// `s` for a log or an exception message: its name, then SCT/SC as the spec tabulates them.
 /// Host only.
 ///
-/// ```
-/// spec::to_string(spec::status::invalid_queue_size);  // "Invalid Queue Size (1/0x02)"
-/// ```
+/// Usage: examples/snippets/spec.cpp, `describe`.
 [[nodiscard]] inline std::string to_string(status s) {
   constexpr char hex_digits[] = "0123456789abcdef";
   const auto sc = code(s);
@@ -401,10 +388,7 @@ static_assert(detail::status_names_strictly_increasing(),
 /// A namespace of free functions rather than a struct: the CQE keeps the raw word
 /// (`completion_entry::status_field`) and forwards to these, and code that polls a CQ in place
 /// reads the word without building an object around it.
-/// ```
-/// const auto word = cq[head].status_field;
-/// if (spec::cqe_status::phase(word) == expected_phase && spec::cqe_status::dnr(word)) { … }
-/// ```
+/// Usage: examples/snippets/spec.cpp, `posted_with_dnr`.
 namespace cqe_status {
 
 using phase_tag_field = bit_field<cuda::std::uint16_t, 0, 1, bool>;
@@ -445,10 +429,7 @@ using dnr_field       = bit_field<cuda::std::uint16_t, 15, 1, bool>;
 /// The status field a controller would post, for emulators and tests. Bits of `crd` above
 /// its 2-bit field are dropped.
 ///
-/// ```
-/// static_assert(spec::cqe_status::make_status_field(spec::status::lba_out_of_range,
-///                                                   /*phase=*/true, /*dnr=*/true) == 0x8101);
-/// ```
+/// Usage: examples/snippets/spec.cpp (the `make_status_field` static_assert).
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint16_t make_status_field(
     status s, bool phase, bool dnr = false, bool more = false, cuda::std::uint8_t crd = 0) noexcept {
   cuda::std::uint16_t word = 0;

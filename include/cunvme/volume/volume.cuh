@@ -2,15 +2,7 @@
 // or mirrored (RAID-1), read and written by GPU or CPU threads through the block reader and
 // writer of each member's queue pairs.
 //
-// ```
-// using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
-// using io = cunvme::volume_io<queue, cunvme::doorbell::mmio>;
-// __global__ void k(io v, cunvme::member_buffers<cunvme::prp::page_list> dst) {
-//   const auto i = blockIdx.x * blockDim.x + threadIdx.x;
-//   cunvme::io_result r = v.read(i * 8, 8, dst, i * 4096ull);   // 8 blocks, whichever controller holds them
-// }
-// // host: host::volume vol = host::volume::striped({{ctrl0, {&q0}}, {ctrl1, {&q1}}}, 64 * 1024);
-// ```
+// Usage: examples/snippets/kernels.cu, `read_volume` and `volumes`; on CPU threads, host.cpp `striped_volume`.
 //
 // Why members carry several queue pairs: a queue pair shared by a whole grid serialises its
 // submitters on one SQ tail and one CQ; each thread takes the queue pair of its SM (its CPU on
