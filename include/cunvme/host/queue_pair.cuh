@@ -130,6 +130,13 @@ class queue_pair {
   }
   [[nodiscard]] spec::status flush(std::uint32_t nsid) { return execute(spec::make_flush(nsid), "Flush").status(); }
 
+  /// Runs the timeout policy (`controller::end_timed_out`, recovery.cuh) for this queue pair's
+  /// commands whose waiters timed out since it last ran: the host's own I/O does on each
+  /// timeout, `io_queue::abort_timed_out` for readers and kernels. Call it while no thread
+  /// submits to or waits on this queue pair. Commands it leaves abandoned keep their CIDs until
+  /// a late completion or `controller::reset()`.
+  timeout_outcome end_timed_out();
+
  private:
   friend class controller;
 
@@ -188,32 +195,6 @@ class queue_pair {
     abandoned_.clear();
   }
 
-  /// Aborts the commands that just timed out (`controller_options::abort_on_timeout`) and
-  /// waits, bounded by the queue's timeout, for their aborted completions: each that comes
-  /// frees its CID and ends the command's DMA. Says what happened, for the error.
-  [[nodiscard]] std::string abort_timed_out(const std::vector<std::uint16_t>& timed_out) {
-    if (!ctrl_.options().abort_on_timeout || timed_out.empty()) return "";
-    std::size_t aborted = 0;
-    for (const std::uint16_t cid : timed_out) {
-      try {
-        if (!ctrl_.abort(qid_, cid)) continue;
-      } catch (const error&) {
-        continue;  // the admin queue does not answer either: a case for reset()
-      }
-      const auto until = std::chrono::steady_clock::now() + timeout_;
-      while (state_of(cid) == record_state::abandoned && std::chrono::steady_clock::now() < until) {
-        if (with_doorbell([&](auto doorbell) { return completion::drain<decltype(doorbell)>(host_view_); }) == 0) std::this_thread::yield();
-      }
-      if (state_of(cid) != record_state::abandoned) ++aborted;
-    }
-    if (aborted == timed_out.size()) return "; Abort brought its completion: the command moves no more data and its CID is free again";
-    // A command still running may write a buffer its caller is about to release: stop the
-    // controller, as a driver resets one whose command will not abort.
-    return "; the controller did not abort " + std::to_string(timed_out.size() - aborted) + " command(s) (Abort)" +
-           (ctrl_.halt() ? ", so it was stopped (CC.EN = 0) and moves no more data: reset() brings it back"
-                         : " and does not stop (CSTS.RDY stays 1): they may still write their buffers");
-  }
-
   /// Adds what the queue counted since the last call to the controller's totals, late
   /// completions of commands that timed out among the dropped ones (the readers free their
   /// CIDs without counting them), and throws for an outcome the caller gets no status for.
@@ -232,19 +213,9 @@ class queue_pair {
     counted_mmio_ = mmio, counted_skipped_ = skipped, counted_unexpected_ = unexpected;
     if (r.ok() || r.error == io_error::nvme_status) return;
     if (r.error == io_error::timeout) {
-      // The command was abandoned: its CID stays reserved until a late completion frees it,
-      // which an Abort brings at once where the controller still has the command.
-      std::vector<std::uint16_t> timed_out;
-      for (std::uint16_t cid = 0; cid < host_view_.cids(); ++cid) {
-        if (state_of(cid) == record_state::abandoned && std::find(abandoned_.begin(), abandoned_.end(), cid) == abandoned_.end()) {
-          timed_out.push_back(cid);
-        }
-      }
-      const std::string after = ctrl_.csts().cfs() ? "; reset the controller (controller::reset)" : abort_timed_out(timed_out);
-      for (const std::uint16_t cid : timed_out) {
-        if (state_of(cid) == record_state::abandoned) abandoned_.push_back(cid);
-      }
-      throw ctrl_.no_completion(operation, std::chrono::duration_cast<std::chrono::milliseconds>(timeout_), after);
+      // Named before the policy runs: stopping the controller clears CSTS.CFS.
+      const std::string why = ctrl_.no_completion_reason(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_));
+      throw error(operation, ctrl_.name(), why + end_timed_out().describe());
     }
     std::string why = std::string(to_string(r.error)) + " (LBA " + std::to_string(r.lba) + ", " + std::to_string(r.blocks) + " blocks)";
     if (r.error == io_error::no_command_id && !abandoned_.empty()) {
@@ -256,9 +227,7 @@ class queue_pair {
     throw error(operation, ctrl_.name(), why);
   }
 
-  [[nodiscard]] record_state state_of(std::uint16_t cid) const {
-    return static_cast<record_state>(bookkeeping_word<std::uint32_t>(host_view_.records[cid].state).load(cuda::std::memory_order_acquire));
-  }
+  [[nodiscard]] record_state state_of(std::uint16_t cid) const { return bookkeeping_.state_of(cid, ctrl_.name()); }
 
   spec::status transfer(spec::nvm_opcode opcode, std::uint32_t nsid, std::uint64_t lba, std::uint64_t blocks, const dma_buffer& buffer,
                         std::size_t offset, const dma_buffer* metadata, std::size_t metadata_offset);
