@@ -233,14 +233,27 @@ using reader_t = cunvme::block_reader<cunvme::queue<cunvme::slots::multi_produce
 bool stopped(host::controller& ctrl) {
   return !spec::cc_register{ctrl.backend().read32(spec::to_underlying(spec::register_offset::cc))}.en() && !ctrl.csts().rdy();
 }
+
+/// A reader on an io_queue (as a kernel's threads use one) whose first read meets `action` and
+/// has timed out: what abort_timed_out then finds.
+struct timed_out_reader {
+  explicit timed_out_reader(emu::fault_action action, const host::controller_options& options = {})
+      : ctrl(std::make_unique<host::emu_backend>(faulty(action, spec::nvm_opcode::read)), options),
+        q(ctrl, 16, host::queue_placement::host, std::chrono::milliseconds(200)),
+        reader(q.view(), q.namespace_view(1)),
+        buf(ctrl.memory().allocate(4096)) {
+    REQUIRE(reader.read(0, 8, cunvme::prp::contiguous{buf.bus()}, 0).error == cunvme::io_error::timeout);
+  }
+  host::controller ctrl;
+  host::io_queue q;
+  reader_t reader;
+  host::dma_buffer buf;
+};
 }  // namespace
 
 TEST_CASE("a reader's command whose completion was lost ends as the host's own I/O does: not aborted, the controller stopped until reset()") {
-  host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read)));
-  host::io_queue q(ctrl, 16, host::queue_placement::host, std::chrono::milliseconds(200));
-  reader_t reader(q.view(), q.namespace_view(1));
-  auto buf = ctrl.memory().allocate(4096);
-  REQUIRE(reader.read(0, 8, cunvme::prp::contiguous{buf.bus()}, 0).error == cunvme::io_error::timeout);
+  timed_out_reader t(emu::fault_action::lose_completion);
+  auto& [ctrl, q, reader, buf] = t;
   const host::timeout_outcome outcome = q.abort_timed_out();
   CHECK(outcome.not_aborted == 1);
   CHECK(outcome.stopped);
@@ -264,16 +277,12 @@ TEST_CASE("the host's own I/O and an io_queue's readers report a lost completion
   } catch (const host::error& e) {
     host_error = e.what();
   }
-  host::controller kernels(std::make_unique<host::emu_backend>(faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read)));
-  host::io_queue q(kernels, 16, host::queue_placement::host, std::chrono::milliseconds(200));
-  reader_t reader(q.view(), q.namespace_view(1));
-  auto b = kernels.memory().allocate(4096);
-  REQUIRE(reader.read(0, 8, cunvme::prp::contiguous{b.bus()}, 0).error == cunvme::io_error::timeout);
-  const std::string tail = q.abort_timed_out().describe();
+  timed_out_reader kernels(emu::fault_action::lose_completion);
+  const std::string tail = kernels.q.abort_timed_out().describe();
   REQUIRE_FALSE(tail.empty());
   CHECK(host_error.ends_with(tail));
   CHECK(stopped(own));
-  CHECK(stopped(kernels));
+  CHECK(stopped(kernels.ctrl));
 }
 
 TEST_CASE("an io_queue's aborted command has its completion in once abort_timed_out returns, its CID free, the controller running") {
@@ -292,30 +301,22 @@ TEST_CASE("an io_queue's aborted command has its completion in once abort_timed_
 }
 
 TEST_CASE("a reader's timeout on a controller in fatal status is left to reset(), with CSTS.CFS still there to see") {
-  host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::controller_fatal, spec::nvm_opcode::read)));
-  host::io_queue q(ctrl, 16, host::queue_placement::host, std::chrono::milliseconds(200));
-  reader_t reader(q.view(), q.namespace_view(1));
-  auto buf = ctrl.memory().allocate(4096);
-  REQUIRE(reader.read(0, 8, cunvme::prp::contiguous{buf.bus()}, 0).error == cunvme::io_error::timeout);
-  const host::timeout_outcome outcome = q.abort_timed_out();
+  timed_out_reader t(emu::fault_action::controller_fatal);
+  const host::timeout_outcome outcome = t.q.abort_timed_out();
   CHECK(outcome.fatal);
   CHECK(outcome.needs_reset());
-  CHECK(ctrl.csts().cfs());
-  ctrl.reset();
-  CHECK(round_trip(ctrl, q.pair(), 16, 12));
+  CHECK(t.ctrl.csts().cfs());
+  t.ctrl.reset();
+  CHECK(round_trip(t.ctrl, t.q.pair(), 16, 12));
 }
 
 TEST_CASE("with abort_on_timeout off no caller aborts or stops anything: the command stays abandoned") {
   host::controller_options options;
   options.abort_on_timeout = false;
-  host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read)), options);
-  host::io_queue q(ctrl, 16, host::queue_placement::host, std::chrono::milliseconds(200));
-  reader_t reader(q.view(), q.namespace_view(1));
-  auto buf = ctrl.memory().allocate(4096);
-  REQUIRE(reader.read(0, 8, cunvme::prp::contiguous{buf.bus()}, 0).error == cunvme::io_error::timeout);
-  const host::timeout_outcome outcome = q.abort_timed_out();
+  timed_out_reader t(emu::fault_action::lose_completion, options);
+  const host::timeout_outcome outcome = t.q.abort_timed_out();
   CHECK(outcome.abort_disabled);
   CHECK_FALSE(outcome.needs_reset());
-  CHECK(ctrl.csts().rdy());
-  CHECK(q.abandoned_commands() == 1);
+  CHECK(t.ctrl.csts().rdy());
+  CHECK(t.q.abandoned_commands() == 1);
 }
