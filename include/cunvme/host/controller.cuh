@@ -28,7 +28,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -40,30 +39,9 @@
 CUNVME_NAMESPACE_BEGIN
 namespace host {
 
-/// What the timeout policy (`controller::end_timed_out`, defined with the rest of recovery in
-/// recovery.cuh) did with commands whose waiters timed out.
-struct timeout_outcome {
-  std::uint32_t aborted = 0;      ///< their completions came (Abort brought them, or they were late): they move no more data, their CIDs are free
-  std::uint32_t not_aborted = 0;  ///< the Abort failed, or the command's completion did not follow it in time
-  bool fatal = false;             ///< the controller is in fatal status (CSTS.CFS): it processes nothing, aborts nothing
-  bool stopped = false;           ///< for `not_aborted`, the controller was stopped (CC.EN = 0): no more DMA
-  bool abort_disabled = false;    ///< `controller_options::abort_on_timeout` is off: left abandoned, holding their CIDs
-
-  /// Whether only `controller::reset()` brings the queues back into use: the controller was
-  /// stopped, is fatal, or would not stop (then the reset fails too, and nothing it was given
-  /// may be released).
-  [[nodiscard]] bool needs_reset() const noexcept { return fatal || (not_aborted != 0 && !abort_disabled); }
-  timeout_outcome& operator+=(const timeout_outcome& o) noexcept {
-    aborted += o.aborted, not_aborted += o.not_aborted;
-    fatal = fatal || o.fatal, stopped = stopped || o.stopped, abort_disabled = abort_disabled || o.abort_disabled;
-    return *this;
-  }
-  /// What was done, as the tail of an error message ("; Abort brought …"); empty for nothing.
-  [[nodiscard]] std::string describe() const;
-};
-
 class queue_pair;
 class io_queue;
+struct timeout_outcome;  // recovery.cuh
 
 /// A controller brought up over a register backend.
 ///
@@ -187,14 +165,8 @@ class controller {
   /// itself fails (no completion, controller not ready).
   [[nodiscard]] bool abort(std::uint16_t sqid, std::uint16_t cid);
 
-  /// The one timeout policy (recovery.cuh), for commands `cids` of SQ `sqid` whose waiters
-  /// timed out: each is aborted (Abort), and where an Abort fails, or the command's completion
-  /// (`completed(cid)`, which may drain the CQ) does not come within `wait`, the controller is
-  /// stopped (CC.EN = 0) so that no command moves data into memory its caller gets back.
-  /// `timeout_outcome::describe` says which, for the error. Every caller that times out an
-  /// I/O command ends here; a stopped controller comes back by `reset()`.
-  timeout_outcome end_timed_out(std::uint16_t sqid, const std::vector<std::uint16_t>& cids, std::chrono::nanoseconds wait,
-                                const std::function<bool(std::uint16_t)>& completed);
+  /// The one timeout policy for commands `cids` of SQ `sqid` whose waiters timed out (recovery.cuh).
+  timeout_outcome end_timed_out(std::uint16_t sqid, const std::vector<std::uint16_t>& cids, std::chrono::nanoseconds wait, const std::function<bool(std::uint16_t)>& completed);
 
   /// Recovers the controller as a driver does (3.7.2): CC.EN → 0, which stops its command
   /// processing and DMA and deletes every I/O queue, then bring-up again (admin queues,
@@ -292,11 +264,7 @@ class controller {
   /// GPU threads, which would cost a cudaHostRegister per buffer for nothing.
   [[nodiscard]] dma_allocator& host_memory() noexcept { return backend_->memory(); }
 
-  /// The error for a command without completion within `timeout`: the controller's fatal
-  /// status where it is set, else the timeout; `after` says what was done about it.
-  [[nodiscard]] error no_completion(const std::string& operation, std::chrono::milliseconds timeout, const std::string& after = "") const {
-    return error(operation, name_, no_completion_reason(timeout) + after);
-  }
+  /// Why a command had no completion: CSTS.CFS (read before a stop clears it) or the timeout.
   [[nodiscard]] std::string no_completion_reason(std::chrono::milliseconds timeout) const {
     return csts().cfs() ? std::string("controller fatal status (CSTS.CFS) while waiting for the completion")
                         : "no completion within " + std::to_string(timeout.count()) + " ms";

@@ -215,7 +215,7 @@ class queue_pair {
     if (r.error == io_error::timeout) {
       // Named before the policy runs: stopping the controller clears CSTS.CFS.
       const std::string why = ctrl_.no_completion_reason(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_));
-      throw error(operation, ctrl_.name(), why + end_timed_out().describe());
+      throw error(operation, ctrl_.name(), why + timeout_report());
     }
     std::string why = std::string(to_string(r.error)) + " (LBA " + std::to_string(r.lba) + ", " + std::to_string(r.blocks) + " blocks)";
     if (r.error == io_error::no_command_id && !abandoned_.empty()) {
@@ -226,6 +226,9 @@ class queue_pair {
     }
     throw error(operation, ctrl_.name(), why);
   }
+
+  /// `end_timed_out`, as the tail of the error its timeout throws.
+  [[nodiscard]] std::string timeout_report();
 
   [[nodiscard]] record_state state_of(std::uint16_t cid) const { return bookkeeping_.state_of(cid, ctrl_.name()); }
 

@@ -34,11 +34,37 @@
 CUNVME_NAMESPACE_BEGIN
 namespace host {
 
+/// What the timeout policy (`controller::end_timed_out`, defined with the rest of recovery in
+/// recovery.cuh) did with commands whose waiters timed out.
+struct timeout_outcome {
+  std::uint32_t aborted = 0;      ///< their completions came (Abort brought them, or they were late): they move no more data, their CIDs are free
+  std::uint32_t not_aborted = 0;  ///< the Abort failed, or the command's completion did not follow it in time
+  bool fatal = false;             ///< the controller is in fatal status (CSTS.CFS): it processes nothing, aborts nothing
+  bool stopped = false;           ///< for `not_aborted`, the controller was stopped (CC.EN = 0): no more DMA
+  bool abort_disabled = false;    ///< `controller_options::abort_on_timeout` is off: left abandoned, holding their CIDs
+
+  /// Whether only `controller::reset()` brings the queues back into use: the controller was
+  /// stopped, is fatal, or would not stop (then the reset fails too, and nothing it was given
+  /// may be released).
+  [[nodiscard]] bool needs_reset() const noexcept { return fatal || (not_aborted != 0 && !abort_disabled); }
+  timeout_outcome& operator+=(const timeout_outcome& o) noexcept {
+    aborted += o.aborted, not_aborted += o.not_aborted;
+    fatal = fatal || o.fatal, stopped = stopped || o.stopped, abort_disabled = abort_disabled || o.abort_disabled;
+    return *this;
+  }
+  /// What was done, as the tail of an error message ("; Abort brought …"); empty for nothing.
+  [[nodiscard]] std::string describe() const;
+};
+
 inline bool controller::abort(std::uint16_t sqid, std::uint16_t cid) {
   const auto cqe = admin_command(spec::make_abort(sqid, cid), "Abort command " + std::to_string(cid) + " of SQ " + std::to_string(sqid));
   return cqe.status() == spec::status::successful_completion && !spec::abort_fields::not_aborted::get(cqe.dw0);
 }
 
+/// Each command of `cids` is aborted (Abort), and where an Abort fails, or the command's
+/// completion (`completed(cid)`, which may drain the CQ) does not come within `wait`, the
+/// controller is stopped (CC.EN = 0) so that no command moves data into memory its caller gets
+/// back. Every path that times out an I/O command ends here.
 inline timeout_outcome controller::end_timed_out(std::uint16_t sqid, const std::vector<std::uint16_t>& cids, std::chrono::nanoseconds wait,
                                                  const std::function<bool(std::uint16_t)>& completed) {
   timeout_outcome out;
@@ -88,6 +114,8 @@ inline std::string timeout_outcome::describe() const {
          (stopped ? ", so it was stopped (CC.EN = 0) and moves no more data: reset() brings it back"
                   : " and does not stop (CSTS.RDY stays 1): they may still write their buffers; release none of its memory");
 }
+
+inline std::string queue_pair::timeout_report() { return end_timed_out().describe(); }
 
 inline timeout_outcome queue_pair::end_timed_out() {
   // Handled before and completed late since: the CID may be in use again, by a command this

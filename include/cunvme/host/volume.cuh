@@ -29,8 +29,11 @@ namespace host {
 
 /// Namespaces on one or more controllers as one volume, and the queue pairs its threads use.
 /// The member table holds copies of the queue pairs' views: make the volume again after a
-/// queue pair is made again (a controller reset, say), and keep the queue pairs alive as long
-/// as the volume.
+/// queue pair is made again, and keep the queue pairs alive as long as the volume. A timed-out
+/// command on a member is recovered by the library's one rule (host/recovery.cuh): after the
+/// kernel, that member's `io_queue::abort_timed_out()`, then `controller::reset()` of its
+/// controller where the outcome `needs_reset()`; a reset keeps the queue pairs on their
+/// identifiers and memory, so the volume stays valid.
 ///
 /// ```
 /// auto a = cunvme::host::open("emu"), b = cunvme::host::open("emu");
