@@ -32,6 +32,13 @@ constexpr request_geometry plain = request_geometry::of(512, 0, 1 << 20, cunvme:
 
 // ---- the planner ---------------------------------------------------------------------------
 
+TEST_CASE("the usage snippet of io/request_plan.cuh holds") {
+  constexpr cunvme::request_geometry g = cunvme::request_geometry::of(512, 0, 1 << 20, cunvme::max_blocks_per_command(128 << 10, 512));
+  constexpr cunvme::request_plan p = cunvme::plan_request(g, /*lba*/ 10, /*blocks*/ 600);
+  static_assert(p.ok() && p.commands() == 3 && p.command(2).slba == 522 && p.command(2).blocks == 88);
+  CHECK(p.bytes() == 600 * 512);
+}
+
 TEST_CASE("a request of at most one command's worth is one command carrying all of it") {
   constexpr auto p = plan_request(plain, 10, 1024);
   static_assert(p.ok() && p.commands() == 1);
