@@ -12,6 +12,7 @@
 #include <cunvme/host/open.cuh>
 #include <cunvme/host/queue_pair.cuh>
 #include <cunvme/io/io_result.cuh>
+#include <cunvme/io/request_plan.cuh>
 #include <cunvme/spec/command_fields.cuh>
 #include <cunvme/spec/identify.cuh>
 #include <cunvme/spec/status.cuh>
@@ -109,7 +110,7 @@ class device {
     const std::uint64_t block = ns_.block_bytes();
     // One command per chunk (at most MDTS, and NLB's 65536 blocks): a failing status names
     // exactly the blocks of the command that failed. At most 4 MiB of bounce memory.
-    const std::uint64_t per_command = std::min<std::uint64_t>(ctrl_->max_transfer_bytes() / block, spec::rw_fields::max_blocks);
+    const std::uint64_t per_command = cunvme::max_blocks_per_command(ctrl_->max_transfer_bytes(), block);
     chunk_blocks_ = std::max<std::uint64_t>(1, std::min<std::uint64_t>(per_command, (std::uint64_t{4} << 20) / block));
     qp_ = ctrl_->create_queue_pair(64);
     bounce_ = ctrl_->memory().allocate(static_cast<std::size_t>(chunk_blocks_ * block));
@@ -204,7 +205,7 @@ class device {
     const char* role = write ? "src" : "out";
     const std::string operation = write ? "Write" : "Read";
     if (blocks == 0) throw nb::value_error("blocks must be at least 1");
-    if (lba > std::numeric_limits<std::uint64_t>::max() - (blocks - 1)) throw nb::value_error("lba + blocks runs past LBA 2^64 - 1");
+    if (plan(lba, blocks).error == cunvme::plan_error::lba_wrap) throw nb::value_error("lba + blocks runs past LBA 2^64 - 1");
     const array_bytes a = describe(array, role, !write);
     const auto need = times(blocks, block_size());
     if (!need || *need > a.bytes) {
@@ -243,19 +244,28 @@ class device {
     return nb::cast(std::move(t));
   }
 
-  /// The host path: one command per chunk through the bounce buffer, on the calling thread.
+  /// The request in chunks of the bounce buffer (each one command: at most MDTS), by the one planner.
+  [[nodiscard]] cunvme::request_plan plan(std::uint64_t lba, std::uint64_t blocks) const {
+    return cunvme::plan_request(cunvme::request_geometry::of(ns_.block_bytes(), 0, ns_.lba_count, chunk_blocks_), lba, blocks);
+  }
+
+  /// The host path: one command per chunk through the bounce buffer, on the calling thread. A
+  /// range past the namespace's end fails as the controller would fail its command (LBA Out of
+  /// Range, naming it), before any chunk moves.
   void host_transfer(bool write, std::uint64_t lba, std::uint64_t blocks, std::byte* data) {
     const std::lock_guard io(host_io_);
-    const std::uint64_t block = block_size();
-    for (std::uint64_t done = 0; done < blocks;) {
-      const std::uint64_t n = std::min(blocks - done, chunk_blocks_);
-      const auto bytes = static_cast<std::size_t>(n * block);
-      std::byte* at = data + done * block;
+    const char* operation = write ? "Write" : "Read";
+    const cunvme::request_plan p = plan(lba, blocks);
+    if (p.error == cunvme::plan_error::past_capacity) throw nvme_failure{operation, spec::status::lba_out_of_range, p.fail_lba, p.fail_blocks};
+    if (!p.ok()) throw device_failure{std::string(operation) + " of " + std::to_string(blocks) + " blocks at LBA " + std::to_string(lba) + ": " + cunvme::to_string(p.error)};
+    for (std::uint64_t i = 0; i < p.commands(); ++i) {
+      const cunvme::planned_command c = p.command(i);
+      const auto bytes = static_cast<std::size_t>(std::uint64_t{c.blocks} * p.block_bytes);
+      std::byte* at = data + c.byte_offset;
       if (write) std::memcpy(bounce_.data(), at, bytes);
-      const spec::status s = write ? qp_->write(nsid_, lba + done, n, bounce_) : qp_->read(nsid_, lba + done, n, bounce_);
-      if (!spec::is_success(s)) throw nvme_failure{write ? "Write" : "Read", s, lba + done, n};
+      const spec::status s = write ? qp_->write(nsid_, c.slba, c.blocks, bounce_) : qp_->read(nsid_, c.slba, c.blocks, bounce_);
+      if (!spec::is_success(s)) throw nvme_failure{operation, s, c.slba, c.blocks};
       if (!write) std::memcpy(at, bounce_.data(), bytes);
-      done += n;
     }
   }
 

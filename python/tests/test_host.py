@@ -99,6 +99,17 @@ def test_reading_past_the_namespace_raises_nvme_error_naming_the_failing_command
     assert "LBA Out of Range" in str(e.value)
 
 
+def test_a_write_past_the_namespace_writes_none_of_its_blocks(dev):
+    # The request is planned whole before any command goes: the commands inside the namespace
+    # do not run either.
+    with pytest.raises(cunvme.NvmeError) as e:
+        dev.write(0, dev.blocks + 1, random_bytes((dev.blocks + 1) * 512, seed=3))
+    assert (e.value.lba, e.value.blocks) == (4096, 1)
+    out = bytearray(512)
+    dev.read(0, 1, out)
+    assert bytes(out) == bytes(512)
+
+
 def test_writing_past_the_namespace_raises_nvme_error(dev):
     with pytest.raises(cunvme.NvmeError) as e:
         dev.write(4090, 8, np.zeros(8 * 512, dtype=np.uint8))

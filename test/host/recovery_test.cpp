@@ -219,3 +219,104 @@ TEST_CASE("a timed-out command whose completion was lost is counted not aborted"
   CHECK(outcome.not_aborted == 1);
   CHECK(q.cids_in_use() == 1);
 }
+
+// ---- one policy for every caller -------------------------------------------------------------
+// The host's own I/O (queue_pair), readers and kernels on an io_queue (abort_timed_out), and
+// cunvme::device (its recovery runs io_queue::abort_timed_out on each of its queue pairs, then
+// resets the controller it owns where the outcome needs_reset(); gpu_test.cu runs it on a GPU)
+// end a lost completion the same way.
+
+namespace {
+using reader_t = cunvme::block_reader<cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>, cunvme::prp::contiguous,
+                                      cunvme::doorbell::mmio>;
+
+bool stopped(host::controller& ctrl) {
+  return !spec::cc_register{ctrl.backend().read32(spec::to_underlying(spec::register_offset::cc))}.en() && !ctrl.csts().rdy();
+}
+
+/// A reader on an io_queue (as a kernel's threads use one) whose first read meets `action` and
+/// has timed out: what abort_timed_out then finds.
+struct timed_out_reader {
+  explicit timed_out_reader(emu::fault_action action, const host::controller_options& options = {})
+      : ctrl(std::make_unique<host::emu_backend>(faulty(action, spec::nvm_opcode::read)), options),
+        q(ctrl, 16, host::queue_placement::host, std::chrono::milliseconds(200)),
+        reader(q.view(), q.namespace_view(1)),
+        buf(ctrl.memory().allocate(4096)) {
+    REQUIRE(reader.read(0, 8, cunvme::prp::contiguous{buf.bus()}, 0).error == cunvme::io_error::timeout);
+  }
+  host::controller ctrl;
+  host::io_queue q;
+  reader_t reader;
+  host::dma_buffer buf;
+};
+}  // namespace
+
+TEST_CASE("a reader's command whose completion was lost ends as the host's own I/O does: not aborted, the controller stopped until reset()") {
+  timed_out_reader t(emu::fault_action::lose_completion);
+  auto& [ctrl, q, reader, buf] = t;
+  const host::timeout_outcome outcome = q.abort_timed_out();
+  CHECK(outcome.not_aborted == 1);
+  CHECK(outcome.stopped);
+  CHECK(outcome.needs_reset());
+  CHECK(stopped(ctrl));
+  CHECK(outcome.describe() == "; the controller did not abort 1 command(s) (Abort), so it was stopped (CC.EN = 0) and moves no more data: reset() brings it back");
+  CHECK(q.abort_timed_out().not_aborted == 0);  // handled once
+  ctrl.reset();
+  CHECK(q.cids_in_use() == 0);
+  CHECK(reader.read(8, 8, cunvme::prp::contiguous{buf.bus()}, 0).ok());
+  CHECK(round_trip(ctrl, q.pair(), 16, 11));
+}
+
+TEST_CASE("the host's own I/O and an io_queue's readers report a lost completion in the same words") {
+  host::controller own(std::make_unique<host::emu_backend>(faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read)), short_timeout(200));
+  auto qp = own.create_queue_pair(8);
+  auto a = own.memory().allocate(4096);
+  std::string host_error;
+  try {
+    (void)qp->read(1, 0, 8, a);
+  } catch (const host::error& e) {
+    host_error = e.what();
+  }
+  timed_out_reader kernels(emu::fault_action::lose_completion);
+  const std::string tail = kernels.q.abort_timed_out().describe();
+  REQUIRE_FALSE(tail.empty());
+  CHECK(host_error.ends_with(tail));
+  CHECK(stopped(own));
+  CHECK(stopped(kernels.ctrl));
+}
+
+TEST_CASE("an io_queue's aborted command has its completion in once abort_timed_out returns, its CID free, the controller running") {
+  auto b = std::make_unique<host::emu_backend>(faulty(emu::fault_action::add_delay, spec::nvm_opcode::read, 1, 30'000'000'000ull));
+  host::controller ctrl(std::move(b));
+  host::io_queue q(ctrl, 16, host::queue_placement::host, std::chrono::milliseconds(2000));  // fetched before Abort, as above
+  reader_t reader(q.view(), q.namespace_view(1));
+  auto buf = ctrl.memory().allocate(4096);
+  REQUIRE(reader.read(0, 8, cunvme::prp::contiguous{buf.bus()}, 0).error == cunvme::io_error::timeout);
+  const host::timeout_outcome outcome = q.abort_timed_out();
+  CHECK(outcome.aborted == 1);
+  CHECK_FALSE(outcome.needs_reset());
+  CHECK(q.cids_in_use() == 0);
+  CHECK(q.abandoned_commands() == 0);
+  CHECK(ctrl.csts().rdy());
+}
+
+TEST_CASE("a reader's timeout on a controller in fatal status is left to reset(), with CSTS.CFS still there to see") {
+  timed_out_reader t(emu::fault_action::controller_fatal);
+  const host::timeout_outcome outcome = t.q.abort_timed_out();
+  CHECK(outcome.fatal);
+  CHECK(outcome.needs_reset());
+  CHECK(t.ctrl.csts().cfs());
+  t.ctrl.reset();
+  CHECK(round_trip(t.ctrl, t.q.pair(), 16, 12));
+}
+
+TEST_CASE("with abort_on_timeout off no caller aborts or stops anything: the command stays abandoned") {
+  host::controller_options options;
+  options.abort_on_timeout = false;
+  timed_out_reader t(emu::fault_action::lose_completion, options);
+  const host::timeout_outcome outcome = t.q.abort_timed_out();
+  CHECK(outcome.abort_disabled);
+  CHECK_FALSE(outcome.needs_reset());
+  CHECK(t.ctrl.csts().rdy());
+  CHECK(t.q.abandoned_commands() == 1);
+}

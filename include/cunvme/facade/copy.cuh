@@ -18,6 +18,7 @@
 #include <cunvme/facade/device.cuh>
 #include <cunvme/facade/pending_copy.cuh>
 #include <cunvme/io/reader.cuh>
+#include <cunvme/io/request_plan.cuh>
 #include <cunvme/policy/device_group.cuh>
 
 #include <thrust/memory.h>
@@ -72,21 +73,19 @@ template <bool Write>
   const namespace_view& ns = dev.ns();
   // Refused before anything is mapped or launched: separate metadata needs MPTR (metadata).
   if (!ns.transferable()) return pending_copy(io_result::failure(io_error::metadata_unsupported, lba, 0));
-  if (blocks == 0 || gpu == nullptr) return pending_copy(io_result::failure(io_error::invalid_request, lba, 0));
+  if (gpu == nullptr) return pending_copy(io_result::failure(io_error::invalid_request, lba, 0));
   // The byte count (block_bytes() per block: extended LBAs carry their metadata) must fit the
-  // buffer (a division: no wrap), and the LBA range must not wrap.
-  if (blocks > capacity / ns.block_bytes() || lba > ~cuda::std::uint64_t{0} - (blocks - 1)) {
-    return pending_copy(io_result::failure(io_error::invalid_request, lba, 0));
-  }
-  // Commands after the first start max_blocks x block_bytes() apart: not whole dwords, a later
-  // one would be refused (PRP1 unaligned) after other warps' commands ran.
-  if (blocks > ns.max_blocks && (std::uint64_t{ns.max_blocks} * ns.block_bytes()) % 4 != 0) {
-    return pending_copy(io_result::failure(io_error::invalid_request, lba, 0));
-  }
+  // buffer (a division: no wrap).
+  if (blocks > capacity / ns.block_bytes()) return pending_copy(io_result::failure(io_error::invalid_request, lba, 0));
+  // Zero blocks, a wrapping range, a split that could not start every command dword aligned (a
+  // later one would be refused after other warps' commands ran) or a range past the end:
+  // refused before anything is mapped or launched.
+  const request_plan plan = plan_request(ns, lba, blocks);
+  if (!plan.ok()) return pending_copy(to_io_result(plan));
   const copy_tuning& tuning = dev.tuning();
   // A warp takes commands_per_warp commands of MDTS, or less so that every queue pair gets warps.
   std::uint64_t per_warp = std::max<std::uint64_t>(
-      ns.max_blocks, std::min<std::uint64_t>(std::uint64_t{tuning.commands_per_warp} * ns.max_blocks, (blocks + dev.queue_count() - 1) / dev.queue_count()));
+      plan.per_command, std::min<std::uint64_t>(tuning.commands_per_warp * plan.per_command, (blocks + dev.queue_count() - 1) / dev.queue_count()));
   // Warps start per_warp x block_bytes() apart: whole dwords, as each one's PRP1 must be
   // (extended LBAs make block_bytes() any size). At most three steps.
   while ((per_warp * ns.block_bytes()) % 4 != 0) ++per_warp;

@@ -80,12 +80,12 @@ struct gpu_mapping {
 /// GPU is done: register buffers up front, before copies are in flight, as with cuFile.
 ///
 /// A copy that timed out (a command the controller did not complete in time) may still be
-/// written by the controller: its buffer stays mapped — quarantined — until recovery, as a
-/// driver does it, once no copy is in flight (at the next `copy_n`, `copies_in_flight()` or
-/// `recover()`): Abort for each timed-out command, and where the controller does not abort one,
-/// `controller::reset()` (its DMA stops, queues re-created); the mapping is released once the
-/// aborted commands' completions are in, or after the reset. While copies keep running the
-/// recovery waits. Keep such a buffer allocated until `quarantined_buffers()` is 0, and run no
+/// written by the controller: its buffer stays mapped — quarantined — until recovery, which
+/// runs once no copy is in flight (at the next `copy_n`, `copies_in_flight()` or `recover()`):
+/// the library's one timeout policy (Abort for each timed-out command; where one does not
+/// abort, the controller stopped), then, this device owning the controller, `controller::reset()`
+/// where the policy stopped it (queues re-created). The mapping is released once the aborted
+/// commands' completions are in, or after the reset. While copies keep running the recovery waits. Keep such a buffer allocated until `quarantined_buffers()` is 0, and run no
 /// kernel of your own on the device's queues meanwhile (Abort names commands by CID); a reset
 /// also ends the commands of any other queue pair of `controller()`.
 ///
@@ -316,19 +316,17 @@ class device {
     if (!quarantine_.empty() && in_flight_.empty()) recover_timed_out();
   }
 
-  /// A driver's timeout handling (NVMe 2.0 section 5.1, Abort; else a controller reset), run
-  /// while no copy is in flight: Abort names a command by SQ and CID, and a CID of a finished
-  /// copy may be reused by a running one. An aborted command moves no more data once its own
-  /// completion is in (the Abort's completion may come first), which the next copy's waits drain
-  /// from its queue; a command not aborted (its completion lost, or it will not stop) is ended by
-  /// the reset, which stops the controller's DMA. A timed-out command still abandoned at the
-  /// next recovery is asked again, is told "not aborted" (it is gone), and the controller is
-  /// reset — more than needed, never less. A reset that failed is tried again first.
+  /// The library's one recovery (host/recovery.cuh) for timed-out copies, run while no copy is
+  /// in flight (Abort names a command by SQ and CID, and a CID of a finished copy may be reused
+  /// by a running one): the timeout policy on every queue pair (Abort, waiting for the aborted
+  /// commands' completions; where one does not come, the controller stopped), then, as the owner
+  /// of the controller, `controller::reset()` where the policy left it stopped or fatal. A reset
+  /// that failed is tried again first.
   void recover_timed_out() {
     if (!reset_due_) {
-      std::uint32_t not_aborted = 0;
-      for (const auto& q : queues_) not_aborted += q->abort_timed_out().not_aborted;
-      reset_due_ = not_aborted != 0;
+      host::timeout_outcome outcome;
+      for (const auto& q : queues_) outcome += q->abort_timed_out();
+      reset_due_ = outcome.needs_reset();
     }
     if (reset_due_) {
       ctrl_->reset();  // throws, leaving reset_due_ set, where the controller cannot be brought back
@@ -336,6 +334,7 @@ class device {
       quarantine_.clear();
       return;
     }
+    // abort_on_timeout off: the buffers wait for their commands' late completions.
     std::uint32_t left = 0;
     for (const auto& q : queues_) left += q->abandoned_commands();
     if (left == 0) quarantine_.clear();

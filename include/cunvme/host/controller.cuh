@@ -41,6 +41,7 @@ namespace host {
 
 class queue_pair;
 class io_queue;
+struct timeout_outcome;  // recovery.cuh
 
 /// A controller brought up over a register backend.
 ///
@@ -160,6 +161,9 @@ class controller {
   /// itself fails (no completion, controller not ready).
   [[nodiscard]] bool abort(std::uint16_t sqid, std::uint16_t cid);
 
+  /// The one timeout policy for commands `cids` of SQ `sqid` whose waiters timed out (recovery.cuh).
+  timeout_outcome end_timed_out(std::uint16_t sqid, const std::vector<std::uint16_t>& cids, std::chrono::nanoseconds wait, const std::function<bool(std::uint16_t)>& completed);
+
   /// Recovers the controller as a driver does (3.7.2): CC.EN → 0, which stops its command
   /// processing and DMA and deletes every I/O queue, then bring-up again (admin queues,
   /// enable, Number of Queues, Doorbell Buffer Config, the CMB at its address) and every live
@@ -256,11 +260,7 @@ class controller {
   /// GPU threads, which would cost a cudaHostRegister per buffer for nothing.
   [[nodiscard]] dma_allocator& host_memory() noexcept { return backend_->memory(); }
 
-  /// The error for a command without completion within `timeout`: the controller's fatal
-  /// status where it is set, else the timeout; `after` says what was done about it.
-  [[nodiscard]] error no_completion(const std::string& operation, std::chrono::milliseconds timeout, const std::string& after = "") const {
-    return error(operation, name_, no_completion_reason(timeout) + after);
-  }
+  /// Why a command had no completion: CSTS.CFS (read before a stop clears it) or the timeout.
   [[nodiscard]] std::string no_completion_reason(std::chrono::milliseconds timeout) const {
     return csts().cfs() ? std::string("controller fatal status (CSTS.CFS) while waiting for the completion")
                         : "no completion within " + std::to_string(timeout.count()) + " ms";

@@ -65,32 +65,16 @@ class io_queue {
     return c;
   }
   /// What `abort_timed_out` did.
-  struct abort_outcome {
-    std::uint32_t aborted = 0;      ///< the controller aborted them: their completions come at once
-    std::uint32_t not_aborted = 0;  ///< still running, or their completions were lost: a case for `controller::reset`
-  };
+  using abort_outcome = timeout_outcome;
 
-  /// Sends Abort (5.1) for every command whose waiter timed out (its record abandoned), as a
-  /// driver does for a command past its timeout. Call it while no submitter runs (after the
-  /// kernel). An aborted command's completion frees its CID when the queue is next drained
-  /// (by the next command's wait); one not aborted keeps its buffer in use until its
-  /// completion arrives or the controller is reset.
-  abort_outcome abort_timed_out() {
-    std::vector<completion_record> records(view().cids());
-    read_bookkeeping(records.data(), view().records, records.size() * sizeof(completion_record));
-    abort_outcome out;
-    for (std::uint32_t cid = 0; cid < records.size(); ++cid) {
-      if (records[cid].state != static_cast<std::uint32_t>(record_state::abandoned)) continue;
-      bool aborted = false;
-      try {
-        aborted = ctrl_.abort(pair_->id(), static_cast<std::uint16_t>(cid));
-      } catch (const error&) {
-        // The admin queue does not answer (the controller is stopped now): counted as not aborted.
-      }
-      (aborted ? out.aborted : out.not_aborted) += 1;
-    }
-    return out;
-  }
+  /// The timeout policy (`controller::end_timed_out`) for every command whose waiter timed out
+  /// (its record abandoned) since it last ran, as a driver handles a command past its timeout:
+  /// Abort, waiting (bounded by the queue's timeout) for the aborted command's completion, and
+  /// where that fails, the controller stopped (CC.EN = 0) until `controller::reset()`. Call it
+  /// while no submitter runs (after the kernel). Where the host cannot reach the queue (GPU
+  /// memory) it cannot drain the aborted completions either: those count as not aborted, and
+  /// the controller is stopped, more than needed, never less.
+  abort_outcome abort_timed_out() { return pair_->end_timed_out(); }
 
   /// Commands whose waiter timed out and whose completion has not been drained yet (read it
   /// while no submitter runs): the controller may still write their buffers.

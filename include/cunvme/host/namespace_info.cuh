@@ -5,10 +5,10 @@
 #include <cunvme/config.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/io/namespace_view.cuh>
+#include <cunvme/io/request_plan.cuh>
 #include <cunvme/spec/command_fields.cuh>
 #include <cunvme/spec/identify.cuh>
 
-#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <string>
@@ -91,24 +91,13 @@ inline void require_transferable(const namespace_info& ns, bool with_metadata_bu
   }
 }
 
-/// Blocks per command when a transfer is split into commands of at most `per_command`: the
-/// largest count whose data (`block_bytes` each, metadata included for extended LBAs) and
-/// separate metadata (`metadata_bytes` each) are whole dwords, so that every command after
-/// the first starts dword aligned as PRP1 and MPTR must (bits 1:0 zero). 0 where none of
-/// 1..per_command is (then only a transfer of one command can be done).
-[[nodiscard]] inline std::uint64_t dword_aligned_split(std::uint64_t per_command, std::uint64_t block_bytes, std::uint64_t metadata_bytes) noexcept {
-  // A multiple of 4 always qualifies: at most three steps down. per_command <= 65536 (NLB).
-  while (per_command > 0 && ((per_command * block_bytes) % 4 != 0 || (per_command * metadata_bytes) % 4 != 0)) --per_command;
-  return per_command;
-}
-
 /// How readers address `ns` when one command may move `max_transfer_bytes` (MDTS, which
 /// counts extended LBAs' metadata; NLB caps a command at 65536 blocks). A namespace with
 /// separate metadata or protection information gets a view readers refuse
 /// (io_error::metadata_unsupported); host::queue_pair handles separate metadata. Throws
 /// `host::error` (naming `device`) when MDTS is smaller than one block.
 [[nodiscard]] inline namespace_view make_namespace_view(const namespace_info& ns, std::uint64_t max_transfer_bytes, const std::string& device) {
-  const std::uint64_t per_command = std::min<std::uint64_t>(max_transfer_bytes / ns.block_bytes(), spec::rw_fields::max_blocks);
+  const std::uint64_t per_command = max_blocks_per_command(max_transfer_bytes, ns.block_bytes());
   if (per_command == 0) {
     throw error("Prepare namespace " + std::to_string(ns.nsid), device,
                 "MDTS (" + std::to_string(max_transfer_bytes) + " bytes) is smaller than one " + std::to_string(ns.block_bytes()) + "-byte block");
@@ -116,8 +105,8 @@ inline void require_transferable(const namespace_info& ns, bool with_metadata_bu
   namespace_view v;
   v.nsid = ns.nsid;
   v.lba_shift = static_cast<std::uint32_t>(std::countr_zero(ns.lba_size));
-  // Readers split at max_blocks: a count whose bytes are whole dwords keeps every command's
-  // start dword aligned (readers refuse a split where none is: one command at most).
+  // A count whose bytes are whole dwords keeps every command's start dword aligned without the
+  // planner stepping down per request (where none is, it refuses requests of several commands).
   const std::uint64_t aligned = dword_aligned_split(per_command, ns.block_bytes(), 0);
   v.max_blocks = static_cast<std::uint32_t>(aligned != 0 ? aligned : per_command);
   v.lba_count = ns.lba_count;

@@ -174,6 +174,20 @@ class queue_bookkeeping {
     write(state_, state.data(), state.size(), device);
   }
 
+  /// The state of CID `cid`'s completion record, through the host's pointer or `copy_out` for
+  /// memory only the GPU addresses. Throws `host::error` where neither reaches it.
+  [[nodiscard]] record_state state_of(std::uint16_t cid, const std::string& device) const {
+    const std::size_t at = layout_.records_at + std::size_t{cid} * sizeof(completion_record);
+    if (state_.data() != nullptr) {
+      // A drainer may store it meanwhile: one atomic word.
+      auto& r = *reinterpret_cast<completion_record*>(state_.data() + at);
+      return static_cast<record_state>(bookkeeping_word<std::uint32_t>(r.state).load(cuda::std::memory_order_acquire));
+    }
+    std::uint32_t state = 0;
+    read(&state, state_, sizeof state, device, at + offsetof(completion_record, state));
+    return static_cast<record_state>(state);
+  }
+
   /// Whether `forget_commands` and `zero(cq)` can run: the host addresses the bookkeeping and
   /// `cq` or has the copy hooks to reach them.
   [[nodiscard]] bool can_rewrite(const dma_buffer& cq) const noexcept {
@@ -188,11 +202,11 @@ class queue_bookkeeping {
   }
 
  private:
-  void read(void* to, const dma_buffer& from, std::size_t bytes, const std::string& device) const {
+  void read(void* to, const dma_buffer& from, std::size_t bytes, const std::string& device, std::size_t at = 0) const {
     if (from.data() != nullptr) {
-      std::memcpy(to, from.data(), bytes);
+      std::memcpy(to, from.data() + at, bytes);
     } else if (copy_out_) {
-      copy_out_(to, from.device_data(), bytes);
+      copy_out_(to, static_cast<const std::byte*>(from.device_data()) + at, bytes);
     } else {
       throw error("Reset queue bookkeeping", device, "the host can neither address nor copy out the queue's bookkeeping");
     }

@@ -11,6 +11,7 @@
 #include <cunvme/host/queue_memory.cuh>
 #include <cunvme/host/sync_io.cuh>
 #include <cunvme/io/io_result.cuh>
+#include <cunvme/io/request_plan.cuh>
 #include <cunvme/policy/completion.cuh>
 #include <cunvme/policy/doorbell.cuh>
 #include <cunvme/policy/prp.cuh>
@@ -98,7 +99,8 @@ class queue_pair {
   spec::completion_entry execute(spec::submission_entry sqe, const std::string& operation);
 
   /// Reads `blocks` logical blocks at `lba` of namespace `nsid` into `buffer` at `offset`,
-  /// split into commands of at most MDTS. Returns the first failing status, or success.
+  /// split into commands of at most MDTS (`plan_request`). Returns the first failing status, or
+  /// success; LBA Out of Range, with no command sent, for a range past the namespace's end.
   /// Each block takes `namespace_info::block_bytes()` of the buffer: its data, and with
   /// extended LBAs its metadata after it. A namespace with separate metadata needs the
   /// overload with a metadata buffer, and one with protection information is refused
@@ -123,6 +125,13 @@ class queue_pair {
     return transfer(spec::nvm_opcode::write, nsid, lba, blocks, buffer, offset, &metadata, metadata_offset);
   }
   [[nodiscard]] spec::status flush(std::uint32_t nsid) { return execute(spec::make_flush(nsid), "Flush").status(); }
+
+  /// Runs the timeout policy (`controller::end_timed_out`, recovery.cuh) for this queue pair's
+  /// commands whose waiters timed out since it last ran: the host's own I/O does on each
+  /// timeout, `io_queue::abort_timed_out` for readers and kernels. Call it while no thread
+  /// submits to or waits on this queue pair. Commands it leaves abandoned keep their CIDs until
+  /// a late completion or `controller::reset()`.
+  timeout_outcome end_timed_out();
 
  private:
   friend class controller;
@@ -182,32 +191,6 @@ class queue_pair {
     abandoned_.clear();
   }
 
-  /// Aborts the commands that just timed out (`controller_options::abort_on_timeout`) and
-  /// waits, bounded by the queue's timeout, for their aborted completions: each that comes
-  /// frees its CID and ends the command's DMA. Says what happened, for the error.
-  [[nodiscard]] std::string abort_timed_out(const std::vector<std::uint16_t>& timed_out) {
-    if (!ctrl_.options().abort_on_timeout || timed_out.empty()) return "";
-    std::size_t aborted = 0;
-    for (const std::uint16_t cid : timed_out) {
-      try {
-        if (!ctrl_.abort(qid_, cid)) continue;
-      } catch (const error&) {
-        continue;  // the admin queue does not answer either: a case for reset()
-      }
-      const auto until = std::chrono::steady_clock::now() + timeout_;
-      while (state_of(cid) == record_state::abandoned && std::chrono::steady_clock::now() < until) {
-        if (with_doorbell([&](auto doorbell) { return completion::drain<decltype(doorbell)>(host_view_); }) == 0) std::this_thread::yield();
-      }
-      if (state_of(cid) != record_state::abandoned) ++aborted;
-    }
-    if (aborted == timed_out.size()) return "; Abort brought its completion: the command moves no more data and its CID is free again";
-    // A command still running may write a buffer its caller is about to release: stop the
-    // controller, as a driver resets one whose command will not abort.
-    return "; the controller did not abort " + std::to_string(timed_out.size() - aborted) + " command(s) (Abort)" +
-           (ctrl_.halt() ? ", so it was stopped (CC.EN = 0) and moves no more data: reset() brings it back"
-                         : " and does not stop (CSTS.RDY stays 1): they may still write their buffers");
-  }
-
   /// Adds what the queue counted since the last call to the controller's totals, late
   /// completions of commands that timed out among the dropped ones (the readers free their
   /// CIDs without counting them), and throws for an outcome the caller gets no status for.
@@ -226,19 +209,9 @@ class queue_pair {
     counted_mmio_ = mmio, counted_skipped_ = skipped, counted_unexpected_ = unexpected;
     if (r.ok() || r.error == io_error::nvme_status) return;
     if (r.error == io_error::timeout) {
-      // The command was abandoned: its CID stays reserved until a late completion frees it,
-      // which an Abort brings at once where the controller still has the command.
-      std::vector<std::uint16_t> timed_out;
-      for (std::uint16_t cid = 0; cid < host_view_.cids(); ++cid) {
-        if (state_of(cid) == record_state::abandoned && std::find(abandoned_.begin(), abandoned_.end(), cid) == abandoned_.end()) {
-          timed_out.push_back(cid);
-        }
-      }
-      const std::string after = ctrl_.csts().cfs() ? "; reset the controller (controller::reset)" : abort_timed_out(timed_out);
-      for (const std::uint16_t cid : timed_out) {
-        if (state_of(cid) == record_state::abandoned) abandoned_.push_back(cid);
-      }
-      throw ctrl_.no_completion(operation, std::chrono::duration_cast<std::chrono::milliseconds>(timeout_), after);
+      // Named before the policy runs: stopping the controller clears CSTS.CFS.
+      const std::string why = ctrl_.no_completion_reason(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_));
+      throw error(operation, ctrl_.name(), why + timeout_report());
     }
     std::string why = std::string(to_string(r.error)) + " (LBA " + std::to_string(r.lba) + ", " + std::to_string(r.blocks) + " blocks)";
     if (r.error == io_error::no_command_id && !abandoned_.empty()) {
@@ -250,9 +223,10 @@ class queue_pair {
     throw error(operation, ctrl_.name(), why);
   }
 
-  [[nodiscard]] record_state state_of(std::uint16_t cid) const {
-    return static_cast<record_state>(bookkeeping_word<std::uint32_t>(host_view_.records[cid].state).load(cuda::std::memory_order_acquire));
-  }
+  /// `end_timed_out`, as the tail of the error its timeout throws.
+  [[nodiscard]] std::string timeout_report();
+
+  [[nodiscard]] record_state state_of(std::uint16_t cid) const { return bookkeeping_.state_of(cid, ctrl_.name()); }
 
   spec::status transfer(spec::nvm_opcode opcode, std::uint32_t nsid, std::uint64_t lba, std::uint64_t blocks, const dma_buffer& buffer,
                         std::size_t offset, const dma_buffer* metadata, std::size_t metadata_offset);
@@ -309,13 +283,29 @@ inline spec::status queue_pair::transfer(spec::nvm_opcode opcode, std::uint32_t 
                     (ns.extended_lba ? " (" + std::to_string(ns.lba_size) + " data + " + std::to_string(ns.metadata_size) + " metadata)" : "") +
                     " do not fit the buffer of " + std::to_string(buffer.size()) + " bytes at offset " + std::to_string(offset));
   }
-  // The last LBA, lba + blocks - 1, must not wrap: the controller would see a range that starts
-  // near 2^64 and, split into commands, continues at LBA 0.
-  if (blocks != 0 && lba > ~std::uint64_t{0} - (blocks - 1)) {
-    throw error(operation, ctrl_.name(), std::to_string(blocks) + " blocks at LBA " + std::to_string(lba) + " run past LBA 2^64 - 1");
-  }
   const std::uint64_t metadata_block = metadata != nullptr ? ns.metadata_size : 0u;
-  if (metadata != nullptr && blocks > 0) {
+  // MDTS counts metadata interleaved with the data (block_bytes()), not a separate metadata buffer.
+  const request_plan plan = plan_request(
+      request_geometry::of(block, metadata_block, ns.lba_count, max_blocks_per_command(ctrl_.max_transfer_bytes(), block)), lba, blocks);
+  switch (plan.error) {
+    case plan_error::none:
+    case plan_error::past_capacity: break;  // after the buffer checks: LBA Out of Range, as the controller says it
+    case plan_error::zero_blocks: return spec::status::successful_completion;
+    case plan_error::lba_wrap:
+      throw error(operation, ctrl_.name(), std::to_string(blocks) + " blocks at LBA " + std::to_string(lba) + " run past LBA 2^64 - 1");
+    case plan_error::byte_count_overflow:  // the buffer checks above bound it: kept for a complete answer
+      throw error(operation, ctrl_.name(), std::to_string(blocks) + " blocks: " + to_string(plan.error));
+    case plan_error::block_exceeds_mdts:
+      throw error(operation, ctrl_.name(), "MDTS (" + std::to_string(ctrl_.max_transfer_bytes()) + " bytes) is smaller than one " +
+                                               std::to_string(block) + "-byte block");
+    case plan_error::unaligned_split:
+      // Refused before any command: a later command refused for its start would leave the
+      // transfer partly done.
+      throw error(operation, ctrl_.name(), std::to_string(blocks) + " blocks of " + std::to_string(block) +
+                                               " bytes need several commands under MDTS (" + std::to_string(ctrl_.max_transfer_bytes()) +
+                                               " bytes), and no split starts every command dword aligned");
+  }
+  if (metadata != nullptr) {
     if (metadata_offset % 4 != 0) throw error(operation, ctrl_.name(), "the metadata buffer offset is not dword aligned (MPTR)");
     if (metadata_offset > metadata->size() || blocks > (metadata->size() - metadata_offset) / metadata_block) {
       throw error(operation, ctrl_.name(), std::to_string(blocks) + " blocks of " + std::to_string(metadata_block) +
@@ -328,29 +318,14 @@ inline spec::status queue_pair::transfer(spec::nvm_opcode opcode, std::uint32_t 
                                                " bytes are not contiguous in bus address space (MPTR addresses one range)");
     }
   }
-  // MDTS counts metadata interleaved with the data, not a separate metadata buffer.
-  std::uint64_t per_command = std::min<std::uint64_t>(ctrl_.max_transfer_bytes() / block, spec::rw_fields::max_blocks);
-  if (per_command == 0) {
-    throw error(operation, ctrl_.name(), "MDTS (" + std::to_string(ctrl_.max_transfer_bytes()) + " bytes) is smaller than one " +
-                                             std::to_string(block) + "-byte block");
-  }
-  // Split so that no later command starts unaligned: refused there, it would leave the
-  // transfer partly done.
-  if (blocks > per_command) {
-    per_command = dword_aligned_split(per_command, block, metadata_block);
-    if (per_command == 0) {
-      throw error(operation, ctrl_.name(), std::to_string(blocks) + " blocks of " + std::to_string(block) +
-                                               " bytes need several commands under MDTS (" + std::to_string(ctrl_.max_transfer_bytes()) +
-                                               " bytes), and no split starts every command dword aligned");
-    }
-  }
-  if (blocks == 0) return spec::status::successful_completion;
+  // Nothing is sent for a range past the namespace's end: no command of it runs.
+  if (plan.error == plan_error::past_capacity) return spec::status::lba_out_of_range;
   if (buffer.page_size() == 0 || !std::has_single_bit(buffer.page_size())) {
     throw error(operation, ctrl_.name(), "the buffer's page size " + std::to_string(buffer.page_size()) + " is not a power of two");
   }
   require_host_io(operation);
   namespace_view nv = make_namespace_view(ns, ctrl_.max_transfer_bytes(), ctrl_.name());
-  nv.max_blocks = static_cast<std::uint32_t>(per_command);
+  nv.max_blocks = static_cast<std::uint32_t>(plan.per_command);
   const std::string where = operation + " on I/O queue " + std::to_string(qid_);
   // A buffer that is one bus range (the emulator's, VFIO's, a huge page) serves any
   // controller page size; one listed page by page only pages at least as large.
@@ -360,15 +335,14 @@ inline spec::status queue_pair::transfer(spec::nvm_opcode opcode, std::uint32_t 
       const detail::sync_io<buffer_type, decltype(doorbell)> io(host_view_, nv);
       if (metadata == nullptr) return io.transfer(opcode, lba, blocks, data, offset);
       // Readers supply no MPTR: the same steps, one command per chunk, with MPTR set.
-      for (std::uint64_t done = 0; done < blocks;) {
-        const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(blocks - done, per_command));
+      for (std::uint64_t i = 0; i < plan.commands(); ++i) {
+        const planned_command c = plan.command(i);
         const auto out = io.command([&](std::uint16_t cid, spec::submission_entry& sqe, const auto& self) {
-          sqe = spec::make_rw(opcode, nsid, lba + done, n);
-          sqe.mptr = metadata->bus(metadata_offset + done * metadata_block);
-          return self.prps(data, offset + done * block, std::uint64_t{n} * block, cid, sqe);
+          sqe = spec::make_rw(opcode, nsid, c.slba, c.blocks);
+          sqe.mptr = metadata->bus(metadata_offset + c.metadata_offset);
+          return self.prps(data, offset + c.byte_offset, std::uint64_t{c.blocks} * block, cid, sqe);
         });
         if (!out.result.ok()) return out.result;
-        done += n;
       }
       return io_result{};
     });

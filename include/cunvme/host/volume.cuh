@@ -30,8 +30,11 @@ namespace host {
 /// Namespaces on one or more controllers as one volume, and the queue pairs its threads use.
 /// The member table holds copies of the queue pairs' views, which are pointers and constants: a
 /// controller reset keeps each queue pair's identifier and memory, so the table stays valid
-/// across it (`controller::reset`). Make the volume again only after destroying and creating one
-/// of its queue pairs, and keep the queue pairs alive as long as the volume.
+/// across it. Make the volume again only after destroying and creating one of its queue pairs,
+/// and keep the queue pairs alive as long as the volume. A timed-out command on a member is
+/// recovered by the library's one rule (host/recovery.cuh): after the kernel, that member's
+/// `io_queue::abort_timed_out()`, then `controller::reset()` of its controller where the
+/// outcome `needs_reset()`.
 ///
 /// Usage: examples/snippets/host.cpp, `striped_volume`; in kernels, kernels.cu `volumes`.
 class volume {

@@ -13,12 +13,15 @@ CUNVME_NAMESPACE_BEGIN
 
 enum class io_error : cuda::std::uint8_t {
   none = 0,                 ///< every command completed successfully
-  nvme_status,              ///< a command completed with an error status: see `status`
+  nvme_status,              ///< a command completed with an error status: see `status`; also a range past the
+                            ///< namespace's end, refused before any command with the status the controller gives it
+                            ///< (LBA Out of Range) for the command that crosses the end
   timeout,                  ///< no completion within the queue's timeout; the command is abandoned (its CID stays
                             ///< reserved until a completion arrives) and its buffer may still be written
   no_submission_slot,       ///< the SQ had no room within the timeout: the controller stopped fetching
   no_command_id,            ///< every CID stayed in use for the whole timeout (asynchronous submit: was in use)
-  invalid_request,          ///< zero blocks, a byte count that overflows, or (async) more than one command's worth
+  invalid_request,          ///< the planner refused it (`plan_error`): zero blocks, an LBA range that wraps, a byte count
+                            ///< that overflows, MDTS below one block, no dword-aligned split; or (async) more than one command's worth
   unaligned_buffer,         ///< the buffer offset is not dword aligned (PRP1)
   buffer_pages_misaligned,  ///< the buffer's pages are smaller than, or not aligned to, the controller's pages
   prp_list_too_small,       ///< the queue's per-command PRP lists cannot describe this much data

@@ -5,8 +5,8 @@
 // Forms: per thread (`read(lba, n, dst, offset)`), per group (`read(group, …)`: a warp, a
 // thread block or `host_group` members call together with the same arguments and split the
 // request between them), and asynchronous (`submit_read` → `io_handle`, then `test`/`wait`), so one
-// thread keeps many commands in flight. Requests larger than MDTS are split into commands of
-// at most `namespace_view::max_blocks`.
+// thread keeps many commands in flight. Requests are checked and split by the one planner
+// (`plan_request`, io/request_plan.cuh) into commands of at most `namespace_view::max_blocks`.
 #pragma once
 
 #include <cunvme/policy/cid_pool.cuh>
@@ -18,6 +18,7 @@
 #include <cunvme/policy/group.cuh>
 #include <cunvme/io/io_result.cuh>
 #include <cunvme/io/namespace_view.cuh>
+#include <cunvme/io/request_plan.cuh>
 #include <cunvme/policy/prp.cuh>
 #include <cunvme/policy/queue.cuh>
 #include <cunvme/policy/queue_view.cuh>
@@ -59,36 +60,32 @@ class block_io {
   [[nodiscard]] CUNVME_HOST_DEVICE const namespace_view& ns() const noexcept { return ns_; }
 
  protected:
-  /// Reads or writes `blocks` blocks at `lba` to/from bytes `offset`… of `data`, split into
-  /// commands of at most max_blocks. Collective over `g`: every member passes the same
-  /// arguments; chunk i goes to member i % size, one command per member per round.
+  /// Reads or writes `blocks` blocks at `lba` to/from bytes `offset`… of `data`, in the
+  /// commands `plan_request` makes of it (at most max_blocks each). Collective over `g`: every
+  /// member passes the same arguments; chunk i goes to member i % size, one command per member
+  /// per round.
   CUNVME_EXEC_CHECK_DISABLE
   template <thread_group Group>
   [[nodiscard]] CUNVME_HOST_DEVICE io_result transfer(Group& g, spec::nvm_opcode opcode, cuda::std::uint64_t lba, cuda::std::uint64_t blocks,
                                                       const Prp& data, cuda::std::uint64_t offset) const {
-    if (const io_result bad = check(lba, blocks); !bad) return bad;
-    // A command after the first starts (commands so far) x max_blocks x block_bytes() in: not
-    // dword aligned (PRP1) it would be refused after earlier ones ran. Refused before any.
-    if (blocks > ns_.max_blocks && (cuda::std::uint64_t{ns_.max_blocks} * ns_.block_bytes()) % 4 != 0) {
-      return io_result::failure(io_error::invalid_request, lba, 0);
-    }
-    const cuda::std::uint64_t chunks = (blocks + ns_.max_blocks - 1) / ns_.max_blocks;
+    const request_plan plan = plan_request(ns_, lba, blocks);
+    if (const io_result bad = check(plan, data, offset); !bad) return bad;
+    const cuda::std::uint64_t chunks = plan.commands();
     io_result mine{};
     cid_wait waiting;
     for (cuda::std::uint64_t next = g.rank(); g.any(next < chunks);) {
       const bool want = next < chunks;
-      const cuda::std::uint64_t first = lba + next * ns_.max_blocks;
-      const cuda::std::uint32_t n = want ? static_cast<cuda::std::uint32_t>((lba + blocks - first < ns_.max_blocks ? lba + blocks - first : ns_.max_blocks)) : 0;
+      const planned_command c = want ? plan.command(next) : planned_command{};
       io_handle h = issue(g, want, [&](cuda::std::uint16_t cid, spec::submission_entry& sqe) {
-        sqe = spec::make_rw(opcode, ns_.nsid, first, n);
-        return build_prps(data, offset + (first - lba) * ns_.block_bytes(), cuda::std::uint64_t{n} * ns_.block_bytes(), cid, sqe);
+        sqe = spec::make_rw(opcode, ns_.nsid, c.slba, c.blocks);
+        return build_prps(data, offset + c.byte_offset, cuda::std::uint64_t{c.blocks} * ns_.block_bytes(), cid, sqe);
       });
       if (!want) continue;
       if (h.state == io_handle::phase::in_flight) {
         waiting.reset();
         wait_for(h);
       } else if (h.result.ok() && !waiting.again(*this)) {  // no CID free this round
-        h.result = io_result::failure(io_error::no_command_id, first, n);
+        h.result = io_result::failure(io_error::no_command_id, c.slba, c.blocks);
       }
       if (!h.result.ok()) {
         mine = h.result;
@@ -149,12 +146,13 @@ class block_io {
   [[nodiscard]] CUNVME_HOST_DEVICE io_handle submit(spec::nvm_opcode opcode, cuda::std::uint64_t lba, cuda::std::uint32_t blocks, const Prp& data,
                                                     cuda::std::uint64_t offset) const {
     io_handle h;
-    if (const io_result bad = check(lba, blocks); !bad) {
+    const request_plan plan = plan_request(ns_, lba, blocks);
+    if (const io_result bad = check(plan, data, offset); !bad) {
       h.result = bad;
       h.state = io_handle::phase::finished;
       return h;
     }
-    if (blocks > ns_.max_blocks) {
+    if (plan.commands() > 1) {
       h.result = io_result::failure(io_error::invalid_request, lba, blocks);
       h.state = io_handle::phase::finished;
       return h;
@@ -194,14 +192,24 @@ class block_io {
   }
 
  protected:
-  [[nodiscard]] CUNVME_HOST_DEVICE io_result check(cuda::std::uint64_t lba, cuda::std::uint64_t blocks) const noexcept {
-    if (!Doorbell::usable(q_)) return io_result::failure(io_error::doorbell_unusable, lba, 0);
-    if (!ns_.transferable()) return io_result::failure(io_error::metadata_unsupported, lba, 0);
-    // Zero blocks, or a byte count that does not fit 64 bits, or an LBA range that wraps.
-    if (blocks == 0 || ns_.max_blocks == 0 || blocks > ~cuda::std::uint64_t{0} / ns_.block_bytes() || lba + blocks < lba) {
-      return io_result::failure(io_error::invalid_request, lba, 0);
+  /// Whether `plan` can be sent through this queue with this doorbell policy: the first reason
+  /// it cannot, or success.
+  [[nodiscard]] CUNVME_HOST_DEVICE io_result check(const request_plan& plan, const Prp& data, cuda::std::uint64_t offset) const noexcept {
+    if (!Doorbell::usable(q_)) return io_result::failure(io_error::doorbell_unusable, plan.lba, 0);
+    if (!ns_.transferable()) return io_result::failure(io_error::metadata_unsupported, plan.lba, 0);
+    if (plan.error != plan_error::past_capacity) return to_io_result(plan);
+    // Nothing is sent for a range past the end. What the commands up to the one crossing it
+    // would have met here, before any controller saw them, still comes first, as when they
+    // were sent: an unaligned data pointer, a command too large for the queue's PRP lists.
+    for (cuda::std::uint64_t i = 0;; ++i) {
+      const planned_command c = plan.command(i);
+      const cuda::std::uint64_t prp1 = data.bus(offset + c.byte_offset);
+      if (!spec::prp_dword_aligned(prp1)) return io_result::failure(io_error::unaligned_buffer, c.slba, c.blocks);
+      if (prp::list_entries_needed(prp1, cuda::std::uint64_t{c.blocks} * ns_.block_bytes(), q_.page_shift) > q_.list_entries) {
+        return io_result::failure(io_error::prp_list_too_small, c.slba, c.blocks);
+      }
+      if (c.slba == plan.fail_lba) return to_io_result(plan);
     }
-    return io_result{};
   }
 
   /// PRP1/PRP2 (and the CID's PRP list) for `bytes` of `data` at `offset`.
