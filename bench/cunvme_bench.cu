@@ -24,6 +24,7 @@
 //
 //   cunvme_bench --device gpu-null:copy --devices 4 --volume striped --queues 32 --threads 16384 --verify
 #include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/gpu_dma_buf.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/host/gpu_reach.cuh>
@@ -276,9 +277,7 @@ __global__ void pong(std::uint32_t* word, unsigned rounds) {
 
 // ---- host side ---------------------------------------------------------------------------------
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { cunvme::host::cuda_check(e, what, "the GPU"); }
 
 std::string gpu_name() {
   cudaDeviceProp prop{};
@@ -586,7 +585,7 @@ class queue_prober {
   bool ok(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
     (void)cudaGetLastError();
-    if (error_.empty()) error_ = std::string("the probe could not ") + what + ": " + cudaGetErrorString(e);
+    if (error_.empty()) error_ = std::string("the probe could not ") + what + ": " + host::cuda_error_text(e);
     return false;
   }
 

@@ -13,6 +13,7 @@
 // `shared` is warp_aggregated slots with a coalescing doorbell (cunvme_bench's default);
 // `exclusive` is a queue the thread owns, with a plain MMIO doorbell.
 #include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/io/reader.cuh>
@@ -85,9 +86,7 @@ __global__ void qd1_reads(Reader r, queue_view q, prp::contiguous buffer, std::u
   }
 }
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { cunvme::host::cuda_check(e, what, "the GPU"); }
 
 void fence_costs() {
   std::uint32_t* host = nullptr;

@@ -16,6 +16,7 @@
 // whose kernel failed or whose data did not verify is not printed (exit 1).
 #include <cunvme/cache/array.cuh>
 #include <cunvme/cache/page_cache.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/policy/device_group.cuh>
 #include <cunvme/volume/volume.cuh>
 #include <cunvme/host/gpu_queue.cuh>
@@ -51,9 +52,7 @@ using io_t = volume_io<queue_t, doorbell::mmio>;
 using cache_t = page_cache<queue_t, doorbell::mmio>;
 using words_t = array<std::uint64_t, cache_t>;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { cunvme::host::cuda_check(e, what, "the GPU"); }
 
 __host__ __device__ constexpr std::uint64_t mix(std::uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;

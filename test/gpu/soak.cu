@@ -9,6 +9,7 @@
 // timeout retires (its buffer may still be written by the late command); the others use up
 // the operation budget.
 #include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/gpu_queue.cuh>
@@ -171,7 +172,7 @@ int main(int argc, char** argv) {
   const cudaError_t e = cudaStreamSynchronize(stream);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (e != cudaSuccess) {
-    std::printf("soak: kernel failed: %s\n", cudaGetErrorString(e));
+    std::printf("soak: kernel failed: %s\n", cunvme::host::cuda_error_text(e).c_str());
     return 1;
   }
   const auto injected = emulator.injected_faults();

@@ -10,11 +10,12 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/facade/gpu_allocation.cuh>
+#include <cunvme/facade/gpu_address_range.cuh>
 #include <cunvme/facade/pending_copy.cuh>
 #include <cunvme/facade/pinned_pool.cuh>
 #include <cunvme/facade/registration_cache.cuh>
 #include <cunvme/facade/tuning.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/gpu_dma_buf.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/host/gpu_reach.cuh>
@@ -232,8 +233,7 @@ class device {
     // An error left by the caller's earlier CUDA calls would read as this launch's and free
     // its results and mapping under a running kernel: report it now, before anything runs.
     if (const cudaError_t earlier = cudaGetLastError(); earlier != cudaSuccess) {
-      throw host::error(operation, name, std::string("an earlier CUDA call left an error unchecked: ") + cudaGetErrorName(earlier) + " (" +
-                                             cudaGetErrorString(earlier) + "); nothing was enqueued");
+      throw host::cuda_error(earlier, operation, name, "nothing was enqueued: an earlier CUDA call left an error unchecked");
     }
     launch(mapping->pages(), mapping->offset_of(address), state->results.as<io_result>());
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
@@ -275,12 +275,7 @@ class device {
     return copy_tuning_for(major * 10 + minor);
   }
 
-  void check(cudaError_t e, const char* what) const {
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw host::error(what, ctrl_->name(), std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")");
-    }
-  }
+  void check(cudaError_t e, const char* what) const { host::cuda_check(e, what, ctrl_->name()); }
 
   /// Drops the copies the streams have passed: their mappings may be unmapped now, except
   /// those of copies with a timed-out command, which wait in the quarantine for `recover_timed_out`.

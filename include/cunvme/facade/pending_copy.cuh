@@ -10,7 +10,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/facade/pinned_pool.cuh>
-#include <cunvme/host/error.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/io/io_result.cuh>
 
 #include <cuda_runtime.h>
@@ -104,10 +104,7 @@ class pending_copy {
     if (state_ == nullptr) return refused_;
     detail::copy_state& s = *state_;
     if (s.outcome) return *s.outcome;
-    if (const cudaError_t e = cudaEventSynchronize(s.done); e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw host::error(s.operation, s.device, std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")");
-    }
+    host::cuda_check(cudaEventSynchronize(s.done), s.operation, s.device);
     const io_result* results = s.results.as<io_result>();
     io_result first{};
     for (std::uint64_t w = 0; w < s.warps; ++w) {

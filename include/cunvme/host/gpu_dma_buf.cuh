@@ -7,6 +7,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/host/controller.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/kmod_backend.cuh>
 
@@ -38,26 +39,17 @@ namespace host {
   }
   // cuMemGetHandleForAddressRange (CUDA 11.7+), by the 12.0 ABI as the other entry points.
   using get_handle = CUresult (*)(void*, CUdeviceptr, std::size_t, CUmemRangeHandleType, unsigned long long);
-  static const auto get = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return get_handle{nullptr};
-    }
-    return reinterpret_cast<get_handle>(fn);
-  }();
+  static const auto get = reinterpret_cast<get_handle>(driver_entry_point("cuMemGetHandleForAddressRange"));
   if (get == nullptr) throw error("Export GPU memory as a dma-buf", device, "the CUDA driver offers no cuMemGetHandleForAddressRange (CUDA 11.7+)");
   int fd = -1;
   const CUresult r = get(&fd, reinterpret_cast<CUdeviceptr>(gpu), bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-  if (r != CUDA_SUCCESS || fd < 0) {
-    throw error("Export GPU memory as a dma-buf", device,
-                "cuMemGetHandleForAddressRange: CUresult " + std::to_string(static_cast<int>(r)) +
-                    (r == CUDA_ERROR_NOT_SUPPORTED ? " (no dma-buf support: NVIDIA's open kernel modules and Linux 5.12+ are needed)"
-                     : r == CUDA_ERROR_INVALID_VALUE ? " (the range must be page aligned and lie in one allocation)"
-                                                     : ""));
+  if (r != CUDA_SUCCESS) {
+    throw driver_error(r, "Export GPU memory as a dma-buf", device, "cuMemGetHandleForAddressRange",
+                       r == CUDA_ERROR_NOT_SUPPORTED   ? "no dma-buf support: NVIDIA's open kernel modules and Linux 5.12+ are needed"
+                       : r == CUDA_ERROR_INVALID_VALUE ? "the range must be page aligned and lie in one allocation"
+                                                       : "");
   }
+  if (fd < 0) throw error("Export GPU memory as a dma-buf", device, "cuMemGetHandleForAddressRange succeeded but gave no file descriptor");
   return fd;
 }
 

@@ -23,6 +23,7 @@
 #include <cunvme/facade/copy.cuh>
 #include <cunvme/facade/device.cuh>
 #include <cunvme/facade/pending_copy.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/io/io_result.cuh>
 #include <cunvme/loader/layers.cuh>
@@ -47,13 +48,6 @@ namespace loader {
 
 namespace detail {
 
-inline void check_cuda(cudaError_t e, const char* what, const std::string& source) {
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw host::error(what, source, std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")");
-  }
-}
-
 /// A CUDA stream or event owned by the object holding it: destroyed with it, however the
 /// object goes — a constructor that throws after creating some releases exactly those.
 /// (Destroying a stream or event with work pending is allowed: the driver releases it once
@@ -70,13 +64,13 @@ using owned_event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, event_de
 /// A non-blocking stream, or `host::error` naming `what` and `source`.
 [[nodiscard]] inline owned_stream make_stream(const char* what, const std::string& source) {
   cudaStream_t s = nullptr;
-  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), what, source);
+  host::cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), what, source);
   return owned_stream(s);
 }
 /// An event without timing, or `host::error` naming `what` and `source`.
 [[nodiscard]] inline owned_event make_event(const char* what, const std::string& source) {
   cudaEvent_t e = nullptr;
-  check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), what, source);
+  host::cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), what, source);
   return owned_event(e);
 }
 
@@ -86,7 +80,7 @@ class gpu_buffer {
  public:
   gpu_buffer(device& dev, std::size_t bytes, const std::string& source) : dev_(dev), bytes_(bytes) {
     if (bytes_ == 0) return;
-    check_cuda(cudaMalloc(&data_, bytes_), "Allocate GPU memory for tensors", source);
+    host::cuda_check(cudaMalloc(&data_, bytes_), "Allocate GPU memory for tensors", source);
     try {
       dev_.register_buffer(data_, bytes_);
     } catch (...) {
@@ -247,7 +241,7 @@ class safetensors_file {
     std::vector<pending_copy> copies = detail::enqueue_reads(dev_, p, scratch.data(), nullptr);
     detail::wait_all(copies, "Read the safetensors header", source_);
     std::vector<std::byte> out(static_cast<std::size_t>(length));
-    detail::check_cuda(cudaMemcpy(out.data(), scratch.data() + p.offsets[0], out.size(), cudaMemcpyDeviceToHost), "Copy the header to the host",
+    host::cuda_check(cudaMemcpy(out.data(), scratch.data() + p.offsets[0], out.size(), cudaMemcpyDeviceToHost), "Copy the header to the host",
                        source_);
     return out;
   }
@@ -317,7 +311,7 @@ class layer_streamer {
     if (next_ > 0) {
       // Everything the caller enqueued on the previous layer is on `compute_` now.
       slot& done = slots_[(next_ - 1) % 2];
-      detail::check_cuda(cudaEventRecord(done.released.get(), compute_), "Record an event", source);
+      host::cuda_check(cudaEventRecord(done.released.get(), compute_), "Record an event", source);
       done.released_recorded = true;
     }
     if (next_ >= groups_.size()) return std::nullopt;
@@ -325,7 +319,7 @@ class layer_streamer {
     if (next_ + 1 < groups_.size()) enqueue(next_ + 1);
     slot& s = slots_[next_ % 2];
     detail::wait_all(s.copies, "Load layer '" + groups_[next_].key + "'", source);
-    detail::check_cuda(cudaStreamWaitEvent(compute, s.loaded.get(), 0), "Order the compute stream after the load", source);
+    host::cuda_check(cudaStreamWaitEvent(compute, s.loaded.get(), 0), "Order the compute stream after the load", source);
     layer l{groups_[next_].key, next_, {}};
     const read_plan& p = plans_[next_];
     for (std::size_t k = 0; k < groups_[next_].tensors.size(); ++k) {
@@ -348,9 +342,9 @@ class layer_streamer {
   void enqueue(std::size_t k) {
     slot& s = slots_[k % 2];
     const std::string& source = file_.source();
-    if (s.released_recorded) detail::check_cuda(cudaStreamWaitEvent(load_.get(), s.released.get(), 0), "Order the load after the compute", source);
+    if (s.released_recorded) host::cuda_check(cudaStreamWaitEvent(load_.get(), s.released.get(), 0), "Order the load after the compute", source);
     s.copies = detail::enqueue_reads(file_.dev(), plans_[k], s.buffer->data(), load_.get());
-    detail::check_cuda(cudaEventRecord(s.loaded.get(), load_.get()), "Record an event", source);
+    host::cuda_check(cudaEventRecord(s.loaded.get(), load_.get()), "Record an event", source);
     for (const block_read& r : plans_[k].reads) bytes_read_ += r.blocks * file_.placement().block_bytes();
   }
 

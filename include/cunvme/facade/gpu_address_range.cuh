@@ -6,6 +6,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/facade/registration_cache.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/error.cuh>
 
 #include <cuda.h>
@@ -18,24 +19,13 @@
 CUNVME_NAMESPACE_BEGIN
 namespace detail {
 
-/// A driver entry point by name (CUDA 12.0 ABI), or null where the driver lacks it.
-[[nodiscard]] inline void* driver_entry_point(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess || found != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  return fn;
-}
-
 /// The GPU allocation `gpu` lies in. Throws `host::error` when `gpu` is not GPU memory or in
 /// no allocation.
 [[nodiscard]] inline gpu_allocation gpu_allocation_of(const void* gpu, const std::string& device) {
   using get_address_range = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);  // cuMemGetAddressRange_v2 (CUDA 3.2+)
   using get_attribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);      // cuPointerGetAttribute (CUDA 4.0+)
-  static const auto get_range = reinterpret_cast<get_address_range>(driver_entry_point("cuMemGetAddressRange"));
-  static const auto get_pointer_attribute = reinterpret_cast<get_attribute>(driver_entry_point("cuPointerGetAttribute"));
+  static const auto get_range = reinterpret_cast<get_address_range>(host::driver_entry_point("cuMemGetAddressRange"));
+  static const auto get_pointer_attribute = reinterpret_cast<get_attribute>(host::driver_entry_point("cuPointerGetAttribute"));
   if (get_range == nullptr || get_pointer_attribute == nullptr) {
     throw host::error("Find the GPU allocation", device, "the CUDA driver offers no cuMemGetAddressRange or cuPointerGetAttribute");
   }
@@ -49,14 +39,11 @@ namespace detail {
   }
   CUdeviceptr base = 0;
   std::size_t size = 0;
-  if (const CUresult r = get_range(&base, &size, reinterpret_cast<CUdeviceptr>(gpu)); r != CUDA_SUCCESS) {
-    throw host::error("Find the GPU allocation", device,
-                      where + " is in no GPU allocation (cuMemGetAddressRange: CUresult " + std::to_string(static_cast<int>(r)) + ")");
-  }
+  host::driver_check(get_range(&base, &size, reinterpret_cast<CUdeviceptr>(gpu)), "Find the GPU allocation", device,
+                     where + " is in no GPU allocation (cuMemGetAddressRange)");
   unsigned long long id = 0;
-  if (const CUresult r = get_pointer_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, reinterpret_cast<CUdeviceptr>(gpu)); r != CUDA_SUCCESS) {
-    throw host::error("Find the GPU allocation", device, where + ": no buffer ID (cuPointerGetAttribute: CUresult " + std::to_string(static_cast<int>(r)) + ")");
-  }
+  host::driver_check(get_pointer_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, reinterpret_cast<CUdeviceptr>(gpu)), "Find the GPU allocation", device,
+                     where + " has no buffer ID (cuPointerGetAttribute)");
   return gpu_allocation{static_cast<std::uintptr_t>(base), size, id};
 }
 
