@@ -32,8 +32,8 @@
 namespace {
 
 using namespace cunvme;
-using shared_reader = block_reader<queue<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
-using owned_reader = block_reader<queue<slots::exclusive, completion::cooperative>, prp::contiguous, doorbell::mmio>;
+using shared_reader = block_reader<queue_policies<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
+using owned_reader = block_reader<queue_policies<slots::exclusive, completion::cooperative>, prp::contiguous, doorbell::mmio>;
 
 enum class probe_op { fence_gpu, fence_sys, host_store_fence_gpu, host_store_fence_sys, atomic_seq_cst_gpu, atomic_seq_cst_sys, atomic_relaxed_gpu };
 constexpr const char* probe_names[] = {"fence.sc.gpu", "fence.sc.sys", "store to host memory + fence.sc.gpu", "store to host memory + fence.sc.sys",

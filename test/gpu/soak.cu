@@ -46,7 +46,7 @@ __device__ void count_failure(const io_result& r, tally* t) {
 
 constexpr std::uint32_t region_blocks = 8;  // each thread owns 8 blocks (4 KiB) of the namespace
 
-using queue_t = queue<slots::warp_aggregated, completion::cooperative>;
+using queue_t = queue_policies<slots::warp_aggregated, completion::cooperative>;
 using reader_t = block_reader<queue_t, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
 using writer_t = block_writer<queue_t, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
 

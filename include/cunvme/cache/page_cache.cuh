@@ -4,7 +4,7 @@
 // member's queue pairs of a volume).
 //
 // ```
-// using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+// using queue = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
 // using cache = cunvme::page_cache<queue, cunvme::doorbell::mmio>;
 // __global__ void k(cache c, float* out) {
 //   const auto i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -67,7 +67,7 @@ struct cached_page {
 /// (the shared state), the queue pair its reads and write-backs go through and the namespace.
 /// Any number of threads share one; the queue's slot policy must allow that
 /// (`slots::multi_producer` or `slots::warp_aggregated`, not `slots::exclusive`).
-/// @tparam Queue    `queue<Slots, Completion>` of the queue pair
+/// @tparam Queue    `queue_policies<Slots, Completion>` of the queue pair
 /// @tparam Doorbell `doorbell::mmio`, `doorbell::shadow` or `doorbell::coalescing<…>`
 template <queue_policy Queue, doorbell::policy Doorbell>
 class page_cache {

@@ -35,7 +35,7 @@ namespace host {
 /// ```
 /// auto ctrl = cunvme::host::open("emu");
 /// cunvme::host::io_queue q(*ctrl, 256);
-/// using queue  = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+/// using queue  = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
 /// cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
 /// ```
 class io_queue {

@@ -43,7 +43,7 @@ using slot_allocator = std::function<dma_buffer(controller& ctrl, std::size_t by
 /// ```
 /// cunvme::host::io_queue q(*ctrl, 256);
 /// cunvme::host::page_cache_memory memory(*ctrl, q.namespace_view(1), 4096, 1024);   // 4 MiB of slots
-/// using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+/// using queue = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
 /// cunvme::page_cache<queue, cunvme::doorbell::mmio> cache(memory.view(), q.view(), q.namespace_view(1));
 /// std::uint64_t x;
 /// cunvme::io_result r = cache.read(8 * 1000, 8, &x);   // CPU threads; kernels take device_view()

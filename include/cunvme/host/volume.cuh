@@ -36,7 +36,7 @@ namespace host {
 /// auto a = cunvme::host::open("emu"), b = cunvme::host::open("emu");
 /// cunvme::host::io_queue qa(*a, 256), qb(*b, 256);
 /// auto vol = cunvme::host::volume::striped({{{&qa}, 1}, {{&qb}, 1}}, 64 * 1024);
-/// using io = cunvme::volume_io<cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>,
+/// using io = cunvme::volume_io<cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>,
 ///                              cunvme::doorbell::mmio>;
 /// io(vol.view()).read(lba, 8, buffers, 0);   // CPU threads; kernels take vol.device_view()
 /// ```

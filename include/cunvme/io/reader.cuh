@@ -2,7 +2,7 @@
 // into one straight-line I/O path, run alike by GPU threads and CPU threads.
 //
 // ```
-// using queue  = cunvme::queue<cunvme::slots::warp_aggregated, cunvme::completion::cooperative>;
+// using queue  = cunvme::queue_policies<cunvme::slots::warp_aggregated, cunvme::completion::cooperative>;
 // using reader = cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio>;
 // __global__ void k(reader r, cunvme::prp::contiguous dst) {
 //   const auto t = blockIdx.x * blockDim.x + threadIdx.x;
@@ -339,7 +339,7 @@ class block_io {
 }  // namespace detail
 
 /// Reads blocks into a buffer described by `Prp`.
-/// @tparam Queue    `queue<Slots, Completion>` (any `queue_policy`)
+/// @tparam Queue    `queue_policies<Slots, Completion>` (any `queue_policy`)
 /// @tparam Prp      `prp::contiguous` or `prp::page_list` (the buffer's bus layout)
 /// @tparam Doorbell `doorbell::mmio`, `doorbell::shadow` or `doorbell::coalescing<…>`
 template <queue_policy Queue, prp::buffer Prp, doorbell::policy Doorbell>

@@ -3,7 +3,7 @@
 // writer of each member's queue pairs.
 //
 // ```
-// using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+// using queue = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
 // using io = cunvme::volume_io<queue, cunvme::doorbell::mmio>;
 // __global__ void k(io v, cunvme::member_buffers<cunvme::prp::page_list> dst) {
 //   const auto i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -115,7 +115,7 @@ static_assert(volume_buffer<member_buffers<prp::contiguous>>);
 /// queue pair there. Failures come back as the reader's `io_result`, with `lba` and `blocks`
 /// in volume blocks (`volume_view::locate` names the member): a member that fails fails only
 /// the requests it served.
-/// @tparam Queue    `queue<Slots, Completion>` of every member's queue pairs (shared: not `slots::exclusive`)
+/// @tparam Queue    `queue_policies<Slots, Completion>` of every member's queue pairs (shared: not `slots::exclusive`)
 /// @tparam Doorbell a doorbell policy
 template <queue_policy Queue, doorbell::policy Doorbell>
 class volume_io {
