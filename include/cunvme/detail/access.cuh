@@ -20,10 +20,11 @@
 #include <cuda/atomic>
 #include <cuda/std/cstdint>
 
+#include <atomic>
+
 #if defined(CUNVME_DEVICE_COMPILATION)
 #  include <cuda/ptx>
 #else
-#  include <atomic>
 #  include <chrono>
 #  include <thread>
 #  if defined(__linux__)
@@ -71,7 +72,8 @@ struct entry_words {
   return {v.x, v.y, v.z};
 #else
   const auto word = [entry](int i) {
-    return cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(const_cast<cuda::std::uint32_t&>(entry[i])).load(cuda::std::memory_order_relaxed);
+    return cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(const_cast<cuda::std::uint32_t&>(entry[i]))
+        .load(cuda::std::memory_order_relaxed);
   };
   return {word(0), word(1), word(2)};
 #endif
@@ -124,7 +126,8 @@ CUNVME_HOST_DEVICE inline void back_off(cuda::std::uint32_t round) noexcept {
 #endif
 }
 
-#if !defined(CUNVME_DEVICE_COMPILATION)
+// Host functions (nvcc's device pass parses them too, hence the guards on the intrinsics).
+
 /// Stores `value` to device memory mapped into the process (host only) in one access of exactly
 /// sizeof(T) bytes: never elided, merged with another or torn, as a write-combined BAR needs.
 /// Unordered: `write_combined_before_later_stores` orders a copy's stores.
@@ -144,25 +147,24 @@ template <class T>
 /// "write_combined_before_later_stores" (WC stores are weakly ordered, x86 SDM vol. 3, 11.3;
 /// SFENCE drains them).
 inline void write_combined_before_later_stores() noexcept {
-#  if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(CUNVME_DEVICE_COMPILATION)
   _mm_sfence();
   std::atomic_signal_fence(std::memory_order_seq_cst);  // and keeps the compiler from moving stores across
-#  else
+#else
   std::atomic_thread_fence(std::memory_order_seq_cst);
-#  endif
+#endif
 }
 
 /// Makes the streaming loads after it go to the device: "device_writes_before_streaming_loads".
 /// A streaming buffer (MOVNTDQA) may still hold a line from an earlier copy that the device has
 /// rewritten since; MFENCE empties them.
 inline void device_writes_before_streaming_loads() noexcept {
-#  if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(CUNVME_DEVICE_COMPILATION)
   _mm_mfence();
-#  else
+#else
   std::atomic_thread_fence(std::memory_order_seq_cst);
-#  endif
-}
 #endif
+}
 
 }  // namespace access
 CUNVME_NAMESPACE_END

@@ -129,8 +129,7 @@ inline void copy_to_write_combined(std::byte* dst, const std::byte* src, std::si
 /// Copies `n` bytes from write-combined memory at `src` to ordinary memory at `dst` in aligned
 /// loads, none outside [src, src + n): 16-byte loads in the middle, streaming ones where
 /// `streaming` (and the CPU has them, `streaming_loads_available`).
-inline void copy_from_write_combined(std::byte* dst, const std::byte* src, std::size_t n,
-                                     bool streaming = streaming_loads_available()) noexcept {
+inline void copy_from_write_combined(std::byte* dst, const std::byte* src, std::size_t n, bool streaming = streaming_loads_available()) noexcept {
   using namespace write_combined_detail;
 #if defined(__x86_64__) && !defined(CUNVME_DEVICE_COMPILATION)
   const bool stream = streaming && streaming_loads_available();

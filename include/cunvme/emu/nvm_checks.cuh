@@ -31,20 +31,21 @@ struct block_range {
 /// in Command.
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr spec::status check_transfer_fields(const spec::submission_entry& sqe) noexcept {
   return sqe.fuse() == spec::fused_operation::normal && sqe.psdt() == spec::data_transfer_kind::prp ? spec::status::successful_completion
-                                                                                                  : spec::status::invalid_field_in_command;
+                                                                                                    : spec::status::invalid_field_in_command;
 }
 
 /// LBA Out of Range unless blocks [slba, slba + blocks) lie in a namespace of `lba_count`
 /// blocks. Never computes slba + blocks, which may wrap; an empty range at the end is inside
 /// (Dataset Management ranges may be empty).
 [[nodiscard]] CUNVME_HOST_DEVICE constexpr spec::status check_lba_range(cuda::std::uint64_t slba, cuda::std::uint64_t blocks,
-                                                                      cuda::std::uint64_t lba_count) noexcept {
+                                                                        cuda::std::uint64_t lba_count) noexcept {
   return slba <= lba_count && blocks <= lba_count - slba ? spec::status::successful_completion : spec::status::lba_out_of_range;
 }
 
 /// The bytes one command may move: 2^MDTS minimum memory pages (CAP.MPSMIN), no limit when
 /// MDTS is 0 (Identify Controller, MDTS), and no limit either where the product exceeds 64 bits.
-[[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint64_t max_transfer_bytes(cuda::std::uint32_t mdts, cuda::std::uint64_t min_page_bytes) noexcept {
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr cuda::std::uint64_t max_transfer_bytes(cuda::std::uint32_t mdts,
+                                                                                  cuda::std::uint64_t min_page_bytes) noexcept {
   constexpr cuda::std::uint64_t unlimited = ~cuda::std::uint64_t{0};
   if (mdts == 0 || mdts >= 64 || min_page_bytes == 0) return unlimited;
   const cuda::std::uint64_t pages = cuda::std::uint64_t{1} << mdts;
@@ -62,7 +63,8 @@ struct namespace_limits {
 /// precedence in both emulators: the namespace (Invalid Namespace or Format), the LBA range (LBA
 /// Out of Range), then the transfer size against MDTS (Invalid Field in Command). blocks ≤ 65536
 /// and block_bytes below 2^32, so their product cannot wrap.
-[[nodiscard]] CUNVME_HOST_DEVICE constexpr spec::status check_read_write(block_range r, namespace_limits ns, cuda::std::uint64_t max_transfer) noexcept {
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr spec::status check_read_write(block_range r, namespace_limits ns,
+                                                                         cuda::std::uint64_t max_transfer) noexcept {
   if (!ns.active) return spec::status::invalid_namespace_or_format;
   if (const spec::status s = check_lba_range(r.slba, r.blocks, ns.lba_count); s != spec::status::successful_completion) return s;
   return r.blocks * ns.block_bytes > max_transfer ? spec::status::invalid_field_in_command : spec::status::successful_completion;

@@ -33,9 +33,7 @@ namespace host {
 }
 
 /// A runtime error by name and description: "cudaErrorInvalidValue (invalid argument)".
-[[nodiscard]] inline std::string cuda_error_text(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
-}
+[[nodiscard]] inline std::string cuda_error_text(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
 
 /// A driver error by name and description: "CUDA_ERROR_NOT_SUPPORTED (operation not
 /// supported)"; "CUresult 801" where the driver cannot name it.
