@@ -119,16 +119,20 @@ def long_headers(root):
     return found
 
 
+def report(problems, kind, summary, success):
+    """Prints each problem as `kind: problem`, then `summary` (failure, 1) or `success` (0)."""
+    for p in problems:
+        print(f'{kind}: {p}')
+    print(summary if problems else success)
+    return 1 if problems else 0
+
+
 def check_graph(root):
     problems = graph_problems(root)
-    for p in problems:
-        print(f'upward include: {p}')
-    if problems:
-        print(f'{len(problems)} include(s) against the layer order spec < detail < policy < io < volume < cache < host < emu '
-              '(facade: up to host); see test/layers/check_layers.py')
-        return 1
-    print(f'include graph of {root}: every include runs downward')
-    return 0
+    return report(problems, 'upward include',
+                  f'{len(problems)} include(s) against the layer order spec < detail < policy < io < volume < cache < host < emu '
+                  '(facade: up to host); see test/layers/check_layers.py',
+                  f'include graph of {root}: every include runs downward')
 
 
 def check_lengths(root):
@@ -160,13 +164,9 @@ def access_problems(root):
 
 def check_access(root):
     problems = access_problems(root)
-    for p in problems:
-        print(f'outside the access layer: {p}')
-    if problems:
-        print(f'{len(problems)} volatile access(es), asm or fence(s) outside {ACCESS_LAYER}: move them there, named for what they order')
-        return 1
-    print(f'every volatile access, asm and fence of {root} is in {ACCESS_LAYER}')
-    return 0
+    return report(problems, 'outside the access layer',
+                  f'{len(problems)} volatile access(es), asm or fence(s) outside {ACCESS_LAYER}: move them there, named for what they order',
+                  f'every volatile access, asm and fence of {root} is in {ACCESS_LAYER}')
 
 
 def self_test():
