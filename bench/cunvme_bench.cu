@@ -24,6 +24,8 @@
 //
 //   cunvme_bench --device gpu-null:copy --devices 4 --volume striped --queues 32 --threads 16384 --verify
 #include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/emu/gpu_null_controller.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/gpu_dma_buf.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/host/gpu_reach.cuh>
@@ -34,7 +36,6 @@
 
 #include "cunvme_bench_options.hpp"
 #include "cunvme_bench_report.hpp"
-#include "gpu_null_controller.cuh"
 #include "queue_probe.hpp"
 
 #include <cuda/std/bit>
@@ -276,9 +277,7 @@ __global__ void pong(std::uint32_t* word, unsigned rounds) {
 
 // ---- host side ---------------------------------------------------------------------------------
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { cunvme::host::cuda_check(e, what, "the GPU"); }
 
 std::string gpu_name() {
   cudaDeviceProp prop{};
@@ -348,7 +347,7 @@ struct target {
   std::vector<emu::controller*> emulators;
   std::vector<std::unique_ptr<host::io_queue>> queues;  // host-made queues (emulator, real)
   std::vector<host::dma_buffer> buffers;                // one per controller
-  std::vector<std::unique_ptr<bench::gpu_null_controller>> nulls;
+  std::vector<std::unique_ptr<emu::gpu_null_controller>> nulls;
   std::vector<void*> gpu_allocations;                   // the null controllers' buffers, a null volume's tables
   std::vector<queue_view> views;
   std::vector<namespace_view> namespaces;
@@ -421,14 +420,14 @@ void open_target(const options& o, target& t) {
     t.buffer_bytes = o.buffer_per_device();
     std::vector<void*> buffers;
     for (unsigned c = 0; c < o.devices; ++c) {
-      bench::gpu_null_controller::options n;
+      emu::gpu_null_controller::options n;
       n.queues = (o.queues - c + o.devices - 1) / o.devices;
       n.entries = o.entries;
       n.move_data = null.copy;
       n.timing = null.timing;
       n.lba_count = n.move_data ? (u64{1} << 22) : (u64{1} << 32);  // 2 GiB of namespace when it is real
       n.blocks = o.null_blocks;
-      t.nulls.push_back(std::make_unique<bench::gpu_null_controller>(n));
+      t.nulls.push_back(std::make_unique<emu::gpu_null_controller>(n));
       if (n.move_data) {
         fill_pattern<<<1024, 256>>>(reinterpret_cast<std::uint64_t*>(t.nulls.back()->data()), (n.lba_count << n.lba_shift) / 8);
         check(cudaDeviceSynchronize(), "fill the null controller's namespace");
@@ -586,7 +585,7 @@ class queue_prober {
   bool ok(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
     (void)cudaGetLastError();
-    if (error_.empty()) error_ = std::string("the probe could not ") + what + ": " + cudaGetErrorString(e);
+    if (error_.empty()) error_ = std::string("the probe could not ") + what + ": " + host::cuda_error_text(e);
     return false;
   }
 
@@ -600,8 +599,8 @@ class queue_prober {
 
 template <class Slots, class Completion, class Doorbell>
 result run_io(const options& o, target& t) {
-  using reader = block_reader<queue<Slots, Completion>, prp::contiguous, Doorbell>;
-  using writer = block_writer<queue<Slots, Completion>, prp::contiguous, Doorbell>;
+  using reader = block_reader<queue_policies<Slots, Completion>, prp::contiguous, Doorbell>;
+  using writer = block_writer<queue_policies<Slots, Completion>, prp::contiguous, Doorbell>;
   using lq = lane_queue<reader, writer>;
   const namespace_view ns = t.namespaces[0];
   const u64 bs_blocks = o.bs >> ns.lba_shift;
@@ -656,7 +655,7 @@ result run_io(const options& o, target& t) {
   check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "create a stream");
   // The controller and poller kernels run until stopped: the I/O kernel must be loaded and its
   // local memory reserved before they start, or its launch waits for them forever.
-  bench::prepare_kernels_to_run_beside(io_kernel<queue_router<reader, writer>>, io_kernel<volume_router<reader, writer>>, poller_kernel);
+  emu::prepare_kernels_to_run_beside(io_kernel<queue_router<reader, writer>>, io_kernel<volume_router<reader, writer>>, poller_kernel);
   std::optional<queue_prober> prober;  // before any kernel starts (see queue_prober)
   if (o.probe) prober.emplace(t.views);
   // A profiler range around the device's and the readers' kernels (no-op without a profiler):

@@ -55,7 +55,7 @@ int run(const options& o) {
   }
   const auto blocks = static_cast<std::uint32_t>(o.bs / block_bytes);
   host::io_queue q(*ctrl, 1024);
-  using queue = cunvme::queue<cunvme::slots::exclusive, cunvme::completion::cooperative>;
+  using queue = cunvme::queue_policies<cunvme::slots::exclusive, cunvme::completion::cooperative>;
   cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(ns.nsid));
   host::dma_buffer buffer = ctrl->memory().allocate(std::size_t{o.qd} * o.bs);
   const cunvme::prp::contiguous dst{buffer.bus()};

@@ -28,6 +28,7 @@
 // arguments; 77 (Meson's "skipped") without a CUDA GPU. The options: file_peers_options.hpp; the
 // record: file_peers_report.hpp.
 #include <cunvme/facade/copy.cuh>
+#include <cunvme/host/cuda_error.cuh>
 
 #include "file_peers_options.hpp"
 #include "file_peers_report.hpp"
@@ -124,9 +125,7 @@ struct wrong_bytes : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-void check(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const std::string& what) { cunvme::host::cuda_check(e, what, "the GPU"); }
 
 [[noreturn]] void fail_errno(const std::string& what) { throw std::runtime_error(what + ": " + std::strerror(errno)); }
 
@@ -429,7 +428,7 @@ std::string describe(CUfileOpError e) { return cufile_error_name(e) + " (" + std
 
 std::string describe(CUfileError_t s) {
   std::string text = describe(s.err);
-  if (IS_CUDA_ERR(s)) text += ", CUresult " + std::to_string(static_cast<int>(CU_FILE_CUDA_ERR(s)));
+  if (IS_CUDA_ERR(s)) text += ", " + cunvme::host::driver_error_text(CU_FILE_CUDA_ERR(s));
   return text;
 }
 
@@ -766,7 +765,7 @@ int main(int argc, char** argv) {
   };
   int gpus = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&gpus); e != cudaSuccess || gpus == 0) {
-    return refuse(std::string("no CUDA GPU: file_peers needs one (") + (e != cudaSuccess ? cudaGetErrorString(e) : "none found") + ")", 77);
+    return refuse(std::string("no CUDA GPU: file_peers needs one (") + (e != cudaSuccess ? cunvme::host::cuda_error_text(e) : "none found") + ")", 77);
   }
   try {
     return run(o);

@@ -13,6 +13,7 @@
 // `shared` is warp_aggregated slots with a coalescing doorbell (cunvme_bench's default);
 // `exclusive` is a queue the thread owns, with a plain MMIO doorbell.
 #include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/io/reader.cuh>
@@ -31,8 +32,8 @@
 namespace {
 
 using namespace cunvme;
-using shared_reader = block_reader<queue<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
-using owned_reader = block_reader<queue<slots::exclusive, completion::cooperative>, prp::contiguous, doorbell::mmio>;
+using shared_reader = block_reader<queue_policies<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
+using owned_reader = block_reader<queue_policies<slots::exclusive, completion::cooperative>, prp::contiguous, doorbell::mmio>;
 
 enum class probe_op { fence_gpu, fence_sys, host_store_fence_gpu, host_store_fence_sys, atomic_seq_cst_gpu, atomic_seq_cst_sys, atomic_relaxed_gpu };
 constexpr const char* probe_names[] = {"fence.sc.gpu", "fence.sc.sys", "store to host memory + fence.sc.gpu", "store to host memory + fence.sc.sys",
@@ -85,9 +86,7 @@ __global__ void qd1_reads(Reader r, queue_view q, prp::contiguous buffer, std::u
   }
 }
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { cunvme::host::cuda_check(e, what, "the GPU"); }
 
 void fence_costs() {
   std::uint32_t* host = nullptr;

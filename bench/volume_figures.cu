@@ -16,16 +16,16 @@
 // whose kernel failed or whose data did not verify is not printed (exit 1).
 #include <cunvme/cache/array.cuh>
 #include <cunvme/cache/page_cache.cuh>
-#include <cunvme/policy/device_group.cuh>
-#include <cunvme/volume/volume.cuh>
+#include <cunvme/emu/gpu_null_controller.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/gpu_queue.cuh>
 #include <cunvme/host/gpu_reach.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/host/page_cache_memory.cuh>
 #include <cunvme/host/uri_options.cuh>
 #include <cunvme/host/volume.cuh>
-
-#include "gpu_null_controller.cuh"
+#include <cunvme/policy/device_group.cuh>
+#include <cunvme/volume/volume.cuh>
 
 #include <cuda/std/cstring>
 
@@ -46,14 +46,12 @@
 namespace {
 
 using namespace cunvme;
-using queue_t = queue<slots::multi_producer, completion::cooperative>;
+using queue_t = queue_policies<slots::multi_producer, completion::cooperative>;
 using io_t = volume_io<queue_t, doorbell::mmio>;
 using cache_t = page_cache<queue_t, doorbell::mmio>;
 using words_t = array<std::uint64_t, cache_t>;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { cunvme::host::cuda_check(e, what, "the GPU"); }
 
 __host__ __device__ constexpr std::uint64_t mix(std::uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -94,13 +92,13 @@ class null_volume {
   null_volume(unsigned members, std::uint64_t lba_count, std::uint32_t queues_each, unsigned controller_blocks = 4) {
     std::vector<volume_member> table;
     for (unsigned m = 0; m < members; ++m) {
-      bench::gpu_null_controller::options o;
+      emu::gpu_null_controller::options o;
       o.queues = queues_each;
       o.entries = 1024;
       o.lba_count = lba_count;
       o.move_data = true;
       o.blocks = controller_blocks;
-      ctrls_.push_back(std::make_unique<bench::gpu_null_controller>(o));
+      ctrls_.push_back(std::make_unique<emu::gpu_null_controller>(o));
       fill_words<<<264, 256>>>(reinterpret_cast<std::uint64_t*>(ctrls_.back()->data()), lba_count * 512 / 8, m);
       check(cudaGetLastError(), "fill a namespace");
       queue_view* views = nullptr;
@@ -175,7 +173,7 @@ class null_volume {
   }
 
  private:
-  std::vector<std::unique_ptr<bench::gpu_null_controller>> ctrls_;
+  std::vector<std::unique_ptr<emu::gpu_null_controller>> ctrls_;
   std::vector<void*> allocations_;
   volume_view view_{};
 };
@@ -352,7 +350,7 @@ int main(int argc, char** argv) {
     (void)cudaSetDeviceFlags(cudaDeviceLmemResizeToMax);
     tally* t = nullptr;
     check(cudaHostAlloc(&t, sizeof *t, cudaHostAllocMapped), "allocate the tally");
-    bench::prepare_kernels_to_run_beside(raw_reads, cached_pages, gather_words<false>, gather_words<true>, plain_gather, touch_pages);
+    emu::prepare_kernels_to_run_beside(raw_reads, cached_pages, gather_words<false>, gather_words<true>, plain_gather, touch_pages);
     const unsigned grid = threads / 256;
     constexpr std::uint64_t lbas = std::uint64_t{1} << 20;  // 512 MiB a member
     bool all_ok = true;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cunvme/facade/copy.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/gpu_reach.cuh>
 
@@ -31,9 +32,7 @@ __host__ __device__ constexpr std::uint64_t mix(std::uint64_t x) {
 /// (by warps finishing in any order), and the index makes it notice words that trade places.
 __host__ __device__ constexpr std::uint64_t term(std::uint64_t word, std::uint64_t index) { return mix(word ^ (index * 0x9e3779b97f4a7c15ull)); }
 
-inline void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+inline void check(cudaError_t e, const char* what) { cunvme::host::cuda_check(e, what, "the GPU"); }
 
 /// A non-blocking stream: nothing on the legacy default stream (Thrust's allocations and
 /// copies) waits for kernels that poll for the controller, nor they for it.
@@ -75,7 +74,7 @@ int run_main(const char* name, Body&& body) {
   cunvme::host::prepare_cuda_environment();  // before any CUDA call: kernels wait for emulated I/O
   int gpus = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&gpus); e != cudaSuccess || gpus == 0) {
-    std::printf("%s: no CUDA GPU (%s): skipped\n", name, e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    std::printf("%s: no CUDA GPU (%s): skipped\n", name, e != cudaSuccess ? cunvme::host::cuda_error_text(e).c_str() : "none found");
     return 77;
   }
   try {

@@ -26,7 +26,7 @@ namespace example {
 /// Where the examples' queues and data live: pinned host memory (tier 1).
 inline constexpr cunvme::host::tier where = cunvme::host::tier::host_queues_host_data;
 /// The queue pairs every example thread's I/O goes through.
-using volume_queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+using volume_queue = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
 
 /// One controller a URI, a host queue pair and two GPU queue pairs on each, and the volumes
 /// striped by `stripe` bytes over their namespace 1.

@@ -3,6 +3,7 @@
 
 #include <cunvme/facade/copy.cuh>
 #include <cunvme/facade/device.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/gpu_reach.cuh>
 #include <cunvme/host/open.cuh>
 
@@ -62,7 +63,7 @@ std::string gpu_unavailable_reason() {
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
     (void)cudaGetLastError();
-    return std::string("CUDA reports no usable GPU: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+    return "CUDA reports no usable GPU: " + cunvme::host::cuda_error_text(e);
   }
   return count == 0 ? "CUDA reports no GPU" : "";
 }

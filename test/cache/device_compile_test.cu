@@ -73,16 +73,16 @@ __global__ void use_volume(Io io, member_buffers<prp::page_list> buffers, io_res
 
 template <class Slots, class Completion, class Doorbell>
 const void* instantiate_array() {
-  return reinterpret_cast<const void*>(&use_array<page_cache<queue<Slots, Completion>, Doorbell>>);
+  return reinterpret_cast<const void*>(&use_array<page_cache<queue_policies<Slots, Completion>, Doorbell>>);
 }
 template <class Slots, class Completion, class Doorbell>
 const void* instantiate_volume() {
-  return reinterpret_cast<const void*>(&use_volume<volume_io<queue<Slots, Completion>, Doorbell>>);
+  return reinterpret_cast<const void*>(&use_volume<volume_io<queue_policies<Slots, Completion>, Doorbell>>);
 }
 
 template <class Slots, class Completion, class Doorbell>
 const void* instantiate() {
-  return reinterpret_cast<const void*>(&use_cache<page_cache<queue<Slots, Completion>, Doorbell>>);
+  return reinterpret_cast<const void*>(&use_cache<page_cache<queue_policies<Slots, Completion>, Doorbell>>);
 }
 
 }  // namespace
@@ -106,11 +106,11 @@ TEST_CASE("array<T> and volume_io compile for the device, per thread and per war
 }
 
 TEST_CASE("a page cache is trivially copyable, so kernels take it by value") {
-  using cache = page_cache<queue<slots::multi_producer, completion::cooperative>, doorbell::mmio>;
+  using cache = page_cache<queue_policies<slots::multi_producer, completion::cooperative>, doorbell::mmio>;
   CHECK(std::is_trivially_copyable_v<cache>);
   CHECK(std::is_trivially_copyable_v<page_cache_view>);
   CHECK(std::is_trivially_copyable_v<cached_page>);
   CHECK(std::is_trivially_copyable_v<array<float, cache>>);
   CHECK(std::is_trivially_copyable_v<volume_view>);
-  CHECK(std::is_trivially_copyable_v<volume_io<queue<slots::multi_producer, completion::cooperative>, doorbell::mmio>>);
+  CHECK(std::is_trivially_copyable_v<volume_io<queue_policies<slots::multi_producer, completion::cooperative>, doorbell::mmio>>);
 }

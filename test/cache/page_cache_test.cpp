@@ -28,7 +28,7 @@ namespace slot_owner = cunvme::slot_owner;
 
 namespace {
 
-using queue_t = cunvme::queue<slots::multi_producer, completion::cooperative>;
+using queue_t = cunvme::queue_policies<slots::multi_producer, completion::cooperative>;
 using cache_t = cunvme::page_cache<queue_t, doorbell::mmio>;
 
 /// An emulator with the pattern filled in, a queue pair and a cache's memory over namespace 1

@@ -29,7 +29,7 @@ using cunvme::volume_layout;
 
 namespace {
 
-using queue_t = cunvme::queue<slots::multi_producer, completion::cooperative>;
+using queue_t = cunvme::queue_policies<slots::multi_producer, completion::cooperative>;
 using io_t = cunvme::volume_io<queue_t, doorbell::mmio>;
 using cache_t = cunvme::page_cache<queue_t, doorbell::mmio>;
 

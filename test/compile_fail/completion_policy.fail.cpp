@@ -1,4 +1,4 @@
-// A completion policy without `progress` is not a completion::policy: queue<> refuses it.
+// A completion policy without `progress` is not a completion::policy: queue_policies<> refuses it.
 // expect-error: policy<Completion>
 // expect-error: progress<
 #include <cunvme/policy/queue.cuh>
@@ -14,5 +14,5 @@ struct completion_without_progress {
 #endif
 };
 
-using queue_t = cn::queue<cn::slots::exclusive, completion_without_progress>;
+using queue_t = cn::queue_policies<cn::slots::exclusive, completion_without_progress>;
 [[maybe_unused]] queue_t* use = nullptr;

@@ -13,6 +13,6 @@ struct doorbell_without_coalesces {
 #endif
 };
 
-using queue_t = cn::queue<cn::slots::exclusive, cn::completion::cooperative>;
+using queue_t = cn::queue_policies<cn::slots::exclusive, cn::completion::cooperative>;
 using reader_t = cn::block_reader<queue_t, cn::prp::contiguous, doorbell_without_coalesces>;
 [[maybe_unused]] reader_t* use = nullptr;

@@ -13,6 +13,6 @@ struct buffer_without_page_shift {
 #endif
 };
 
-using queue_t = cn::queue<cn::slots::exclusive, cn::completion::cooperative>;
+using queue_t = cn::queue_policies<cn::slots::exclusive, cn::completion::cooperative>;
 using reader_t = cn::block_reader<queue_t, buffer_without_page_shift, cn::doorbell::mmio>;
 [[maybe_unused]] reader_t* use = nullptr;

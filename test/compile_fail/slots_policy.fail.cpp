@@ -1,4 +1,4 @@
-// A slot policy without `ensure_rung` is not a slots::policy: queue<> refuses it.
+// A slot policy without `ensure_rung` is not a slots::policy: queue_policies<> refuses it.
 // expect-error: policy<Slots>
 // expect-error: ensure_rung<
 #include <cunvme/policy/queue.cuh>
@@ -17,5 +17,5 @@ struct slots_without_ensure_rung {
 #endif
 };
 
-using queue_t = cn::queue<slots_without_ensure_rung, cn::completion::cooperative>;
+using queue_t = cn::queue_policies<slots_without_ensure_rung, cn::completion::cooperative>;
 [[maybe_unused]] queue_t* use = nullptr;

@@ -17,7 +17,7 @@ struct group_without_any {
 #endif
 };
 
-using queue_t = cn::queue<cn::slots::exclusive, cn::completion::cooperative>;
+using queue_t = cn::queue_policies<cn::slots::exclusive, cn::completion::cooperative>;
 using reader_t = cn::block_reader<queue_t, cn::prp::contiguous, cn::doorbell::mmio>;
 
 [[maybe_unused]] auto call(const reader_t& r, group_without_any& g, const cn::prp::contiguous& dst) { return r.read(g, 0, 1, dst, 0); }

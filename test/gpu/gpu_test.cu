@@ -7,6 +7,7 @@
 #include <cunvme/policy/device_group.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/emu/fault_injection.cuh>
+#include <cunvme/emu/gpu_null_controller.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/gpu_dma_buf.cuh>
 #include <cunvme/host/gpu_queue.cuh>
@@ -16,7 +17,6 @@
 
 #include "../pattern.hpp"
 #include "gpu_fixture.cuh"
-#include "gpu_null_controller.cuh"  // bench/: the on-GPU null controller
 
 #include <doctest/doctest.h>
 
@@ -83,7 +83,7 @@ struct grid_poller {
 
 // ---- the page cache at grid scale ----------------------------------------------------------------
 
-using cache_queue = queue<slots::multi_producer, completion::cooperative>;
+using cache_queue = queue_policies<slots::multi_producer, completion::cooperative>;
 using gpu_cache = page_cache<cache_queue, doorbell::mmio>;
 
 /// Each thread reads `reads` random words through the cache — of `hot` pages when non-zero,
@@ -369,8 +369,8 @@ struct combo {
   using slots_t = S;
   using completion_t = C;
   using doorbell_t = D;
-  using reader = block_reader<queue<S, C>, prp::contiguous, D>;
-  using writer = block_writer<queue<S, C>, prp::contiguous, D>;
+  using reader = block_reader<queue_policies<S, C>, prp::contiguous, D>;
+  using writer = block_writer<queue_policies<S, C>, prp::contiguous, D>;
 };
 
 }  // namespace
@@ -414,7 +414,7 @@ void require_clean(const tally& t, unsigned long long expected_ok) {
 }  // namespace
 
 TEST_CASE("a dedicated poller kernel drains for a reader kernel beside it") {
-  using reader = block_reader<queue<slots::multi_producer, completion::dedicated_poller>, prp::contiguous, doorbell::mmio>;
+  using reader = block_reader<queue_policies<slots::multi_producer, completion::dedicated_poller>, prp::contiguous, doorbell::mmio>;
   gpu_rig rig(tier::host_queues_host_data);
   auto q = rig.queue(64, std::chrono::seconds(2));
   auto buf = rig.data(32 * slice_bytes);
@@ -486,7 +486,7 @@ TEST_CASE_TEMPLATE("per-warp reads larger than MDTS are split and verified in ev
 }
 
 TEST_CASE("per-block reads of 8 MiB use every thread of the block, in every tier") {
-  using reader = block_reader<queue<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
+  using reader = block_reader<queue_policies<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
   for (const tier where : all_tiers) {
     const std::string tier_label = tier_name(where);
     CAPTURE(tier_label);
@@ -503,7 +503,7 @@ TEST_CASE("per-block reads of 8 MiB use every thread of the block, in every tier
 }
 
 TEST_CASE("asynchronous reads keep four commands per thread in flight, in every tier") {
-  using reader = block_reader<queue<slots::multi_producer, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
+  using reader = block_reader<queue_policies<slots::multi_producer, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
   for (const tier where : all_tiers) {
     const std::string tier_label = tier_name(where);
     CAPTURE(tier_label);
@@ -520,7 +520,7 @@ TEST_CASE("asynchronous reads keep four commands per thread in flight, in every 
 }
 
 TEST_CASE("exclusive queues: one warp owns its queue, one queue per warp, in every tier") {
-  using reader = block_reader<queue<slots::exclusive, completion::cooperative>, prp::contiguous, doorbell::mmio>;
+  using reader = block_reader<queue_policies<slots::exclusive, completion::cooperative>, prp::contiguous, doorbell::mmio>;
   for (const tier where : all_tiers) {
     const std::string tier_label = tier_name(where);
     CAPTURE(tier_label);
@@ -562,7 +562,7 @@ TEST_CASE("warps write, flush and read back their regions in every tier") {
 }
 
 TEST_CASE("132 × 2048 threads each read once through one shared queue") {
-  using reader = block_reader<queue<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
+  using reader = block_reader<queue_policies<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
   gpu_rig rig(tier::host_queues_gpu_data);
   auto q = rig.queue(4096);
   constexpr unsigned threads = 132 * 2048;
@@ -600,7 +600,7 @@ TEST_CASE("an injected read error reaches exactly the thread whose range holds t
   rule.opcode = static_cast<std::uint8_t>(spec::nvm_opcode::read);
   rule.lba_first = rule.lba_last = 1234;
   rule.fraction = 1;
-  using reader = block_reader<queue<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
+  using reader = block_reader<queue_policies<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
   for (const tier where : all_tiers) {
     const std::string tier_label = tier_name(where);
     CAPTURE(tier_label);
@@ -622,7 +622,7 @@ TEST_CASE_TEMPLATE("lost completions become timeouts for their threads only, and
   emu::fault_rule rule;
   rule.action = emu::fault_action::lose_completion;
   rule.nth = 100;
-  using reader = block_reader<queue<slots::multi_producer, C>, prp::contiguous, doorbell::mmio>;
+  using reader = block_reader<queue_policies<slots::multi_producer, C>, prp::contiguous, doorbell::mmio>;
   for (const tier where : all_tiers) {
     const std::string tier_label = tier_name(where);
     CAPTURE(tier_label);
@@ -640,13 +640,13 @@ TEST_CASE_TEMPLATE("lost completions become timeouts for their threads only, and
 }
 
 TEST_CASE("the on-GPU null controller serves per-thread reads with its namespace's bytes through PRP1, PRP2 and PRP lists") {
-  bench::gpu_null_controller::options o;
+  emu::gpu_null_controller::options o;
   o.queues = 2;
   o.entries = 256;
   o.lba_count = 1 << 17;
   o.move_data = true;
-  bench::gpu_null_controller ctrl(o);
-  bench::prepare_kernels_to_run_beside(thread_reads<combo_wa_coop_coalescing::reader>);
+  emu::gpu_null_controller ctrl(o);
+  emu::prepare_kernels_to_run_beside(thread_reads<combo_wa_coop_coalescing::reader>);
   std::vector<std::uint64_t> words(o.lba_count * 64);
   for (std::size_t i = 0; i < words.size(); ++i) words[i] = word_at(i * 8);
   REQUIRE_CUDA(cudaMemcpy(ctrl.data(), words.data(), words.size() * 8, cudaMemcpyHostToDevice));
@@ -689,14 +689,14 @@ __global__ void timed_reads(Reader r, prp::contiguous buf, unsigned reads, tally
 }  // namespace
 
 TEST_CASE("the on-GPU null controller with a timing model completes no command before its latency and none faster than its IOPS cap") {
-  bench::gpu_null_controller::options o;
+  emu::gpu_null_controller::options o;
   o.queues = 4;
   o.entries = 256;
   o.lba_count = 1 << 16;
   o.timing = emu::timing_model{.read_latency_ns = 50'000, .max_iops = 200'000};  // 50 µs, 200 K IOPS
-  bench::gpu_null_controller ctrl(o);
+  emu::gpu_null_controller ctrl(o);
   using reader = combo_wa_coop_coalescing::reader;
-  bench::prepare_kernels_to_run_beside(timed_reads<reader>);
+  emu::prepare_kernels_to_run_beside(timed_reads<reader>);
   std::uint64_t* buf = nullptr;
   REQUIRE_CUDA(cudaMalloc(&buf, 1024 * 512));
   tally* counts = nullptr;
@@ -727,10 +727,10 @@ TEST_CASE("the on-GPU null controller with a timing model completes no command b
 }
 
 TEST_CASE("the on-GPU null controller ignores a CQ head doorbell outside the queue and never overwrites unconsumed CQEs") {
-  bench::gpu_null_controller::options o;
+  emu::gpu_null_controller::options o;
   o.queues = 1;
   o.entries = 4;
-  bench::gpu_null_controller ctrl(o);
+  emu::gpu_null_controller ctrl(o);
   const queue_view& v = ctrl.views()[0];
   auto submit = [&](std::uint32_t slot, std::uint16_t cid, std::uint32_t new_tail) {
     spec::submission_entry sqe = spec::make_rw(spec::nvm_opcode::read, 1, 0, 1);

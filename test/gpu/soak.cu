@@ -9,6 +9,7 @@
 // timeout retires (its buffer may still be written by the late command); the others use up
 // the operation budget.
 #include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/gpu_queue.cuh>
@@ -45,7 +46,7 @@ __device__ void count_failure(const io_result& r, tally* t) {
 
 constexpr std::uint32_t region_blocks = 8;  // each thread owns 8 blocks (4 KiB) of the namespace
 
-using queue_t = queue<slots::warp_aggregated, completion::cooperative>;
+using queue_t = queue_policies<slots::warp_aggregated, completion::cooperative>;
 using reader_t = block_reader<queue_t, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
 using writer_t = block_writer<queue_t, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
 
@@ -171,7 +172,7 @@ int main(int argc, char** argv) {
   const cudaError_t e = cudaStreamSynchronize(stream);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (e != cudaSuccess) {
-    std::printf("soak: kernel failed: %s\n", cudaGetErrorString(e));
+    std::printf("soak: kernel failed: %s\n", cunvme::host::cuda_error_text(e).c_str());
     return 1;
   }
   const auto injected = emulator.injected_faults();

@@ -35,7 +35,7 @@ using test::scaled;
 using test::queue_timeout;
 using host::tier;
 
-using cache_queue = queue<slots::multi_producer, completion::cooperative>;
+using cache_queue = queue_policies<slots::multi_producer, completion::cooperative>;
 using volume_cache = page_cache<cache_queue, doorbell::mmio>;
 using words = array<std::uint64_t, volume_cache>;
 

@@ -187,7 +187,7 @@ TEST_CASE("an io_queue's timeout must be positive, and the largest one does not 
   CHECK_THROWS_AS(host::io_queue(*c, 16, host::queue_placement::host, std::chrono::nanoseconds(0)), host::error);
   CHECK_THROWS_AS(host::io_queue(*c, 16, host::queue_placement::host, std::chrono::nanoseconds(-1)), host::error);
   host::io_queue q(*c, 16, host::queue_placement::host, std::chrono::nanoseconds::max());
-  using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+  using queue = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
   cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
   auto buf = c->memory().allocate(4096);
   cunvme::single_thread self;

@@ -555,7 +555,7 @@ TEST_CASE("the host's own I/O and a CPU reader on the same queue pair share its 
   const std::uint64_t rung = v.counters->doorbell_mmio_writes + v.counters->doorbell_skipped;
   CHECK(rung >= 2);  // an SQ tail and a CQ head update per command
   CHECK(ctrl.mmio_doorbell_writes() + ctrl.skipped_doorbell_writes() == rung);
-  using queue = cunvme::queue<cunvme::slots::exclusive, cunvme::completion::cooperative>;
+  using queue = cunvme::queue_policies<cunvme::slots::exclusive, cunvme::completion::cooperative>;
   cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::shadow> reader(v, host::make_namespace_view(ctrl, 1));
   auto in = ctrl.memory().allocate(64 * 1024);
   REQUIRE(reader.read(40, 128, cunvme::prp::contiguous{in.bus()}, 0).ok());

@@ -166,7 +166,7 @@ TEST_CASE("a 1024-entry io_queue works when DMA memory is contiguous only page b
   host::io_queue q(ctrl, 1024);  // 1023 CIDs × 12 KiB of PRP lists: far more than one bus range holds here
   CHECK(b->scattered().scattered >= 1);
   CHECK(q.view().prp_list_pages != nullptr);
-  using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+  using queue = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
   cunvme::block_reader<queue, cunvme::prp::page_list, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
   cunvme::block_writer<queue, cunvme::prp::page_list, cunvme::doorbell::mmio> writer(q.view(), q.namespace_view(1));
   const std::size_t bytes = (std::size_t{4} << 20) + 4096;

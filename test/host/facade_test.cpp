@@ -3,7 +3,9 @@
 // policy (what stays mapped, what is unmapped, what a freed buffer does).
 #include <cunvme/facade/registration_cache.cuh>
 #if defined(__CUDACC__)
-#include <cunvme/facade/pending_copy.cuh>  // CUDA host code: the nvcc build of this file
+#include <cunvme/emu/cuda_memory.cuh>      // CUDA host code: the nvcc build of this file
+#include <cunvme/facade/pending_copy.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #endif
 #include <cunvme/host/emu_backend.cuh>
 #include <cunvme/host/open.cuh>
@@ -211,6 +213,37 @@ TEST_CASE("a pending_copy is move-only, and a moved-from one refuses wait() inst
   third = std::move(second);
   CHECK(third.wait().lba == 7);
   CHECK(second.wait().error == io_error::invalid_request);
+}
+
+TEST_CASE("a failed CUDA runtime call is a host::error naming the operation, the device, the call and the error by name and text") {
+  CHECK(host::cuda_error_text(cudaErrorInvalidValue) == "cudaErrorInvalidValue (invalid argument)");
+  CHECK_NOTHROW(host::cuda_check(cudaSuccess, "Allocate", "emu"));
+  try {
+    host::cuda_check(cudaErrorMemoryAllocation, "Allocate pinned memory", "0000:01:00.0", "4096 bytes");
+    FAIL("cuda_check did not throw");
+  } catch (const host::error& e) {
+    CHECK(std::string(e.what()) == "Allocate pinned memory on 0000:01:00.0: 4096 bytes: cudaErrorMemoryAllocation (out of memory)");
+    CHECK(e.operation() == "Allocate pinned memory");
+    CHECK(e.device() == "0000:01:00.0");
+  }
+  const host::error hinted = host::cuda_error(cudaErrorInvalidValue, "Register a BAR for GPU threads", "emu", "cudaHostRegister", "a hint");
+  CHECK(std::string(hinted.what()) == "Register a BAR for GPU threads on emu: cudaHostRegister: cudaErrorInvalidValue (invalid argument); a hint");
+  // The emulator's CUDA failures are the same error, worded the same way, with the code kept.
+  const emu::cuda_error emulated(cudaErrorInvalidValue, "Pin and map 4096 bytes of host memory");
+  CHECK(std::string(emulated.what()) == "Pin and map 4096 bytes of host memory on emu: cudaErrorInvalidValue (invalid argument)");
+  CHECK(emulated.code() == cudaErrorInvalidValue);
+}
+
+TEST_CASE("a failed driver call is a host::error naming the CUresult by name where the driver can, else by number") {
+  const host::error e = host::driver_error(CUDA_ERROR_INVALID_VALUE, "Find the GPU allocation", "emu", "cuMemGetAddressRange");
+  if (host::driver_entry_point("cuGetErrorName") != nullptr) {
+    CHECK(std::string(e.what()) == "Find the GPU allocation on emu: cuMemGetAddressRange: CUDA_ERROR_INVALID_VALUE (invalid argument)");
+  } else {
+    MESSAGE("no CUDA driver here: a CUresult is named by its number");
+    CHECK(std::string(e.what()) == "Find the GPU allocation on emu: cuMemGetAddressRange: CUresult 1");
+  }
+  CHECK_NOTHROW(host::driver_check(CUDA_SUCCESS, "Find the GPU allocation", "emu"));
+  CHECK_THROWS_AS(host::driver_check(CUDA_ERROR_NOT_SUPPORTED, "Export GPU memory as a dma-buf", "emu"), host::error);
 }
 #endif
 

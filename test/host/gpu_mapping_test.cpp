@@ -1,4 +1,4 @@
-// host::gpu_mapping's copy helpers — aligned accesses for write-combined GPU memory — on
+// host::gpu_for_cpu_mapping's copy helpers — aligned accesses for write-combined GPU memory — on
 // ordinary memory, with memcpy as the oracle: every alignment of offset and length near both
 // ends of a mapping, guard bytes around it untouched, both load paths (streaming, plain), and
 // the bounds checks. The kernel module's mapping itself needs an NVIDIA driver and is not run
@@ -53,7 +53,7 @@ TEST_CASE("copy_to writes exactly the range's bytes, at every alignment of offse
       arena expected;
       for (std::size_t i = 0; i < src.size(); ++i) src[i] = pattern(i, static_cast<unsigned>(offset + length));
       std::memcpy(expected.mapped() + offset, src.data() + src_offset, length);
-      host::gpu_mapping m(a.mapped(), mapping_bytes, "test mapping");
+      host::gpu_for_cpu_mapping m(a.mapped(), mapping_bytes, "test mapping");
       m.copy_to(offset, src.data() + src_offset, length);
       if (std::memcmp(a.bytes, expected.bytes, sizeof a.bytes) != 0) {
         FAIL("copy_to(" << offset << ", src + " << src_offset << ", " << length << ") differs from memcpy");
@@ -73,7 +73,7 @@ TEST_CASE("copy_from reads exactly the range's bytes into the destination, at ev
       std::vector<std::byte> dst(guard + max_length + 16 + guard, guard_byte);
       std::vector<std::byte> expected = dst;
       std::memcpy(expected.data() + guard + dst_offset, a.mapped() + offset, length);
-      const host::gpu_mapping m(a.mapped(), mapping_bytes, "test mapping");
+      const host::gpu_for_cpu_mapping m(a.mapped(), mapping_bytes, "test mapping");
       m.copy_from(offset, dst.data() + guard + dst_offset, length);
       if (dst != expected) FAIL("copy_from(" << offset << ", dst + " << dst_offset << ", " << length << ") differs from memcpy");
     }
@@ -97,7 +97,7 @@ TEST_CASE("streaming and plain loads read the same bytes at every alignment") {
 TEST_CASE("a range running past the mapping is refused with host::error and nothing is copied") {
   arena a;
   arena untouched;
-  host::gpu_mapping m(a.mapped(), mapping_bytes, "test mapping");
+  host::gpu_for_cpu_mapping m(a.mapped(), mapping_bytes, "test mapping");
   std::vector<std::byte> buffer(max_length + 1, std::byte{0x11});
   CHECK_THROWS_AS(m.copy_to(mapping_bytes - 3, buffer.data(), 4), host::error);
   CHECK_THROWS_AS(m.copy_to(mapping_bytes + 1, buffer.data(), 0), host::error);
@@ -120,7 +120,7 @@ TEST_CASE("a range running past the mapping is refused with host::error and noth
 
 TEST_CASE("an empty copy at the mapping's end is allowed; a missing buffer for a non-empty one is refused") {
   arena a;
-  host::gpu_mapping m(a.mapped(), mapping_bytes, "test mapping");
+  host::gpu_for_cpu_mapping m(a.mapped(), mapping_bytes, "test mapping");
   CHECK_NOTHROW(m.copy_to(mapping_bytes, nullptr, 0));
   CHECK_NOTHROW(m.copy_from(mapping_bytes, nullptr, 0));
   CHECK_THROWS_AS(m.copy_to(0, nullptr, 1), host::error);
@@ -128,7 +128,7 @@ TEST_CASE("an empty copy at the mapping's end is allowed; a missing buffer for a
 }
 
 TEST_CASE("a default or moved-from mapping is empty and refuses every non-empty copy") {
-  host::gpu_mapping empty;
+  host::gpu_for_cpu_mapping empty;
   std::byte b{};
   CHECK_FALSE(empty);
   CHECK(empty.size() == 0);
@@ -136,8 +136,8 @@ TEST_CASE("a default or moved-from mapping is empty and refuses every non-empty 
   CHECK_THROWS_AS(empty.copy_from(0, &b, 1), host::error);
 
   arena a;
-  host::gpu_mapping m(a.mapped(), mapping_bytes, "test mapping");
-  host::gpu_mapping moved = std::move(m);
+  host::gpu_for_cpu_mapping m(a.mapped(), mapping_bytes, "test mapping");
+  host::gpu_for_cpu_mapping moved = std::move(m);
   CHECK(moved.size() == mapping_bytes);
   CHECK(moved.data() == a.mapped());
   CHECK(m.size() == 0);  // NOLINT(bugprone-use-after-move): the moved-from state is the point
@@ -148,22 +148,22 @@ TEST_CASE("the release runs once, when the last owner goes") {
   arena a;
   int released = 0;
   {
-    host::gpu_mapping m(a.mapped(), mapping_bytes, "test mapping", [&] { ++released; });
-    host::gpu_mapping moved(std::move(m));
-    host::gpu_mapping assigned;
+    host::gpu_for_cpu_mapping m(a.mapped(), mapping_bytes, "test mapping", [&] { ++released; });
+    host::gpu_for_cpu_mapping moved(std::move(m));
+    host::gpu_for_cpu_mapping assigned;
     assigned = std::move(moved);
     CHECK(released == 0);
   }
   CHECK(released == 1);
 
-  host::gpu_mapping first(a.mapped(), mapping_bytes, "first", [&] { ++released; });
-  host::gpu_mapping second(a.mapped(), mapping_bytes, "second", [&] { released += 10; });
+  host::gpu_for_cpu_mapping first(a.mapped(), mapping_bytes, "first", [&] { ++released; });
+  host::gpu_for_cpu_mapping second(a.mapped(), mapping_bytes, "second", [&] { released += 10; });
   second = std::move(first);  // releases the second's mapping now
   CHECK(released == 11);
 }
 
 TEST_CASE("a mapping without an address is refused, and its release still runs") {
   int released = 0;
-  CHECK_THROWS_AS(host::gpu_mapping(nullptr, 4096, "test mapping", [&] { ++released; }), host::error);
+  CHECK_THROWS_AS(host::gpu_for_cpu_mapping(nullptr, 4096, "test mapping", [&] { ++released; }), host::error);
   CHECK(released == 1);
 }

@@ -151,7 +151,7 @@ TEST_CASE("reset completes a command still outstanding with Command Aborted By H
   const emu::controller& emulated = b->controller();
   host::controller ctrl(std::move(b), short_timeout(10'000));
   host::io_queue q(ctrl, 16, host::queue_placement::host, std::chrono::seconds(10));
-  using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+  using queue = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
   cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
   auto buf = ctrl.memory().allocate(4096);
   cunvme::io_handle h = reader.submit_read(0, 8, cunvme::prp::contiguous{buf.bus()}, 0);
@@ -192,7 +192,7 @@ TEST_CASE("after a kernel, the commands its threads gave up on are aborted and t
   auto b = std::make_unique<host::emu_backend>(faulty(emu::fault_action::add_delay, spec::nvm_opcode::read, 1, 30'000'000'000ull));
   host::controller ctrl(std::move(b));
   host::io_queue q(ctrl, 16, host::queue_placement::host, std::chrono::milliseconds(2000));  // fetched before Abort, as above
-  using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+  using queue = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
   cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
   auto buf = ctrl.memory().allocate(4096);
   // A CPU thread stands in for the kernel: its read times out and is abandoned.
@@ -210,7 +210,7 @@ TEST_CASE("after a kernel, the commands its threads gave up on are aborted and t
 TEST_CASE("a timed-out command whose completion was lost is counted not aborted") {
   host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read)));
   host::io_queue q(ctrl, 16, host::queue_placement::host, std::chrono::milliseconds(200));
-  using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+  using queue = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
   cunvme::block_reader<queue, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
   auto buf = ctrl.memory().allocate(4096);
   CHECK(reader.read(0, 8, cunvme::prp::contiguous{buf.bus()}, 0).error == cunvme::io_error::timeout);

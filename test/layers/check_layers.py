@@ -3,7 +3,8 @@
 
   check_layers.py graph   INCLUDE_DIR   fails naming every edge that runs to a higher layer
   check_layers.py lengths INCLUDE_DIR   fails naming every header outside spec/ longer than MAX_LINES
-  check_layers.py self-test             both checks against small trees made on the spot
+  check_layers.py access  INCLUDE_DIR   fails naming every volatile access, asm or fence outside ACCESS_LAYER
+  check_layers.py self-test             the checks against small trees made on the spot
 
 Layers, bottom to top: spec (0, beside it kmod: the kernel module's ioctl ABI, a plain C
 header shared with kmod/) < detail (1: access.cuh, checked.cuh, write_combined.cuh) < policy (2) < io (3)
@@ -51,6 +52,13 @@ MAX_LINES = 500
 LENGTH_LIMIT_ENFORCED = True
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*<cunvme/([^>]+)>')
+
+# Rule 3 (STYLE.md): inline PTX, volatile accesses and fences live in the access layer only, so
+# every ordering decision is made, named and explained in one file.
+ACCESS_LAYER = 'detail/access.cuh'
+LOW_LEVEL = re.compile(r'\bvolatile\b|\basm\b|\b__asm__\b|\b__atomic_\w+|\b_mm_[lsm]fence\b|\batomic_(thread|signal)_fence\b|\b__threadfence\w*')
+# Comments and string literals (a "volatile write cache" is no volatile access).
+NOT_CODE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 
 
 def headers(root):
@@ -112,16 +120,20 @@ def long_headers(root):
     return found
 
 
+def report(problems, kind, summary, success):
+    """Prints each problem as `kind: problem`, then `summary` (failure, 1) or `success` (0)."""
+    for p in problems:
+        print(f'{kind}: {p}')
+    print(summary if problems else success)
+    return 1 if problems else 0
+
+
 def check_graph(root):
     problems = graph_problems(root)
-    for p in problems:
-        print(f'upward include: {p}')
-    if problems:
-        print(f'{len(problems)} include(s) against the layer order spec < detail < policy < io < volume < cache < host < emu '
-              '(facade: up to host); see test/layers/check_layers.py')
-        return 1
-    print(f'include graph of {root}: every include runs downward')
-    return 0
+    return report(problems, 'upward include',
+                  f'{len(problems)} include(s) against the layer order spec < detail < policy < io < volume < cache < host < emu '
+                  '(facade: up to host); see test/layers/check_layers.py',
+                  f'include graph of {root}: every include runs downward')
 
 
 def check_lengths(root):
@@ -135,6 +147,27 @@ def check_lengths(root):
         return 1
     print('reporting only (LENGTH_LIMIT_ENFORCED = False in test/layers/check_layers.py)')
     return 0
+
+
+def access_problems(root):
+    """Each volatile access, asm statement or fence in a header other than ACCESS_LAYER."""
+    problems = []
+    for header in headers(root):
+        if header == ACCESS_LAYER:
+            continue
+        with open(os.path.join(root, header), encoding='utf-8') as f:
+            code = NOT_CODE.sub(lambda m: '\n' * m.group(0).count('\n'), f.read())
+        for number, line in enumerate(code.split('\n'), 1):
+            for match in LOW_LEVEL.finditer(line):
+                problems.append(f'{header}:{number}: {match.group(0)}')
+    return problems
+
+
+def check_access(root):
+    problems = access_problems(root)
+    return report(problems, 'outside the access layer',
+                  f'{len(problems)} volatile access(es), asm or fence(s) outside {ACCESS_LAYER}: move them there, named for what they order',
+                  f'every volatile access, asm and fence of {root} is in {ACCESS_LAYER}')
 
 
 def self_test():
@@ -192,18 +225,30 @@ def self_test_in(base):
     long['spec/a.cuh'] = '//\n' * (MAX_LINES + 1)
     if long_headers(tree(long)) != [('emu/controller.cuh', MAX_LINES + 1)]:
         failures.append(f'long headers: expected only emu/controller.cuh, got {long_headers(tree(long))}')
+    low_level = dict(clean)
+    low_level['detail/access.cuh'] = 'asm volatile("fence.sc.sys;");\n'
+    low_level['policy/b.cuh'] = '// a volatile write cache\nconst char* s = "asm volatile";\n'
+    if access_problems(tree(low_level)):
+        failures.append(f'the access layer or words in comments and strings were refused: {access_problems(tree(low_level))}')
+    for text in ('*static_cast<volatile int*>(p) = 1;\n', '__atomic_store_n(p, 1, __ATOMIC_RELAXED);\n', 'asm("membar.sys;");\n',
+                 '_mm_sfence();\n', 'std::atomic_thread_fence(std::memory_order_seq_cst);\n', '__threadfence_system();\n'):
+        files = dict(low_level)
+        files['detail/write_combined.cuh'] = '// copies\n' + text
+        if access_problems(tree(files)) != [f'detail/write_combined.cuh:2: {LOW_LEVEL.search(text).group(0)}']:
+            failures.append(f'{text.strip()} outside the access layer was not reported (got {access_problems(tree(files))})')
     for f in failures:
         print(f'self-test: {f}')
     if not failures:
-        print('self-test: the checks report every kind of bad include and long header, and pass a clean tree')
+        print('self-test: the checks report every kind of bad include, long header and low-level access, and pass a clean tree')
     return 1 if failures else 0
 
 
 def main(argv):
     if len(argv) == 2 and argv[1] == 'self-test':
         return self_test()
-    if len(argv) == 3 and argv[1] in ('graph', 'lengths') and os.path.isdir(argv[2]):
-        return check_graph(argv[2]) if argv[1] == 'graph' else check_lengths(argv[2])
+    checks = {'graph': check_graph, 'lengths': check_lengths, 'access': check_access}
+    if len(argv) == 3 and argv[1] in checks and os.path.isdir(argv[2]):
+        return checks[argv[1]](argv[2])
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -67,7 +67,7 @@ __global__ void poll(queue_view q, cuda::std::uint32_t* stop, unsigned long long
 /// Takes the address of each kernel (forcing its instantiation) and asks the runtime about it.
 template <class Slots, class Completion, class Doorbell, class Prp>
 int instantiate() {
-  using queue_t = queue<Slots, Completion>;
+  using queue_t = queue_policies<Slots, Completion>;
   const void* kernels[] = {
       reinterpret_cast<const void*>(&per_thread<queue_t, Prp, Doorbell>),
       reinterpret_cast<const void*>(&per_warp<queue_t, Prp, Doorbell>),
@@ -106,7 +106,7 @@ TEST_CASE("every slot × completion × doorbell × PRP combination compiles for 
 }
 
 TEST_CASE("a reader is trivially copyable, so kernels take it by value") {
-  using reader = block_reader<queue<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::mmio>;
+  using reader = block_reader<queue_policies<slots::warp_aggregated, completion::cooperative>, prp::contiguous, doorbell::mmio>;
   CHECK(std::is_trivially_copyable_v<reader>);
   CHECK(std::is_trivially_copyable_v<io_handle>);
 }

@@ -86,9 +86,9 @@ struct rig {
 [[nodiscard]] inline prp::page_list pages_of(const host::dma_buffer& b) { return prp::page_list{b.pages().data(), 12}; }
 
 template <class Slots, class Completion, class Doorbell, class Prp = prp::contiguous>
-using reader_of = cunvme::block_reader<cunvme::queue<Slots, Completion>, Prp, Doorbell>;
+using reader_of = cunvme::block_reader<cunvme::queue_policies<Slots, Completion>, Prp, Doorbell>;
 template <class Slots, class Completion, class Doorbell, class Prp = prp::contiguous>
-using writer_of = cunvme::block_writer<cunvme::queue<Slots, Completion>, Prp, Doorbell>;
+using writer_of = cunvme::block_writer<cunvme::queue_policies<Slots, Completion>, Prp, Doorbell>;
 
 /// Runs a dedicated poller thread for the lifetime of the object when `Completion` asks for one.
 template <class Completion, class Doorbell>

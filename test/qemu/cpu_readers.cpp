@@ -229,7 +229,7 @@ void run_slice(const Reader& reader, const Writer& writer, const host::dma_buffe
 template <class Slots, class Completion, class Doorbell>
 std::string run_combination(const rig& r, std::uint64_t first_slice, std::string& stats) {
   constexpr bool owned = std::is_same_v<Slots, slots::exclusive>;  // exclusive: one queue per thread
-  using queue = cunvme::queue<Slots, Completion>;
+  using queue = cunvme::queue_policies<Slots, Completion>;
   std::vector<std::unique_ptr<host::io_queue>> queues;
   // Small queues, so that they wrap many times and (shared) run full — except with shadow
   // doorbells on QEMU 7.2, whose controller re-reads a CQ's shadow head only when it posts a

@@ -57,7 +57,7 @@ struct cached_page {
 /// (the shared state), the queue pair its reads and write-backs go through and the namespace.
 /// Any number of threads share one; the queue's slot policy must allow that
 /// (`slots::multi_producer` or `slots::warp_aggregated`, not `slots::exclusive`).
-/// @tparam Queue    `queue<Slots, Completion>` of the queue pair
+/// @tparam Queue    `queue_policies<Slots, Completion>` of the queue pair
 /// @tparam Doorbell `doorbell::mmio`, `doorbell::shadow` or `doorbell::coalescing<…>`
 template <queue_policy Queue, doorbell::policy Doorbell>
 class page_cache {

@@ -1,7 +1,8 @@
-// The access layer: the only header with inline PTX or volatile accesses (besides its CPU part
-// for write-combined mappings, write_combined.cuh). Everything that touches a controller
-// register, or orders memory against one, goes through these functions, each named for what
-// it orders (ordering rules 1–3 of DESIGN.md).
+// The access layer: the only header with inline PTX, volatile accesses or fences. Everything
+// that touches a controller register or device memory mapped into the process (a BAR, GPU
+// memory through the GPU's BAR), or orders memory against one, goes through these functions,
+// each named for what it orders (ordering rules 1–3 of DESIGN.md). The copy loops over
+// write-combined mappings (write_combined.cuh) are built from the host-only accesses at the end.
 //
 // - GPU (sm_70+): doorbells are stored with `st.mmio.relaxed.sys` — performed exactly once,
 //   never merged or split, as a register needs — after a system-scope fence that makes the
@@ -19,6 +20,8 @@
 #include <cuda/atomic>
 #include <cuda/std/cstdint>
 
+#include <atomic>
+
 #if defined(CUNVME_DEVICE_COMPILATION)
 #  include <cuda/ptx>
 #else
@@ -26,6 +29,9 @@
 #  include <thread>
 #  if defined(__linux__)
 #    include <sched.h>
+#  endif
+#  if defined(__x86_64__)
+#    include <emmintrin.h>
 #  endif
 #endif
 
@@ -66,7 +72,8 @@ struct entry_words {
   return {v.x, v.y, v.z};
 #else
   const auto word = [entry](int i) {
-    return cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(const_cast<cuda::std::uint32_t&>(entry[i])).load(cuda::std::memory_order_relaxed);
+    return cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(const_cast<cuda::std::uint32_t&>(entry[i]))
+        .load(cuda::std::memory_order_relaxed);
   };
   return {word(0), word(1), word(2)};
 #endif
@@ -116,6 +123,46 @@ CUNVME_HOST_DEVICE inline void back_off(cuda::std::uint32_t round) noexcept {
   __nanosleep(round < 6 ? 32u << round : 1024u);
 #else
   if (round > 2) std::this_thread::yield();
+#endif
+}
+
+// Host functions (nvcc's device pass parses them too, hence the guards on the intrinsics).
+
+/// Stores `value` to device memory mapped into the process (host only) in one access of exactly
+/// sizeof(T) bytes: never elided, merged with another or torn, as a write-combined BAR needs.
+/// Unordered: `write_combined_before_later_stores` orders a copy's stores.
+template <class T>
+inline void mapped_store(void* at, T value) noexcept {
+  __atomic_store_n(static_cast<volatile T*>(at), value, __ATOMIC_RELAXED);
+}
+
+/// Loads one sizeof(T)-byte value from device memory mapped into the process (host only), in
+/// one access, never cached by the compiler or merged with another.
+template <class T>
+[[nodiscard]] inline T mapped_load(const void* at) noexcept {
+  return __atomic_load_n(static_cast<const volatile T*>(at), __ATOMIC_RELAXED);
+}
+
+/// Makes every store to write-combined memory before it visible before any store after it:
+/// "write_combined_before_later_stores" (WC stores are weakly ordered, x86 SDM vol. 3, 11.3;
+/// SFENCE drains them).
+inline void write_combined_before_later_stores() noexcept {
+#if defined(__x86_64__) && !defined(CUNVME_DEVICE_COMPILATION)
+  _mm_sfence();
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // and keeps the compiler from moving stores across
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
+/// Makes the streaming loads after it go to the device: "device_writes_before_streaming_loads".
+/// A streaming buffer (MOVNTDQA) may still hold a line from an earlier copy that the device has
+/// rewritten since; MFENCE empties them.
+inline void device_writes_before_streaming_loads() noexcept {
+#if defined(__x86_64__) && !defined(CUNVME_DEVICE_COMPILATION)
+  _mm_mfence();
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 #endif
 }
 

@@ -1,7 +1,7 @@
 // The access layer's CPU side for write-combined mappings of device memory — GPU memory
 // through the GPU's BAR, mapped into the process by the cunvme kernel module (the CPU role of
-// NVIDIA's gdrcopy). Beside access.cuh, the only header with volatile accesses, intrinsics and
-// fences; host code only.
+// NVIDIA's gdrcopy): copy loops built from access.cuh's mapped accesses and fences, and
+// SSE's 16-byte loads and stores; host code only.
 //
 // Why copies to such memory need their own loops:
 // - Every access reaches the device over PCIe, in the width the instruction has: a copy must
@@ -20,8 +20,8 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/access.cuh>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -41,13 +41,12 @@ template <class T>
 void store(std::byte* dst, const std::byte* src) noexcept {
   T value;
   std::memcpy(&value, src, sizeof(T));
-  // One access of exactly sizeof(T) bytes, never elided, merged with another or torn.
-  __atomic_store_n(reinterpret_cast<volatile T*>(dst), value, __ATOMIC_RELAXED);
+  mapped_store<T>(dst, value);
 }
 
 template <class T>
 void load(std::byte* dst, const std::byte* src) noexcept {
-  const T value = __atomic_load_n(reinterpret_cast<const volatile T*>(src), __ATOMIC_RELAXED);
+  const T value = mapped_load<T>(src);
   std::memcpy(dst, &value, sizeof(T));
 }
 
@@ -103,17 +102,6 @@ __attribute__((target("sse4.1"))) inline void streaming_load16(std::byte* dst, c
 #endif
 }
 
-/// Makes every store to write-combined memory before it visible before any store after it:
-/// "write_combined_before_later_stores" (WC stores are weakly ordered; SFENCE drains them).
-inline void write_combined_before_later_stores() noexcept {
-#if defined(__x86_64__) && !defined(CUNVME_DEVICE_COMPILATION)
-  _mm_sfence();
-  std::atomic_signal_fence(std::memory_order_seq_cst);  // and keeps the compiler from moving stores across
-#else
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-#endif
-}
-
 /// Copies `n` bytes from ordinary memory at `src` to write-combined memory at `dst` in aligned
 /// stores (16 bytes where `dst` allows, narrower at the ends), none outside [dst, dst + n),
 /// then fences them (`write_combined_before_later_stores`).
@@ -141,14 +129,11 @@ inline void copy_to_write_combined(std::byte* dst, const std::byte* src, std::si
 /// Copies `n` bytes from write-combined memory at `src` to ordinary memory at `dst` in aligned
 /// loads, none outside [src, src + n): 16-byte loads in the middle, streaming ones where
 /// `streaming` (and the CPU has them, `streaming_loads_available`).
-inline void copy_from_write_combined(std::byte* dst, const std::byte* src, std::size_t n,
-                                     bool streaming = streaming_loads_available()) noexcept {
+inline void copy_from_write_combined(std::byte* dst, const std::byte* src, std::size_t n, bool streaming = streaming_loads_available()) noexcept {
   using namespace write_combined_detail;
 #if defined(__x86_64__) && !defined(CUNVME_DEVICE_COMPILATION)
   const bool stream = streaming && streaming_loads_available();
-  // A streaming buffer may still hold a line from an earlier copy, which the device may have
-  // rewritten since: MFENCE empties them, so the loads below go to the device.
-  if (stream) _mm_mfence();
+  if (stream) device_writes_before_streaming_loads();
 #endif
   copy_aligned(dst, src, n, src, [&](std::size_t w, std::byte* d, const std::byte* s) {
     switch (w) {

@@ -8,6 +8,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/emu/controller_config.cuh>
+#include <cunvme/host/cuda_error.cuh>
 
 #include <cuda_runtime.h>
 
@@ -25,11 +26,11 @@
 CUNVME_NAMESPACE_BEGIN
 namespace emu {
 
-/// A CUDA runtime failure, with what was being done.
-class cuda_error : public std::runtime_error {
+/// A CUDA runtime failure of the emulator's CUDA memory: a `host::error` on device "emu",
+/// worded by `host::cuda_error`, that keeps the runtime's code.
+class cuda_error : public host::error {
  public:
-  cuda_error(cudaError_t code, const std::string& what)
-      : std::runtime_error(what + ": " + cudaGetErrorName(code) + " (" + cudaGetErrorString(code) + ")"), code_(code) {}
+  cuda_error(cudaError_t code, std::string operation) : host::error(host::cuda_error(code, std::move(operation), "emu", {})), code_(code) {}
   [[nodiscard]] cudaError_t code() const noexcept { return code_; }
 
  private:
@@ -54,7 +55,7 @@ inline cudaStream_t copy_stream() {
   copy_stream_state& s = this_thread_copy_stream();
   if (!s.created) {
     if (const auto e = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking); e != cudaSuccess) {
-      throw cuda_error(e, "emu: creating the emulator's copy stream");
+      throw cuda_error(e, "Create the emulator's copy stream");
     }
     s.created = true;
   }
@@ -180,11 +181,11 @@ inline void prepare_cuda_environment() {
     // without page alignment, and queues, PRP lists and BAR pages must start on a page.
     const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
     void* p = std::aligned_alloc(4096, rounded);
-    if (p == nullptr) throw cuda_error(cudaErrorMemoryAllocation, "emu: allocating " + std::to_string(bytes) + " bytes of host memory");
+    if (p == nullptr) throw cuda_error(cudaErrorMemoryAllocation, "Allocate " + std::to_string(bytes) + " bytes of host memory");
     // Portable: usable from every device; Mapped: GPU threads store to it through UVA.
     if (const auto e = cudaHostRegister(p, rounded, cudaHostRegisterMapped | cudaHostRegisterPortable); e != cudaSuccess) {
       std::free(p);
-      throw cuda_error(e, "emu: pinning and mapping " + std::to_string(bytes) + " bytes of host memory");
+      throw cuda_error(e, "Pin and map " + std::to_string(bytes) + " bytes of host memory");
     }
     return p;
   };

@@ -7,6 +7,7 @@
 #include <cunvme/config.cuh>
 #include <cunvme/emu/backing_store.cuh>
 #include <cunvme/emu/dma_space.cuh>
+#include <cunvme/emu/nvm_checks.cuh>
 #include <cunvme/emu/prp_walker.cuh>
 #include <cunvme/emu/queues.cuh>
 #include <cunvme/spec/command_fields.cuh>
@@ -179,9 +180,7 @@ class nvm_commands : public queues {
   // ---- NVM commands -----------------------------------------------------------------------------
   outcome execute_io(engine& e, const dma_space::view& mem, const spec::submission_entry& sqe) {
     e.counted.commands.fetch_add(1, std::memory_order_relaxed);
-    if (sqe.fuse() != spec::fused_operation::normal || sqe.psdt() != spec::data_transfer_kind::prp) {
-      return fail(spec::status::invalid_field_in_command);
-    }
+    if (const spec::status s = nvm_checks::check_transfer_fields(sqe); s != spec::status::successful_completion) return fail(s);
     switch (static_cast<spec::nvm_opcode>(sqe.opcode())) {
       case spec::nvm_opcode::read: return read_write(e, mem, sqe, false);
       case spec::nvm_opcode::write: return read_write(e, mem, sqe, true);
@@ -192,27 +191,29 @@ class nvm_commands : public queues {
     }
   }
 
+  /// The namespace `nsid` names, or nullptr where none is active.
+  [[nodiscard]] namespace_state* active_namespace(std::uint32_t nsid) noexcept { return namespace_active(nsid) ? &namespaces_[nsid - 1] : nullptr; }
+
   /// Checks NSID and the LBA range of a command; nullptr with `error` set if they are bad.
   [[nodiscard]] namespace_state* checked_range(std::uint32_t nsid, std::uint64_t slba, std::uint64_t blocks, spec::status& error) {
-    if (!namespace_active(nsid)) {
+    namespace_state* n = active_namespace(nsid);
+    if (n == nullptr) {
       error = spec::status::invalid_namespace_or_format;
       return nullptr;
     }
-    namespace_state& n = namespaces_[nsid - 1];
-    if (slba > n.lba_count || blocks > n.lba_count - slba) {
-      error = spec::status::lba_out_of_range;
+    if (const spec::status s = nvm_checks::check_lba_range(slba, blocks, n->lba_count); s != spec::status::successful_completion) {
+      error = s;
       return nullptr;
     }
-    return &n;
+    return n;
   }
 
-  [[nodiscard]] std::uint64_t max_transfer_bytes() const noexcept {
-    return config_.mdts == 0 ? ~std::uint64_t{0} : (std::uint64_t{1} << config_.mdts) * cap_.min_page_size();
-  }
+  [[nodiscard]] std::uint64_t max_transfer_bytes() const noexcept { return nvm_checks::max_transfer_bytes(config_.mdts, cap_.min_page_size()); }
 
   outcome read_write(engine& e, const dma_space::view& mem, const spec::submission_entry& sqe, bool is_write) {
-    const std::uint64_t slba = spec::starting_lba(sqe);
-    const std::uint64_t blocks = spec::rw_fields::nlb::get(sqe.cdw12) + 1u;
+    const nvm_checks::block_range range = nvm_checks::blocks_of(sqe);
+    const std::uint64_t slba = range.slba;
+    const std::uint64_t blocks = range.blocks;
     outcome o;
     o.lba = slba;
     o.nsid = sqe.nsid;
@@ -221,12 +222,13 @@ class nvm_commands : public queues {
       o.status = s;
       return o;
     };
-    namespace_state* n = checked_range(sqe.nsid, slba, blocks, o.status);
-    if (n == nullptr) return o;
+    namespace_state* n = active_namespace(sqe.nsid);
     // MDTS counts metadata that is interleaved with the data (extended LBAs), not a separate
-    // metadata buffer (Identify Controller, MDTS). blocks <= 65536 and the stride <= 8192: no wrap.
+    // metadata buffer (Identify Controller, MDTS): the block's stride in the data buffer.
+    o.status = nvm_checks::check_read_write(
+        range, n == nullptr ? nvm_checks::namespace_limits{} : nvm_checks::namespace_limits{true, n->lba_count, n->data_stride()}, max_transfer_bytes());
+    if (o.status != spec::status::successful_completion) return o;
     const std::uint64_t bytes = blocks * n->data_stride();
-    if (bytes > max_transfer_bytes()) return failed(spec::status::invalid_field_in_command);
     if (is_write && n->read_only) return failed(spec::status::namespace_is_write_protected);
     // Separate metadata: MPTR is the address of one contiguous, dword-aligned buffer of MS
     // bytes per block (NVMe 2.0 4.1.1, PSDT 00b).
@@ -317,8 +319,7 @@ class nvm_commands : public queues {
   }
 
   outcome write_zeroes(const spec::submission_entry& sqe) {
-    const std::uint64_t slba = spec::starting_lba(sqe);
-    const std::uint64_t blocks = spec::rw_fields::nlb::get(sqe.cdw12) + 1u;
+    const auto [slba, blocks] = nvm_checks::blocks_of(sqe);
     outcome o;
     o.lba = slba;
     o.nsid = sqe.nsid;

@@ -82,7 +82,7 @@ struct timing_model {
 
 /// The arithmetic of a `timing_model` per command, trivially copyable so that any controller
 /// can carry it: the emulator's host threads (`timing_scheduler`) and the on-GPU null
-/// controller of the benchmarks (bench/gpu_null_controller.cuh) decide due times by the same
+/// controller (gpu_null_controller.cuh) decide due times by the same
 /// code, each reserving time on a timeline word of its own.
 ///
 /// The device is parallel: at low load a command completes after its latency,

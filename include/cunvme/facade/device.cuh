@@ -5,11 +5,12 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/facade/gpu_allocation.cuh>
+#include <cunvme/facade/gpu_address_range.cuh>
 #include <cunvme/facade/pending_copy.cuh>
 #include <cunvme/facade/pinned_pool.cuh>
 #include <cunvme/facade/registration_cache.cuh>
 #include <cunvme/facade/tuning.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/gpu_context.cuh>
 #include <cunvme/host/gpu_dma_buf.cuh>
 #include <cunvme/host/gpu_queue.cuh>
@@ -51,7 +52,7 @@ namespace detail {
 
 /// GPU memory mapped for the controller and its page table, resident in pinned memory the
 /// kernels read: one registration. Unmapped when the last copy using it is done.
-struct gpu_mapping {
+struct gpu_for_controller_mapping {
   host::dma_buffer mapped;
   pinned_pool::lease table;
   unsigned page_shift = 12;
@@ -98,9 +99,9 @@ struct gpu_mapping {
 /// leaves the thread's own as it found it.
 class device {
  public:
-  using queue_policy = queue<slots::warp_aggregated, completion::cooperative>;
-  using reader = block_reader<queue_policy, prp::page_list, doorbell::coalescing<doorbell::mmio>>;
-  using writer = block_writer<queue_policy, prp::page_list, doorbell::coalescing<doorbell::mmio>>;
+  using queue_bundle = queue_policies<slots::warp_aggregated, completion::cooperative>;
+  using reader = block_reader<queue_bundle, prp::page_list, doorbell::coalescing<doorbell::mmio>>;
+  using writer = block_writer<queue_bundle, prp::page_list, doorbell::coalescing<doorbell::mmio>>;
   static constexpr std::uint32_t max_queues = copy_tuning::max_queues;
 
   /// A kernel argument: the queue pairs and the namespace; warp w reads or writes with `at(w)`.
@@ -163,7 +164,6 @@ class device {
   /// Bytes per block in the caller's buffer: data, and with extended LBAs the block's metadata.
   [[nodiscard]] std::uint64_t block_bytes() const noexcept { return ns_.block_bytes(); }
   [[nodiscard]] reader make_reader() const { return reader(queues_.front()->view(), ns_); }
-  [[nodiscard]] writer make_writer() const { return writer(queues_.front()->view(), ns_); }
   [[nodiscard]] io_set<reader> readers() const { return make_set<reader>(); }
   [[nodiscard]] io_set<writer> writers() const { return make_set<writer>(); }
 
@@ -239,7 +239,7 @@ class device {
     const auto address = reinterpret_cast<std::uintptr_t>(gpu);
     const std::lock_guard lock(mutex_);
     reap();
-    std::shared_ptr<const detail::gpu_mapping> mapping = cache_.find(a, address, bytes, [this](const host::gpu_window& w) { return map(w); });
+    std::shared_ptr<const detail::gpu_for_controller_mapping> mapping = cache_.find(a, address, bytes, [this](const host::gpu_window& w) { return map(w); });
     auto state = std::make_shared<detail::copy_state>(name, operation);
     state->gpu = gpu_;
     state->results = pool_->take(warps * sizeof(io_result));
@@ -248,8 +248,7 @@ class device {
     // An error left by the caller's earlier CUDA calls would read as this launch's and free
     // its results and mapping under a running kernel: report it now, before anything runs.
     if (const cudaError_t earlier = cudaGetLastError(); earlier != cudaSuccess) {
-      throw host::error(operation, name, std::string("an earlier CUDA call left an error unchecked: ") + cudaGetErrorName(earlier) + " (" +
-                                             cudaGetErrorString(earlier) + "); nothing was enqueued");
+      throw host::cuda_error(earlier, operation, name, "nothing was enqueued: an earlier CUDA call left an error unchecked");
     }
     launch(mapping->pages(), mapping->offset_of(address), state->results.as<io_result>());
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
@@ -273,7 +272,7 @@ class device {
 
   struct in_flight {
     std::shared_ptr<detail::copy_state> state;
-    std::shared_ptr<const detail::gpu_mapping> mapping;
+    std::shared_ptr<const detail::gpu_for_controller_mapping> mapping;
   };
 
   [[nodiscard]] static std::unique_ptr<host::controller> present(std::unique_ptr<host::controller> ctrl) {
@@ -291,12 +290,7 @@ class device {
     return copy_tuning_for(major * 10 + minor);
   }
 
-  void check(cudaError_t e, const char* what) const {
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw host::error(what, ctrl_->name(), std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")");
-    }
-  }
+  void check(cudaError_t e, const char* what) const { host::cuda_check(e, what, ctrl_->name()); }
 
   /// Drops the copies the streams have passed: their mappings may be unmapped now, except
   /// those of copies with a timed-out command, which wait in the quarantine for `recover_timed_out`.
@@ -343,8 +337,8 @@ class device {
   /// Maps `w` for the controller: only pages of the allocation (a GPU page below it, or past its
   /// end, may belong to another one, and peer-to-peer pinning of it fails or pins someone
   /// else's memory).
-  [[nodiscard]] std::shared_ptr<const detail::gpu_mapping> map(const host::gpu_window& w) {
-    auto m = std::make_shared<detail::gpu_mapping>();
+  [[nodiscard]] std::shared_ptr<const detail::gpu_for_controller_mapping> map(const host::gpu_window& w) {
+    auto m = std::make_shared<detail::gpu_for_controller_mapping>();
     ++mappings_made_;
     m->mapped = ctrl_->memory().map_gpu_range(reinterpret_cast<void*>(w.start), w.bytes);
     const host::gpu_page_table t = host::gpu_page_table::of(m->mapped, w, w.start, ctrl_->name());
@@ -370,14 +364,14 @@ class device {
   int gpu_ = host::gpu_context_scope::current_gpu();
   // Before the queues, so destroyed after them: deleting a queue ends its commands (or stops
   // the controller) before a quarantined buffer is unmapped.
-  std::vector<std::shared_ptr<const detail::gpu_mapping>> quarantine_;
+  std::vector<std::shared_ptr<const detail::gpu_for_controller_mapping>> quarantine_;
   bool reset_due_ = false;  ///< a recovery needs a reset (one not aborted, or a reset that failed)
   copy_tuning tuning_;
   std::vector<std::unique_ptr<host::io_queue>> queues_;
   namespace_view ns_{};
   std::shared_ptr<detail::pinned_pool> pool_;
   mutable std::mutex mutex_;
-  registration_cache<detail::gpu_mapping> cache_;
+  registration_cache<detail::gpu_for_controller_mapping> cache_;
   std::vector<in_flight> in_flight_;
   std::uint64_t mappings_made_ = 0;
 };

@@ -6,7 +6,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/facade/pinned_pool.cuh>
-#include <cunvme/host/error.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/gpu_context.cuh>
 #include <cunvme/io/io_result.cuh>
 
@@ -105,10 +105,7 @@ class pending_copy {
     if (s.outcome) return *s.outcome;
     // A thread that made no CUDA call would otherwise have the runtime set up GPU 0 for it.
     const host::gpu_context_scope scope(s.gpu, s.device);
-    if (const cudaError_t e = cudaEventSynchronize(s.done); e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw host::error(s.operation, s.device, std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")");
-    }
+    host::cuda_check(cudaEventSynchronize(s.done), s.operation, s.device);
     const io_result* results = s.results.as<io_result>();
     io_result first{};
     for (std::uint64_t w = 0; w < s.warps; ++w) {

@@ -5,7 +5,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/host/error.cuh>
+#include <cunvme/host/cuda_error.cuh>
 
 #include <cuda_runtime.h>
 
@@ -79,10 +79,7 @@ class pinned_pool : public std::enable_shared_from_this<pinned_pool> {
       }
     }
     void* p = nullptr;
-    if (const cudaError_t e = cudaHostAlloc(&p, size, cudaHostAllocMapped); e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw host::error("Allocate pinned memory", device_, std::to_string(size) + " bytes: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-    }
+    host::cuda_check(cudaHostAlloc(&p, size, cudaHostAllocMapped), "Allocate pinned memory", device_, std::to_string(size) + " bytes");
     return lease(shared_from_this(), p, size);
   }
 

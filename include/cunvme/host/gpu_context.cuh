@@ -5,15 +5,12 @@
 // `copy_n`. The runtime API, on such a thread, picks GPU 0 whatever the device serves. So every
 // library entry point that talks to CUDA for a GPU opens a `gpu_context_scope` on it first: the
 // one place that decides which context is current. Reached through the runtime's driver entry
-// points, as the other driver calls are, so programs need not link libcuda. CUDA host code.
-//
-// ```
-// const cunvme::host::gpu_context_scope scope(gpu_ordinal, "emu");  // its primary context, until the scope ends
-// … driver and runtime calls for that GPU …
-// ```
+// points (host/cuda_error.cuh), as the other driver calls are, so programs need not link
+// libcuda. CUDA host code. Usage: facade/device.cuh (`make_current`), loader/loader.cuh.
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/error.cuh>
 
 #include <cuda.h>
@@ -25,17 +22,6 @@
 
 CUNVME_NAMESPACE_BEGIN
 namespace host {
-
-/// A driver entry point by name (CUDA 12.0 ABI), or null where the driver lacks it.
-[[nodiscard]] inline void* driver_entry_point(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess || found != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  return fn;
-}
 
 namespace detail {
 
@@ -133,8 +119,8 @@ class gpu_context_scope {
   }
 
   [[noreturn]] static void fail(std::string_view device, const std::string& call, CUresult r) {
-    throw error("Make the GPU's context current", std::string(device),
-                call + (r == CUDA_SUCCESS ? std::string() : ": CUresult " + std::to_string(static_cast<int>(r))));
+    if (r == CUDA_SUCCESS) throw error("Make the GPU's context current", std::string(device), call);
+    throw driver_error(r, "Make the GPU's context current", std::string(device), call);
   }
 
   CUcontext previous_ = nullptr;

@@ -7,6 +7,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/host/controller.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/gpu_context.cuh>
 #include <cunvme/host/kmod_backend.cuh>
@@ -48,13 +49,13 @@ namespace host {
   const gpu_context_scope scope(attributes.type == cudaMemoryTypeDevice ? attributes.device : gpu_context_scope::current_gpu(), device);
   int fd = -1;
   const CUresult r = get(&fd, reinterpret_cast<CUdeviceptr>(gpu), bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-  if (r != CUDA_SUCCESS || fd < 0) {
-    throw error("Export GPU memory as a dma-buf", device,
-                "cuMemGetHandleForAddressRange: CUresult " + std::to_string(static_cast<int>(r)) +
-                    (r == CUDA_ERROR_NOT_SUPPORTED ? " (no dma-buf support: NVIDIA's open kernel modules and Linux 5.12+ are needed)"
-                     : r == CUDA_ERROR_INVALID_VALUE ? " (the range must be page aligned and lie in one allocation)"
-                                                     : ""));
+  if (r != CUDA_SUCCESS) {
+    throw driver_error(r, "Export GPU memory as a dma-buf", device, "cuMemGetHandleForAddressRange",
+                       r == CUDA_ERROR_NOT_SUPPORTED   ? "no dma-buf support: NVIDIA's open kernel modules and Linux 5.12+ are needed"
+                       : r == CUDA_ERROR_INVALID_VALUE ? "the range must be page aligned and lie in one allocation"
+                                                       : "");
   }
+  if (fd < 0) throw error("Export GPU memory as a dma-buf", device, "cuMemGetHandleForAddressRange succeeded but gave no file descriptor");
   return fd;
 }
 

@@ -29,31 +29,31 @@ namespace host {
 /// something else mapped.
 ///
 /// Usage: examples/snippets/host.cpp, `gpu_flag`.
-class gpu_mapping {
+class gpu_for_cpu_mapping {
  public:
-  gpu_mapping() = default;
+  gpu_for_cpu_mapping() = default;
   /// Takes over `bytes` at `base`, mapped by the caller: another driver's write-combined
   /// mapping of GPU memory, or — for tests of the copy helpers — ordinary memory, where the
   /// copies behave the same. `release` (may be empty) undoes the mapping on destruction;
   /// `device` names it in errors.
-  gpu_mapping(std::byte* base, std::size_t bytes, std::string device, std::function<void()> release = {})
+  gpu_for_cpu_mapping(std::byte* base, std::size_t bytes, std::string device, std::function<void()> release = {})
       : base_(base), bytes_(bytes), device_(std::move(device)), release_(std::move(release)) {
     if (base_ == nullptr && bytes_ != 0) {
       if (release_) release_();
       throw error("Map GPU memory for the CPU", device_, "no address for " + std::to_string(bytes_) + " bytes");
     }
   }
-  gpu_mapping(gpu_mapping&& o) noexcept { swap(o); }
-  gpu_mapping& operator=(gpu_mapping&& o) noexcept {
+  gpu_for_cpu_mapping(gpu_for_cpu_mapping&& o) noexcept { swap(o); }
+  gpu_for_cpu_mapping& operator=(gpu_for_cpu_mapping&& o) noexcept {
     if (this != &o) {
       reset();
       swap(o);
     }
     return *this;
   }
-  gpu_mapping(const gpu_mapping&) = delete;
-  gpu_mapping& operator=(const gpu_mapping&) = delete;
-  ~gpu_mapping() { reset(); }
+  gpu_for_cpu_mapping(const gpu_for_cpu_mapping&) = delete;
+  gpu_for_cpu_mapping& operator=(const gpu_for_cpu_mapping&) = delete;
+  ~gpu_for_cpu_mapping() { reset(); }
 
   /// The mapping's first byte (write-combined memory: see the class comment).
   [[nodiscard]] std::byte* data() const noexcept { return base_; }
@@ -88,7 +88,7 @@ class gpu_mapping {
     base_ = nullptr;
     bytes_ = 0;
   }
-  void swap(gpu_mapping& o) noexcept {
+  void swap(gpu_for_cpu_mapping& o) noexcept {
     std::swap(base_, o.base_);
     std::swap(bytes_, o.bytes_);
     std::swap(device_, o.device_);

@@ -6,7 +6,7 @@
 #include <cunvme/config.cuh>
 #include <cunvme/detail/checked.cuh>
 #include <cunvme/host/controller.cuh>
-#include <cunvme/host/error.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/io_queue.cuh>
 
 #include <cuda_runtime.h>
@@ -28,10 +28,6 @@ enum class tier : std::uint8_t {
 };
 
 namespace detail {
-inline void check_cuda(cudaError_t e, const std::string& operation, const std::string& device) {
-  if (e != cudaSuccess) throw error(operation, device, std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e));
-}
-
 /// Runs `op(stream)` on a stream of its own and waits for it: the legacy default stream would
 /// wait for (and be waited for by) every blocking stream of the process, so a copy of
 /// bookkeeping could hang behind a user's kernel, and a memset issued there could still be
@@ -39,11 +35,11 @@ inline void check_cuda(cudaError_t e, const std::string& operation, const std::s
 template <class Op>
 void on_private_stream(Op&& op, const char* what, const std::string& name) {
   cudaStream_t s = nullptr;
-  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), what, name);
+  cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), what, name);
   const cudaError_t issued = op(s);
   const cudaError_t done = cudaStreamSynchronize(s);
   (void)cudaStreamDestroy(s);
-  check_cuda(issued != cudaSuccess ? issued : done, what, name);
+  cuda_check(issued != cudaSuccess ? issued : done, what, name);
 }
 }  // namespace detail
 
@@ -59,7 +55,7 @@ void on_private_stream(Op&& op, const char* what, const std::string& name) {
     throw error("Allocate GPU memory", ctrl.name(), std::to_string(bytes) + " bytes do not fit the address space");
   }
   void* raw = nullptr;
-  detail::check_cuda(cudaMalloc(&raw, reserved), "Allocate " + std::to_string(bytes) + " bytes of GPU memory", ctrl.name());
+  cuda_check(cudaMalloc(&raw, reserved), "Allocate " + std::to_string(bytes) + " bytes of GPU memory", ctrl.name());
   auto* aligned = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(raw) + gpu_page - 1) / gpu_page * gpu_page);
   try {
     detail::on_private_stream([&](cudaStream_t s) { return cudaMemsetAsync(aligned, 0, bytes, s); }, "Zero GPU memory", ctrl.name());
@@ -82,7 +78,7 @@ void on_private_stream(Op&& op, const char* what, const std::string& name) {
   const std::string name = ctrl.name();
   m.bookkeeping = [name](std::size_t bytes) {
     void* p = nullptr;
-    detail::check_cuda(cudaMalloc(&p, bytes), "Allocate queue bookkeeping in GPU memory", name);
+    cuda_check(cudaMalloc(&p, bytes), "Allocate queue bookkeeping in GPU memory", name);
     try {
       detail::on_private_stream([&](cudaStream_t s) { return cudaMemsetAsync(p, 0, bytes, s); }, "Zero queue bookkeeping", name);
     } catch (...) {

@@ -10,7 +10,7 @@
 #include <cunvme/config.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/error.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/host_registration.cuh>
 
 #include <cuda_runtime.h>
@@ -30,20 +30,18 @@ namespace host {
     const unsigned flags = cudaHostRegisterMapped | cudaHostRegisterPortable | (io_memory ? cudaHostRegisterIoMemory : 0u);
     const std::string operation = "Register " + what + " for GPU threads";
     if (const cudaError_t e = cudaHostRegister(host, bytes, flags); e != cudaSuccess) {
-      (void)cudaGetLastError();  // not sticky: leave no error for the caller's next check
-      std::string why = std::string(cudaGetErrorName(e)) + " from cudaHostRegister (" + std::to_string(bytes) + " bytes)";
-      why += io_memory ? ": the GPU driver will not map this PCIe BAR for GPU stores. GPU-initiated doorbells need a GPU and driver that "
-                         "allow peer-to-peer MMIO (data-center GPUs; GeForce boards without P2P refuse), and a PCIe path that allows it "
-                         "(`nvme_info --doctor` says); otherwise drive the queues from CPU threads (host::queue_pair, or the readers on "
-                         "CPU threads over host::io_queue)"
-                       : ": the GPU driver cannot pin and map this DMA memory (RLIMIT_MEMLOCK, or memory it cannot pin)";
-      throw error(operation, device, why);
+      // cuda_error clears the (not sticky) error: none is left for the caller's next check.
+      throw cuda_error(e, operation, device, "cudaHostRegister (" + std::to_string(bytes) + " bytes)",
+                       io_memory ? "the GPU driver will not map this PCIe BAR for GPU stores. GPU-initiated doorbells need a GPU and driver that "
+                                   "allow peer-to-peer MMIO (data-center GPUs; GeForce boards without P2P refuse), and a PCIe path that allows it "
+                                   "(`nvme_info --doctor` says); otherwise drive the queues from CPU threads (host::queue_pair, or the readers on "
+                                   "CPU threads over host::io_queue)"
+                                 : "the GPU driver cannot pin and map this DMA memory (RLIMIT_MEMLOCK, or memory it cannot pin)");
     }
     void* gpu = nullptr;
     if (const cudaError_t e = cudaHostGetDevicePointer(&gpu, host, 0); e != cudaSuccess || gpu == nullptr) {
       (void)cudaHostUnregister(host);
-      (void)cudaGetLastError();
-      throw error(operation, device, std::string(cudaGetErrorName(e)) + " from cudaHostGetDevicePointer: the registered range has no GPU address");
+      throw cuda_error(e, operation, device, "cudaHostGetDevicePointer: the registered range has no GPU address");
     }
     return host_registration(gpu, [host] {
       if (cudaHostUnregister(host) != cudaSuccess) (void)cudaGetLastError();

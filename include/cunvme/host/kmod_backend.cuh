@@ -46,7 +46,7 @@ class kmod_allocator final : public dma_allocator {
   /// `info_flags`: the module's `kmod::device_info::flags`.
   kmod_allocator(int fd, std::string device, std::uint32_t info_flags)
       : fd_(fd), device_(std::move(device)), gpu_((info_flags & kmod::info_gpu_pinning) != 0), dma_buf_((info_flags & kmod::info_dma_buf) != 0),
-        gpu_mapping_((info_flags & kmod::info_gpu_mapping) != 0) {}
+        maps_gpu_for_cpu_((info_flags & kmod::info_gpu_mapping) != 0) {}
 
   [[nodiscard]] bool imports_dma_bufs() const noexcept { return dma_buf_; }
   /// Makes `map_gpu` export GPU memory with `exporter` and map the dma-buf (preferred over
@@ -91,8 +91,8 @@ class kmod_allocator final : public dma_allocator {
   /// process, write-combined, for CPU copies (gdrcopy's role); the mapping owns the pin. Needs
   /// a module built with nvidia_p2p: a dma-buf yields DMA addresses only, nothing the CPU can
   /// map.
-  [[nodiscard]] gpu_mapping map_gpu_for_cpu(void* gpu, std::size_t bytes) {
-    if (!gpu_mapping_) {
+  [[nodiscard]] gpu_for_cpu_mapping map_gpu_for_cpu(void* gpu, std::size_t bytes) {
+    if (!maps_gpu_for_cpu_) {
       throw error("Map GPU memory for the CPU", device_,
                   gpu_ ? "the loaded cunvme module pins GPU memory but cannot map it: an older module, rebuild it"
                        : "the cunvme module was built without nvidia_p2p (NVIDIA driver sources); dma-buf import gives the controller DMA addresses, nothing the CPU can map");
@@ -116,7 +116,7 @@ class kmod_allocator final : public dma_allocator {
                      : e == EBUSY ? "the GPU pages' memory type conflicts with another mapping of them (x86 PAT)"
                                   : "");
     }
-    return gpu_mapping(static_cast<std::byte*>(p), bytes, device_, [fd, handle, p, mapped] {
+    return gpu_for_cpu_mapping(static_cast<std::byte*>(p), bytes, device_, [fd, handle, p, mapped] {
       ::munmap(p, mapped);
       kmod::unpin_request u{handle};
       (void)::ioctl(fd, kmod::ioctl_unpin, &u);
@@ -244,7 +244,7 @@ class kmod_allocator final : public dma_allocator {
   std::string device_;
   bool gpu_;
   bool dma_buf_;
-  bool gpu_mapping_;
+  bool maps_gpu_for_cpu_;
   dma_buf_exporter exporter_;
 };
 

@@ -3,11 +3,11 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/access.cuh>
 #include <cunvme/host/dma_memory.cuh>
 #include <cunvme/spec/registers.cuh>
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -87,10 +87,10 @@ class register_backend {
   /// emulator's register file) overrides both. An offset outside the BAR or off a 4-byte
   /// boundary throws rather than touching memory past the mapping.
   [[nodiscard]] virtual std::uint32_t read32(std::uint32_t offset) const {
-    return std::atomic_ref<std::uint32_t>(*register_at(offset, "Read register")).load(std::memory_order_acquire);
+    return access::mmio_load(register_at(offset, "Read register"));
   }
   virtual void write32(std::uint32_t offset, std::uint32_t value) const {
-    std::atomic_ref<std::uint32_t>(*register_at(offset, "Write register")).store(value, std::memory_order_release);
+    access::mmio_store_after_writes(register_at(offset, "Write register"), value);
   }
   /// How many queues have both doorbells (CAP.DSTRD `dstrd` apart) inside BAR0, the admin
   /// queue first: a device whose BAR is smaller than its stride and queue count imply would

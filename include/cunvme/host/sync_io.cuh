@@ -22,7 +22,7 @@ CUNVME_NAMESPACE_BEGIN
 namespace host {
 namespace detail {
 
-using host_queue = cunvme::queue<slots::exclusive, completion::cooperative>;
+using host_queue = cunvme::queue_policies<slots::exclusive, completion::cooperative>;
 
 /// What `sync_io::command` returns.
 struct command_outcome {

@@ -340,7 +340,7 @@ class block_io {
 }  // namespace detail
 
 /// Reads blocks into a buffer described by `Prp`.
-/// @tparam Queue    `queue<Slots, Completion>` (any `queue_policy`)
+/// @tparam Queue    `queue_policies<Slots, Completion>` (any `queue_policy`)
 /// @tparam Prp      `prp::contiguous` or `prp::page_list` (the buffer's bus layout)
 /// @tparam Doorbell `doorbell::mmio`, `doorbell::shadow` or `doorbell::coalescing<…>`
 template <queue_policy Queue, prp::buffer Prp, doorbell::policy Doorbell>

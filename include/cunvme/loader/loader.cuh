@@ -16,6 +16,7 @@
 #include <cunvme/facade/copy.cuh>
 #include <cunvme/facade/device.cuh>
 #include <cunvme/facade/pending_copy.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/gpu_context.cuh>
 #include <cunvme/io/io_result.cuh>
@@ -41,13 +42,6 @@ namespace loader {
 
 namespace detail {
 
-inline void check_cuda(cudaError_t e, const char* what, const std::string& source) {
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw host::error(what, source, std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")");
-  }
-}
-
 /// A CUDA stream or event owned by the object holding it: destroyed with it, however the
 /// object goes — a constructor that throws after creating some releases exactly those.
 /// (Destroying a stream or event with work pending is allowed: the driver releases it once
@@ -64,13 +58,13 @@ using owned_event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, event_de
 /// A non-blocking stream, or `host::error` naming `what` and `source`.
 [[nodiscard]] inline owned_stream make_stream(const char* what, const std::string& source) {
   cudaStream_t s = nullptr;
-  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), what, source);
+  host::cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), what, source);
   return owned_stream(s);
 }
 /// An event without timing, or `host::error` naming `what` and `source`.
 [[nodiscard]] inline owned_event make_event(const char* what, const std::string& source) {
   cudaEvent_t e = nullptr;
-  check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), what, source);
+  host::cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), what, source);
   return owned_event(e);
 }
 
@@ -81,7 +75,7 @@ class gpu_buffer {
   gpu_buffer(device& dev, std::size_t bytes, const std::string& source) : dev_(dev), bytes_(bytes) {
     if (bytes_ == 0) return;
     const host::gpu_context_scope scope = dev_.make_current();  // on the device's GPU, from any thread
-    check_cuda(cudaMalloc(&data_, bytes_), "Allocate GPU memory for tensors", source);
+    host::cuda_check(cudaMalloc(&data_, bytes_), "Allocate GPU memory for tensors", source);
     try {
       dev_.register_buffer(data_, bytes_);
     } catch (...) {
@@ -246,7 +240,7 @@ class safetensors_file {
     std::vector<pending_copy> copies = detail::enqueue_reads(dev_, p, scratch.data(), nullptr);
     detail::wait_all(copies, "Read the safetensors header", source_);
     std::vector<std::byte> out(static_cast<std::size_t>(length));
-    detail::check_cuda(cudaMemcpy(out.data(), scratch.data() + p.offsets[0], out.size(), cudaMemcpyDeviceToHost), "Copy the header to the host",
+    host::cuda_check(cudaMemcpy(out.data(), scratch.data() + p.offsets[0], out.size(), cudaMemcpyDeviceToHost), "Copy the header to the host",
                        source_);
     return out;
   }
@@ -331,7 +325,7 @@ class layer_streamer {
     if (next_ + 1 < groups_.size()) enqueue(next_ + 1);
     slot& s = slots_[next_ % buffers];
     detail::wait_all(s.copies, "Load layer '" + groups_[next_].key + "'", source);
-    detail::check_cuda(cudaStreamWaitEvent(compute, s.loaded.get(), 0), "Order the compute stream after the load", source);
+    host::cuda_check(cudaStreamWaitEvent(compute, s.loaded.get(), 0), "Order the compute stream after the load", source);
     s.compute = compute;
     s.handed_out = true;
     layer l{groups_[next_].key, next_, {}};
@@ -358,12 +352,12 @@ class layer_streamer {
     const std::string& source = file_.source();
     if (s.handed_out) {
       // Everything the caller enqueued on the buffer's previous layer is on its stream now.
-      detail::check_cuda(cudaEventRecord(s.released.get(), s.compute), "Record an event", source);
-      detail::check_cuda(cudaStreamWaitEvent(load_.get(), s.released.get(), 0), "Order the load after the compute", source);
+      host::cuda_check(cudaEventRecord(s.released.get(), s.compute), "Record an event", source);
+      host::cuda_check(cudaStreamWaitEvent(load_.get(), s.released.get(), 0), "Order the load after the compute", source);
       s.handed_out = false;
     }
     s.copies = detail::enqueue_reads(file_.dev(), plans_[k], s.buffer->data(), load_.get());
-    detail::check_cuda(cudaEventRecord(s.loaded.get(), load_.get()), "Record an event", source);
+    host::cuda_check(cudaEventRecord(s.loaded.get(), load_.get()), "Record an event", source);
     for (const block_read& r : plans_[k].reads) bytes_read_ += r.blocks * file_.placement().block_bytes();
   }
 

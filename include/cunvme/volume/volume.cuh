@@ -107,7 +107,7 @@ static_assert(volume_buffer<member_buffers<prp::contiguous>>);
 /// queue pair there. Failures come back as the reader's `io_result`, with `lba` and `blocks`
 /// in volume blocks (`volume_view::locate` names the member): a member that fails fails only
 /// the requests it served.
-/// @tparam Queue    `queue<Slots, Completion>` of every member's queue pairs (shared: not `slots::exclusive`)
+/// @tparam Queue    `queue_policies<Slots, Completion>` of every member's queue pairs (shared: not `slots::exclusive`)
 /// @tparam Doorbell a doorbell policy
 template <queue_policy Queue, doorbell::policy Doorbell>
 class volume_io {

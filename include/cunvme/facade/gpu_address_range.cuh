@@ -7,6 +7,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/facade/registration_cache.cuh>
+#include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/gpu_context.cuh>
 
@@ -43,14 +44,11 @@ namespace detail {
   const host::gpu_context_scope scope(attributes.device, device);
   CUdeviceptr base = 0;
   std::size_t size = 0;
-  if (const CUresult r = get_range(&base, &size, reinterpret_cast<CUdeviceptr>(gpu)); r != CUDA_SUCCESS) {
-    throw host::error("Find the GPU allocation", device,
-                      where + " is in no GPU allocation (cuMemGetAddressRange: CUresult " + std::to_string(static_cast<int>(r)) + ")");
-  }
+  host::driver_check(get_range(&base, &size, reinterpret_cast<CUdeviceptr>(gpu)), "Find the GPU allocation", device,
+                     where + " is in no GPU allocation (cuMemGetAddressRange)");
   unsigned long long id = 0;
-  if (const CUresult r = get_pointer_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, reinterpret_cast<CUdeviceptr>(gpu)); r != CUDA_SUCCESS) {
-    throw host::error("Find the GPU allocation", device, where + ": no buffer ID (cuPointerGetAttribute: CUresult " + std::to_string(static_cast<int>(r)) + ")");
-  }
+  host::driver_check(get_pointer_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, reinterpret_cast<CUdeviceptr>(gpu)), "Find the GPU allocation", device,
+                     where + " has no buffer ID (cuPointerGetAttribute)");
   return gpu_allocation{static_cast<std::uintptr_t>(base), size, id};
 }
 

@@ -1,48 +1,16 @@
-// A null NVMe controller that runs on a few SMs of the same GPU, to measure the command path
-// (slot reservation, SQE writes, doorbells, CQ drains, completion records) without PCIe or host
-// threads in the way. Its queues, doorbells and (optional) namespace live in GPU memory; bus
-// addresses are GPU virtual addresses. Each controller warp serves its queues: it reads the SQ
-// tail doorbell, fetches up to 32 SQEs at once (one per lane), checks each as a controller
-// would (opcode, namespace, LBA range, PRP alignment), optionally copies the data between the
-// namespace and the PRP pages, and posts the CQEs with the phase tag (DW3 last, with release).
-// With a timing model (`options::timing`, the emulator's `emu::timing_model` and its
-// arithmetic, `emu::timing_costs`) it is a modelled drive on the GPU: each command's CQE is held
-// until its due time — its latency passed and its share of the drive's IOPS and bandwidth
-// reserved on the controller's timeline — so a benchmark measures how many GPU threads hold
-// such drives busy, with no host thread in the way (issue 18, P2).
-//
-// Numbers measured against it are the command path's, not a drive's: label them so.
-//
-// A benchmark device, not part of the library: it lives beside the benchmarks (the GPU tests
-// reach it through bench/ on their include path). It serves commands with the spec's
-// accessors and the policies' PRP walker (`prp::walk`, shared with the CPU emulator) and
-// lays out queues with `bookkeeping_layout`; it takes `namespace_view` from the io layer only
-// to hand its readers the namespace, and `emu::cuda_error` for CUDA failures.
-//
-// ```
-// cunvme::bench::gpu_null_controller ctrl({.queues = 8, .entries = 1024});
-// ctrl.start();
-// reader r(ctrl.views()[0], ctrl.namespace_view());   // any block_reader over prp::contiguous
-// my_kernel<<<…>>>(r, cunvme::prp::contiguous{reinterpret_cast<std::uint64_t>(gpu_buffer)}, …);
-// ctrl.stop();
-// ```
-// CUDA host code: include from .cu files. The controller kernel runs until `stop()`, so a
-// kernel launched beside it must not need anything the driver does only on an idle GPU:
-// loading its code (lazy module loading) or growing the local-memory reservation (a kernel
-// with more local memory per thread than any before it). Either waits for the controller
-// kernel to end: a deadlock. Pass your kernels to `prepare_kernels_to_run_beside` before
-// `start()` (the same holds for a dedicated poller kernel).
+// The device side of the on-GPU null controller (gpu_null_controller.cuh): its queues' state,
+// the command checks and data movement, CQE posting, and the persistent kernel whose warps serve
+// the queues. Commands are checked by the rules the CPU emulator applies (`nvm_checks`), and
+// their data walked by the policies' PRP walker (`prp::walk`), shared with the CPU emulator.
+// CUDA code: include from .cu files.
 #pragma once
 
 #include <cunvme/config.cuh>
 #include <cunvme/detail/access.cuh>
 #include <cunvme/detail/checked.cuh>
-#include <cunvme/emu/cuda_memory.cuh>
+#include <cunvme/emu/nvm_checks.cuh>
 #include <cunvme/emu/timing_model.cuh>
-#include <cunvme/io/namespace_view.cuh>
-#include <cunvme/policy/prp.cuh>
 #include <cunvme/policy/prp_walk.cuh>
-#include <cunvme/policy/queue_view.cuh>
 #include <cunvme/spec/command_fields.cuh>
 #include <cunvme/spec/opcodes.cuh>
 #include <cunvme/spec/queue_entry.cuh>
@@ -53,17 +21,9 @@
 
 #include <cooperative_groups.h>
 #include <cooperative_groups/scan.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cstdint>
-#include <stdexcept>
-#include <string>
-#include <vector>
 
 CUNVME_NAMESPACE_BEGIN
-namespace bench {
+namespace emu {
 
 namespace null_detail {
 
@@ -117,7 +77,9 @@ struct controller_view {
 /// no IOPS cap held (the GPU test of the cap caught it).
 __device__ inline cuda::std::uint64_t clock_ns(const controller_view& c) { return access::now_ns() - *c.epoch; }
 
-/// Notes the start of the controller's clock (run on its stream before `run`).
+/// Notes the start of the controller's clock (run on its stream before `run`). A template, as
+/// every kernel in a header: included by several files of a program, it is defined once.
+template <int = 0>
 __global__ void start_clock(cuda::std::uint64_t* epoch, cuda::std::uint64_t* timeline) {
   *epoch = access::now_ns();
   *timeline = 0;
@@ -154,20 +116,18 @@ __device__ inline spec::status move_data(const controller_view& c, const spec::s
   return prp::walk<1>(sqe.prp1, sqe.prp2, bytes, cuda::std::uint64_t{1} << c.page_shift, read_entries, segment);
 }
 
-/// Executes one I/O command; returns its status.
+/// Executes one I/O command (Read, Write, Flush of namespace 1, the only one); returns its
+/// status. The checks are the CPU emulator's own (`nvm_checks`).
 __device__ inline spec::status execute(const controller_view& c, const spec::submission_entry& sqe) {
-  if (sqe.fuse() != spec::fused_operation::normal || sqe.psdt() != spec::data_transfer_kind::prp) return spec::status::invalid_field_in_command;
+  if (const spec::status s = nvm_checks::check_transfer_fields(sqe); s != spec::status::successful_completion) return s;
   const auto opcode = static_cast<spec::nvm_opcode>(sqe.opcode());
   if (opcode == spec::nvm_opcode::flush) return sqe.nsid == 1 || sqe.nsid == spec::broadcast_nsid ? spec::status::successful_completion : spec::status::invalid_namespace_or_format;
   if (opcode != spec::nvm_opcode::read && opcode != spec::nvm_opcode::write) return spec::status::invalid_command_opcode;
-  if (sqe.nsid != 1) return spec::status::invalid_namespace_or_format;
-  const cuda::std::uint64_t slba = spec::starting_lba(sqe);
-  const cuda::std::uint64_t blocks = spec::rw_fields::nlb::get(sqe.cdw12) + 1u;
-  if (slba >= c.lba_count || blocks > c.lba_count - slba) return spec::status::lba_out_of_range;
-  const cuda::std::uint64_t bytes = blocks << c.lba_shift;
-  if (bytes > c.max_transfer_bytes) return spec::status::invalid_field_in_command;
-  cuda::std::byte* at = c.data == nullptr ? nullptr : c.data + (slba << c.lba_shift);
-  return move_data(c, sqe, at, bytes, opcode == spec::nvm_opcode::read);
+  const nvm_checks::block_range range = nvm_checks::blocks_of(sqe);
+  const nvm_checks::namespace_limits ns{sqe.nsid == 1, c.lba_count, cuda::std::uint64_t{1} << c.lba_shift};
+  if (const spec::status s = nvm_checks::check_read_write(range, ns, c.max_transfer_bytes); s != spec::status::successful_completion) return s;
+  cuda::std::byte* at = c.data == nullptr ? nullptr : c.data + (range.slba << c.lba_shift);
+  return move_data(c, sqe, at, range.blocks << c.lba_shift, opcode == spec::nvm_opcode::read);
 }
 
 /// The CQ head after the host rang `rung`: `rung` when it lies in the queue and frees no
@@ -200,7 +160,7 @@ __device__ inline void post(const queue& q, cuda::std::uint32_t at, cuda::std::u
 __device__ inline cuda::std::uint64_t bytes_of(const controller_view& c, const spec::submission_entry& sqe) {
   const auto opcode = static_cast<spec::nvm_opcode>(sqe.opcode());
   if (opcode != spec::nvm_opcode::read && opcode != spec::nvm_opcode::write) return 0;
-  return (cuda::std::uint64_t{spec::rw_fields::nlb::get(sqe.cdw12)} + 1u) << c.lba_shift;
+  return nvm_checks::blocks_of(sqe).blocks << c.lba_shift;
 }
 
 /// The doorbells as the warp serving `q` takes them (warp-collective): the SQ tail as rung, and
@@ -344,6 +304,7 @@ __device__ inline bool serve_timed(const controller_view& c, const queue& q) {
 }
 
 /// Each warp serves queues warp, warp + warps, … until told to stop.
+template <int = 0>
 __global__ void run(controller_view c) {
   const cuda::std::uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const cuda::std::uint32_t warps = gridDim.x * blockDim.x / 32;
@@ -365,168 +326,5 @@ __global__ void run(controller_view c) {
 
 }  // namespace null_detail
 
-/// Loads `kernels` and reserves the local memory they need, so that launching them while a
-/// persistent kernel runs (this controller, a dedicated poller kernel) does not wait for it
-/// (see the top of this file). Keeps the reservation from shrinking back after launches.
-template <class... Kernels>
-void prepare_kernels_to_run_beside(Kernels... kernels) {
-  std::size_t need = 0;
-  auto inspect = [&](auto kernel) {
-    cudaFuncAttributes a{};
-    if (const cudaError_t e = cudaFuncGetAttributes(&a, kernel); e != cudaSuccess) {
-      throw emu::cuda_error(e, "prepare_kernels_to_run_beside: reading a kernel's attributes");
-    }
-    need = std::max(need, a.localSizeBytes);
-  };
-  (inspect(kernels), ...);
-  unsigned flags = 0;
-  if (cudaGetDeviceFlags(&flags) == cudaSuccess && (flags & cudaDeviceLmemResizeToMax) == 0) {
-    (void)cudaSetDeviceFlags(flags | cudaDeviceLmemResizeToMax);  // refused once the context runs: the limit below still holds
-    (void)cudaGetLastError();
-  }
-  std::size_t stack = 0;
-  if (cudaDeviceGetLimit(&stack, cudaLimitStackSize) == cudaSuccess && need + 1024 > stack) {
-    if (const cudaError_t e = cudaDeviceSetLimit(cudaLimitStackSize, need + 1024); e != cudaSuccess) {
-      throw emu::cuda_error(e, "prepare_kernels_to_run_beside: reserving local memory");
-    }
-  }
-}
-
-/// Owns the queues, namespace and kernel of an on-GPU null controller (see the top of this file).
-class gpu_null_controller {
- public:
-  struct options {
-    std::uint32_t queues = 1;
-    std::uint32_t entries = 1024;                       ///< per queue (2..65536)
-    std::uint64_t lba_count = std::uint64_t{1} << 21;   ///< namespace size in LBAs
-    std::uint32_t lba_shift = 9;
-    bool move_data = false;                             ///< keep the namespace in GPU memory and copy it
-    std::uint32_t max_transfer_bytes = 1u << 20;        ///< MDTS
-    unsigned blocks = 4;                                ///< controller blocks (a few SMs)
-    unsigned threads_per_block = 128;
-    std::chrono::nanoseconds timeout = std::chrono::seconds(10);  ///< of the readers' waits
-    emu::timing_model timing = emu::timing_model::none();       ///< the modelled drive; none: CQEs as fast as it goes
-  };
-
-  explicit gpu_null_controller(options o) : o_(o) {
-    if (o.queues == 0 || o.entries < 2 || o.entries > 65536) throw std::invalid_argument("gpu_null_controller: queues ≥ 1 and entries 2..65536");
-    if (o.threads_per_block % 32 != 0 || o.blocks == 0) throw std::invalid_argument("gpu_null_controller: whole warps and at least one block");
-    timing_ = emu::timing_costs::of(o.timing);  // throws std::invalid_argument for a rate that is no number
-    const std::uint64_t page = 4096;
-    const std::uint32_t cids = o.entries - 1;
-    const std::uint32_t list_entries = static_cast<std::uint32_t>(prp::list_bytes_per_command(o.max_transfer_bytes, 12) / 8);
-    const bookkeeping_layout book = bookkeeping_layout::of(o.entries);
-    const std::size_t sq_bytes = std::size_t{o.entries} * sizeof(spec::submission_entry);
-    const std::size_t cq_bytes = std::size_t{o.entries} * sizeof(spec::completion_entry);
-    const std::size_t lists_bytes = std::size_t{cids} * list_entries * 8;
-    const std::size_t held_bytes = std::size_t{o.entries} * sizeof(null_detail::pending_completion);
-    // Per queue, page-aligned pieces: SQ, CQ, PRP lists, bookkeeping, held CQEs, then doorbells + state.
-    auto up = [&](std::size_t b) { return (b + page - 1) / page * page; };
-    const std::size_t per_queue = up(sq_bytes) + up(cq_bytes) + up(lists_bytes) + up(book.bytes) + up(held_bytes) + page;
-    queue_memory_ = allocate(per_queue * o.queues + page, "queues");
-    auto* base = reinterpret_cast<std::byte*>(up(reinterpret_cast<std::uintptr_t>(queue_memory_)));
-    std::vector<null_detail::queue> queues(o.queues);
-    views_.resize(o.queues);
-    for (std::uint32_t i = 0; i < o.queues; ++i) {
-      std::byte* at = base + per_queue * i;
-      queue_view& v = views_[i];
-      v.sq = reinterpret_cast<spec::submission_entry*>(at);
-      v.cq = reinterpret_cast<spec::completion_entry*>(at + up(sq_bytes));
-      std::byte* lists = at + up(sq_bytes) + up(cq_bytes);
-      std::byte* bookkeeping = lists + up(lists_bytes);
-      auto* held = reinterpret_cast<null_detail::pending_completion*>(bookkeeping + up(book.bytes));
-      std::byte* registers = bookkeeping + up(book.bytes) + up(held_bytes);
-      v.sq_doorbell = reinterpret_cast<std::uint32_t*>(registers);
-      v.cq_doorbell = reinterpret_cast<std::uint32_t*>(registers + 4);
-      v.entries = o.entries;
-      v.qid = static_cast<std::uint16_t>(i + 1);
-      book.bind(v, bookkeeping);
-      v.prp_lists = reinterpret_cast<std::uint64_t*>(lists);
-      v.prp_lists_bus = reinterpret_cast<std::uint64_t>(lists);
-      v.list_entries = list_entries;
-      v.page_shift = 12;
-      v.timeout_ns = static_cast<std::uint64_t>(o.timeout.count());
-      queues[i] = null_detail::queue{v.sq, v.cq, v.sq_doorbell, v.cq_doorbell, reinterpret_cast<null_detail::queue_state*>(registers + 64), held, o.entries,
-                                     v.qid};
-    }
-    queue_table_ = static_cast<null_detail::queue*>(allocate(sizeof(null_detail::queue) * o.queues, "queue table"));
-    check(cudaMemcpy(queue_table_, queues.data(), sizeof(null_detail::queue) * o.queues, cudaMemcpyHostToDevice), "copy the queue table");
-    if (o.move_data) data_ = static_cast<std::byte*>(allocate(o.lba_count << o.lba_shift, "namespace"));
-    timeline_ = static_cast<std::uint64_t*>(allocate(2 * sizeof *timeline_, "timeline"));  // the timeline, then the epoch
-    check(cudaHostAlloc(&stop_, sizeof *stop_, cudaHostAllocMapped), "allocate the stop word");
-    *stop_ = 0;
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create the controller's stream");
-  }
-
-  gpu_null_controller(const gpu_null_controller&) = delete;
-  gpu_null_controller& operator=(const gpu_null_controller&) = delete;
-
-  ~gpu_null_controller() {
-    stop();
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    cudaFreeHost(stop_);
-    cudaFree(queue_table_);
-    cudaFree(data_);
-    cudaFree(timeline_);
-    cudaFree(queue_memory_);
-  }
-
-  /// Launches the controller kernel on its own stream (after `prepare_kernels_to_run_beside`).
-  void start() {
-    if (running_) return;
-    prepare_kernels_to_run_beside(null_detail::run, null_detail::start_clock);
-    __atomic_store_n(stop_, 0u, __ATOMIC_RELEASE);
-    null_detail::controller_view c{queue_table_, o_.queues, reinterpret_cast<cuda::std::byte*>(data_), o_.lba_count, o_.lba_shift, 12, o_.max_transfer_bytes, stop_,
-                                   o_.timing.enabled(), timing_, timeline_, timeline_ + 1};
-    null_detail::start_clock<<<1, 1, 0, stream_>>>(timeline_ + 1, timeline_);
-    null_detail::run<<<o_.blocks, o_.threads_per_block, 0, stream_>>>(c);
-    check(cudaGetLastError(), "launch the controller kernel");
-    running_ = true;
-  }
-  /// Tells the controller kernel to end and waits for it.
-  void stop() {
-    if (!running_) return;
-    __atomic_store_n(stop_, 1u, __ATOMIC_RELEASE);
-    running_ = false;
-    check(cudaStreamSynchronize(stream_), "end the controller kernel");
-  }
-
-  [[nodiscard]] const std::vector<queue_view>& views() const noexcept { return views_; }
-  [[nodiscard]] cunvme::namespace_view namespace_view() const noexcept {
-    const std::uint64_t blocks = std::uint64_t{o_.max_transfer_bytes} >> o_.lba_shift;
-    cunvme::namespace_view v;  // no metadata: the null controller's blocks are data only
-    v.nsid = 1;
-    v.lba_shift = o_.lba_shift;
-    v.max_blocks = static_cast<std::uint32_t>(blocks < 65536 ? blocks : 65536);
-    v.lba_count = o_.lba_count;
-    return v;
-  }
-  /// Namespace 1's bytes in GPU memory (nullptr unless `move_data`): fill it before reading.
-  [[nodiscard]] std::byte* data() const noexcept { return data_; }
-  [[nodiscard]] const options& config() const noexcept { return o_; }
-
- private:
-  static void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) throw emu::cuda_error(e, std::string("gpu_null_controller: ") + what);
-  }
-  static void* allocate(std::size_t bytes, const char* what) {
-    void* p = nullptr;
-    check(cudaMalloc(&p, bytes), what);
-    check(cudaMemset(p, 0, bytes), what);
-    return p;
-  }
-
-  options o_;
-  void* queue_memory_ = nullptr;
-  null_detail::queue* queue_table_ = nullptr;
-  std::byte* data_ = nullptr;
-  std::uint64_t* timeline_ = nullptr;  // the modelled drive's timeline: its reservations' end, in ticks
-  emu::timing_costs timing_{};
-  std::uint32_t* stop_ = nullptr;
-  cudaStream_t stream_ = nullptr;
-  bool running_ = false;
-  std::vector<queue_view> views_;
-};
-
-}  // namespace bench
+}  // namespace emu
 CUNVME_NAMESPACE_END
