@@ -39,7 +39,7 @@ namespace {
 
 using snippet::expect;
 
-using queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+using queue = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
 
 // ---- host/open.cuh, host/controller.cuh, host/queue_pair.cuh, host/dma_memory.cuh --------------
 
@@ -129,7 +129,7 @@ bool read_as_a_group() {
 bool read_with_a_dedicated_poller() {
   auto ctrl = cunvme::host::open("emu:pattern");
   cunvme::host::io_queue q(*ctrl, 256);
-  using polled = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::dedicated_poller>;
+  using polled = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::dedicated_poller>;
   const cunvme::block_reader<polled, cunvme::prp::contiguous, cunvme::doorbell::mmio> reader(q.view(), q.namespace_view(1));
   const cunvme::queue_view view = q.view();
   std::uint32_t stop = 0;  // read and written through atomic references
@@ -221,7 +221,7 @@ void kmod(const std::string& bdf) {
 
 /// `gpu_mapping`: a GPU pin mapped for the CPU (`kmod_allocator::map_gpu_for_cpu`, nvidia_p2p).
 void gpu_flag(host::kmod_backend& backend, void* d_flags) {
-  host::gpu_mapping m = backend.kmod_memory().map_gpu_for_cpu(d_flags, 65536);
+  host::gpu_for_cpu_mapping m = backend.kmod_memory().map_gpu_for_cpu(d_flags, 65536);
   const std::uint32_t flag = 1;
   m.copy_to(0, &flag, sizeof flag);  // visible to the GPU before any later store
   std::uint64_t result = 0;

@@ -26,9 +26,9 @@ namespace host = cunvme::host;
 
 namespace {
 
-using queue = cunvme::queue<cunvme::slots::warp_aggregated, cunvme::completion::cooperative>;
+using queue = cunvme::queue_policies<cunvme::slots::warp_aggregated, cunvme::completion::cooperative>;
 using reader = cunvme::block_reader<queue, cunvme::prp::page_list, cunvme::doorbell::mmio>;
-using shared_queue = cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
+using shared_queue = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
 using cache = cunvme::page_cache<shared_queue, cunvme::doorbell::mmio>;
 
 /// Counts the 8-byte words of `data` (namespace bytes from `first_byte`) that are not `pattern_word`.

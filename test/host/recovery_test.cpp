@@ -227,7 +227,7 @@ TEST_CASE("a timed-out command whose completion was lost is counted not aborted"
 // end a lost completion the same way.
 
 namespace {
-using reader_t = cunvme::block_reader<cunvme::queue<cunvme::slots::multi_producer, cunvme::completion::cooperative>, cunvme::prp::contiguous,
+using reader_t = cunvme::block_reader<cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>, cunvme::prp::contiguous,
                                       cunvme::doorbell::mmio>;
 
 bool stopped(host::controller& ctrl) {
