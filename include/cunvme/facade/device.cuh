@@ -220,6 +220,8 @@ class device {
   template <class Launch>
   [[nodiscard]] pending_copy enqueue(void* gpu, std::size_t bytes, std::uint64_t warps, cudaStream_t stream, const char* operation, Launch&& launch) {
     const std::string& name = ctrl_->name();
+    // A stopped controller runs nothing: its kernel would wait out every command's timeout.
+    ctrl_->require_running(operation);
     const gpu_allocation a = detail::gpu_allocation_of(gpu, name);
     const auto address = reinterpret_cast<std::uintptr_t>(gpu);
     const std::lock_guard lock(mutex_);

@@ -32,6 +32,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -130,6 +131,16 @@ class controller {
   [[nodiscard]] std::uint16_t io_queue_pairs_granted() const noexcept { return granted_; }
   [[nodiscard]] bool shadow_doorbells() const noexcept { return static_cast<bool>(shadow_); }
   [[nodiscard]] const controller_options& options() const noexcept { return options_; }
+
+  /// Whether cunvme stopped the controller (CC.EN = 0) after a command that would not end (a
+  /// lost completion Abort could not bring, an admin command without an answer) and no
+  /// `reset()` has brought it back since. Its queues are gone: nothing submitted would run.
+  [[nodiscard]] bool stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
+  /// Throws for `operation` where the controller is `stopped()`, before anything is submitted:
+  /// a command there would only wait out its timeout. Every host I/O entry point calls it.
+  void require_running(const std::string& operation) const {
+    if (stopped()) throw error(operation, name_, std::string(not_ready_after_stop));
+  }
 
   /// Sends an admin command and waits (bounded) for its completion, whatever its status.
   /// Throws when the controller is not ready, is fatal, or does not answer in time.
@@ -320,6 +331,7 @@ class controller {
   }
 
   void require_ready(const std::string& operation) const {
+    require_running(operation);
     const auto status = csts();
     if (status.cfs()) throw error(operation, name_, "controller fatal status (CSTS.CFS = 1): reset the controller");
     if (!status.rdy()) throw error(operation, name_, "controller not ready (CSTS.RDY = 0)");
@@ -489,6 +501,9 @@ class controller {
   std::shared_mutex state_mutex_;
   std::vector<queue_pair*> live_;
   std::uint64_t resets_ = 0;
+  std::atomic<bool> stopped_{false};  // halt() stopped it; reset() clears it
+  static constexpr std::string_view not_ready_after_stop =
+      "controller not ready — reset() brings it back (cunvme stopped it, CC.EN = 0, after a command that would not end)";
 };
 
 }  // namespace host

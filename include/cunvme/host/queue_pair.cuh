@@ -282,6 +282,7 @@ class queue_pair {
 inline spec::completion_entry queue_pair::execute(spec::submission_entry sqe, const std::string& operation) {
   const std::string where = operation + " on I/O queue " + std::to_string(qid_);
   require_host_io(operation);
+  ctrl_.require_running(where);
   const auto out = with_doorbell([&](auto doorbell) {
     const detail::sync_io<prp::contiguous, decltype(doorbell)> io(host_view_, namespace_view{});
     return io.command([&](std::uint16_t, spec::submission_entry& s, const auto&) {
@@ -356,6 +357,7 @@ inline spec::status queue_pair::transfer(spec::nvm_opcode opcode, std::uint32_t 
   namespace_view nv = make_namespace_view(ns, ctrl_.max_transfer_bytes(), ctrl_.name());
   nv.max_blocks = static_cast<std::uint32_t>(per_command);
   const std::string where = operation + " on I/O queue " + std::to_string(qid_);
+  ctrl_.require_running(where);
   // A buffer that is one bus range (the emulator's, VFIO's, a huge page) serves any
   // controller page size; one listed page by page only pages at least as large.
   const auto run = [&](const auto& data) {

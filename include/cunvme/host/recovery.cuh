@@ -55,6 +55,7 @@ inline void controller::disable_if_enabled() {
 inline bool controller::halt() noexcept {
   try {
     disable();
+    stopped_.store(true, std::memory_order_release);
     return true;
   } catch (...) {
     return false;
@@ -95,6 +96,8 @@ inline void controller::reset() {
     setup_admin_queues();
   }
   enable();
+  // Enabled again: admin commands (and, once re-created, the queues' I/O) run.
+  stopped_.store(false, std::memory_order_release);
   negotiate_queues();
   // The live queue pairs keep their identifiers (taken from them, not from the table
   // negotiate_queues just cleared, so a reset that failed half-way can be retried).

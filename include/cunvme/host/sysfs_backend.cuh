@@ -19,8 +19,10 @@
 #include <system_error>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 CUNVME_NAMESPACE_BEGIN
@@ -36,10 +38,48 @@ namespace host {
   return (bdf[8] == '0' || bdf[8] == '1') && bdf[11] >= '0' && bdf[11] <= '7';
 }
 
+namespace detail {
+
+/// Who holds a flock on the file `st` describes, as /proc/locks tells: "process PID (COMM)",
+/// or empty where no line names it (no /proc, another PID namespace).
+[[nodiscard]] inline std::string flock_holder(const struct stat& st) {
+  std::ifstream locks("/proc/locks");
+  std::string line;
+  std::ostringstream wanted;
+  wanted << std::hex;
+  wanted.width(2);
+  wanted.fill('0');
+  wanted << major(st.st_dev) << ':';
+  wanted.width(2);
+  wanted << minor(st.st_dev) << ':' << std::dec << st.st_ino;
+  while (std::getline(locks, line)) {
+    // "1: FLOCK  ADVISORY  WRITE 1234 00:14:5678 0 EOF"; a waiter's line has "->" after the number.
+    std::istringstream fields(line);
+    std::string number, kind, mode, access, pid, file;
+    fields >> number >> kind;
+    if (kind == "->") fields >> kind;
+    if (!(fields >> mode >> access >> pid >> file) || kind != "FLOCK" || file != wanted.str()) continue;
+    std::ifstream comm("/proc/" + pid + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    return "process " + pid + (name.empty() ? "" : " (" + name + ")");
+  }
+  return {};
+}
+
+}  // namespace detail
+
 /// BAR0 of an NVMe controller that no kernel driver owns, mapped through sysfs; DMA memory from
 /// `pagemap_allocator`. Choose it on a machine without an IOMMU (or with it in passthrough),
 /// as root — QEMU guests, lab machines; prefer `vfio_backend` wherever an IOMMU is on, since
 /// the controller can then reach only the memory it was given.
+///
+/// One owner at a time: opening takes an exclusive flock on `resource0` and holds it while the
+/// backend lives; a second opener — another process, or another backend in this one — is
+/// refused with a `host::error` naming the device and the holder, before it touches the
+/// controller (bringing it up would reset the controller under the first owner's I/O). The
+/// kernel drops the lock when its descriptor closes, so a holder that dies frees the device.
+/// Only cunvme's openers take it: a program poking resource0 by hand is not kept out.
 ///
 /// Opening enables memory space and bus mastering and disables INTx in the PCI command
 /// register (the host polls). Closing restores nothing: the controller layer has disabled the
@@ -60,6 +100,7 @@ class sysfs_backend final : public register_backend {
     if (!std::filesystem::is_directory(dir_, ec)) throw error("Open", bdf_, "no such PCI device (" + dir_.string() + " is missing)");
     check_class();
     check_unbound();
+    claim();
     std::size_t size = 0;
     std::byte* p = map_resource(0, size);
     bar0_.assign(p, size, 0, size, 0);
@@ -70,7 +111,7 @@ class sysfs_backend final : public register_backend {
 
   sysfs_backend(const sysfs_backend&) = delete;
   sysfs_backend& operator=(const sysfs_backend&) = delete;
-  ~sysfs_backend() override = default;  // the BAR windows unmap themselves
+  ~sysfs_backend() override = default;  // the BAR windows unmap themselves, then the claim goes
 
   [[nodiscard]] std::string name() const override { return bdf_; }
   [[nodiscard]] std::byte* bar() const override { return bar0_.data(); }
@@ -119,6 +160,28 @@ class sysfs_backend final : public register_backend {
     const auto target = std::filesystem::read_symlink(link, ec);
     const std::string driver = ec ? std::string("a kernel driver") : "driver " + target.filename().string();
     throw error("Open", bdf_, "the device is bound to " + driver + "; unbind it: echo " + bdf_ + " > " + (link / "unbind").string());
+  }
+
+  /// The exclusive lock on resource0 that makes this backend the controller's one owner.
+  void claim() {
+    const auto path = (dir_ / "resource0").string();
+    claim_.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (claim_.fd < 0) {
+      const bool denied = errno == EACCES || errno == EPERM;
+      throw os_error("Open", bdf_, denied ? "needs root (CAP_SYS_ADMIN) to open " + path : "cannot open " + path);
+    }
+    if (::flock(claim_.fd, LOCK_EX | LOCK_NB) == 0) return;
+    const int e = errno;
+    struct stat st {};
+    const bool known = ::fstat(claim_.fd, &st) == 0;
+    if (e != EWOULDBLOCK) {
+      errno = e;
+      throw os_error("Open", bdf_, "cannot lock " + path);
+    }
+    const std::string holder = known ? detail::flock_holder(st) : std::string{};
+    throw error("Open", bdf_,
+                "in use by another owner (" + (holder.empty() ? std::string("a process holds the lock on ") + path : holder + " holds " + path) +
+                    "): one process and one controller handle at a time drive a sysfs: controller; close the other first");
   }
 
   /// Memory Space (bit 1) and Bus Master (bit 2) on, so BAR accesses reach the controller and
@@ -188,6 +251,17 @@ class sysfs_backend final : public register_backend {
 
   std::string bdf_;
   std::filesystem::path dir_;
+  /// The descriptor holding the flock on resource0 (`claim`): closed last, after the BARs
+  /// are unmapped, and on a constructor's throw.
+  struct claim_descriptor {
+    int fd = -1;
+    claim_descriptor() = default;
+    claim_descriptor(const claim_descriptor&) = delete;
+    claim_descriptor& operator=(const claim_descriptor&) = delete;
+    ~claim_descriptor() {
+      if (fd >= 0) ::close(fd);
+    }
+  } claim_;
   pagemap_allocator memory_;
   bar_window bar0_;
   bar_window cmb_;
