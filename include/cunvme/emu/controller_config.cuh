@@ -30,7 +30,7 @@ struct namespace_config {
   std::uint32_t lba_size = 512;          ///< 512 or 4096 bytes
   std::uint64_t lba_count = 1ull << 21;  ///< 1 GiB of 512-byte blocks (RAM is reserved lazily)
   std::string file;                      ///< empty: RAM; else a file backs the namespace
-  bool read_only = false;                ///< a file namespace that writes fail on (Write Fault)
+  bool read_only = false;                ///< a file namespace that writes fail on (Namespace Is Write Protected, 1/0x20)
   std::uint16_t metadata_size = 0;       ///< metadata bytes per block, 0..4096 (0: none)
   bool extended_lba = false;             ///< with metadata: at the end of each block (true) or through MPTR (false)
 

@@ -230,8 +230,8 @@ namespace detail {
 /// bytes: ⌈size / block⌉ blocks unless `blocks` is given, `emu::namespace_config::from_file`), cmb_mb=0..4095,
 /// timing=none|gen4-tlc|datacenter-gen4|scm, workers=1..1024, mpsmin=0..15 (CAP.MPSMIN: the
 /// smallest controller page is 2^(12 + mpsmin) bytes), and the flags (bare, =1/true or
-/// =0/false) pattern, readonly (a file namespace opened read-only: writes fail with Write
-/// Fault), spin (worker threads poll without ever sleeping: for latency measurements, at a
+/// =0/false) pattern, readonly (a file namespace opened read-only: writes fail with Namespace
+/// Is Write Protected, as the spec has it for a write-protected namespace), spin (worker threads poll without ever sleeping: for latency measurements, at a
 /// busy core per thread; or idle_spins=N polls before sleeping idle_us=1..10^6 µs per poll,
 /// `emu::idle_policy`: fewer spins and longer sleeps trade latency for host CPU), nodata (Read and Write are checked and complete but copy no data:
 /// `emu::controller_config::move_data`, for command-rate measurements); ms=0..4096 (metadata
