@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/file_lock.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/pagemap_memory.cuh>
 #include <cunvme/host/register_backend.cuh>
@@ -19,10 +20,8 @@
 #include <system_error>
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 CUNVME_NAMESPACE_BEGIN
@@ -37,37 +36,6 @@ namespace host {
   // The device number is 5 bits (00..1f), the function number 3 bits.
   return (bdf[8] == '0' || bdf[8] == '1') && bdf[11] >= '0' && bdf[11] <= '7';
 }
-
-namespace detail {
-
-/// Who holds a flock on the file `st` describes, as /proc/locks tells: "process PID (COMM)",
-/// or empty where no line names it (no /proc, another PID namespace).
-[[nodiscard]] inline std::string flock_holder(const struct stat& st) {
-  std::ifstream locks("/proc/locks");
-  std::string line;
-  std::ostringstream wanted;
-  wanted << std::hex;
-  wanted.width(2);
-  wanted.fill('0');
-  wanted << major(st.st_dev) << ':';
-  wanted.width(2);
-  wanted << minor(st.st_dev) << ':' << std::dec << st.st_ino;
-  while (std::getline(locks, line)) {
-    // "1: FLOCK  ADVISORY  WRITE 1234 00:14:5678 0 EOF"; a waiter's line has "->" after the number.
-    std::istringstream fields(line);
-    std::string number, kind, mode, access, pid, file;
-    fields >> number >> kind;
-    if (kind == "->") fields >> kind;
-    if (!(fields >> mode >> access >> pid >> file) || kind != "FLOCK" || file != wanted.str()) continue;
-    std::ifstream comm("/proc/" + pid + "/comm");
-    std::string name;
-    std::getline(comm, name);
-    return "process " + pid + (name.empty() ? "" : " (" + name + ")");
-  }
-  return {};
-}
-
-}  // namespace detail
 
 /// BAR0 of an NVMe controller that no kernel driver owns, mapped through sysfs; DMA memory from
 /// `pagemap_allocator`. Choose it on a machine without an IOMMU (or with it in passthrough),
@@ -165,20 +133,18 @@ class sysfs_backend final : public register_backend {
   /// The exclusive lock on resource0 that makes this backend the controller's one owner.
   void claim() {
     const auto path = (dir_ / "resource0").string();
-    claim_.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (claim_.fd < 0) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
       const bool denied = errno == EACCES || errno == EPERM;
       throw os_error("Open", bdf_, denied ? "needs root (CAP_SYS_ADMIN) to open " + path : "cannot open " + path);
     }
-    if (::flock(claim_.fd, LOCK_EX | LOCK_NB) == 0) return;
-    const int e = errno;
-    struct stat st {};
-    const bool known = ::fstat(claim_.fd, &st) == 0;
-    if (e != EWOULDBLOCK) {
-      errno = e;
-      throw os_error("Open", bdf_, "cannot lock " + path);
+    claim_ = cunvme::detail::file_claim(fd);
+    std::string holder;
+    switch (cunvme::detail::try_lock_file(claim_.fd(), true, holder)) {
+      case cunvme::detail::lock_outcome::taken: return;
+      case cunvme::detail::lock_outcome::failed: throw os_error("Open", bdf_, "cannot lock " + path);
+      case cunvme::detail::lock_outcome::held_elsewhere: break;
     }
-    const std::string holder = known ? detail::flock_holder(st) : std::string{};
     throw error("Open", bdf_,
                 "in use by another owner (" + (holder.empty() ? std::string("a process holds the lock on ") + path : holder + " holds " + path) +
                     "): one process and one controller handle at a time drive a sysfs: controller; close the other first");
@@ -251,17 +217,9 @@ class sysfs_backend final : public register_backend {
 
   std::string bdf_;
   std::filesystem::path dir_;
-  /// The descriptor holding the flock on resource0 (`claim`): closed last, after the BARs
-  /// are unmapped, and on a constructor's throw.
-  struct claim_descriptor {
-    int fd = -1;
-    claim_descriptor() = default;
-    claim_descriptor(const claim_descriptor&) = delete;
-    claim_descriptor& operator=(const claim_descriptor&) = delete;
-    ~claim_descriptor() {
-      if (fd >= 0) ::close(fd);
-    }
-  } claim_;
+  // Holds the flock on resource0 (`claim`): closed last, after the BARs are unmapped, and on a
+  // constructor's throw.
+  cunvme::detail::file_claim claim_;
   pagemap_allocator memory_;
   bar_window bar0_;
   bar_window cmb_;
