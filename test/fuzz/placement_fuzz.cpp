@@ -10,6 +10,8 @@
 // checked without a sum that could itself wrap — and whose reads together cover each range.
 #include <cunvme/loader/placement.cuh>
 
+#include "fuzz_check.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -18,14 +20,6 @@
 #include <vector>
 
 namespace loader = cunvme::loader;
-
-#define FUZZ_CHECK(c)                                                             \
-  do {                                                                            \
-    if (!(c)) {                                                                   \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      std::abort();                                                               \
-    }                                                                             \
-  } while (0)
 
 namespace {
 

@@ -10,6 +10,8 @@
 #include <cunvme/loader/placement.cuh>
 #include <cunvme/loader/safetensors.cuh>
 
+#include "fuzz_check.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -17,14 +19,6 @@
 #include <vector>
 
 namespace loader = cunvme::loader;
-
-#define FUZZ_CHECK(c)                                                      \
-  do {                                                                     \
-    if (!(c)) {                                                            \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      std::abort();                                                        \
-    }                                                                      \
-  } while (0)
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto* bytes = reinterpret_cast<const std::byte*>(data);

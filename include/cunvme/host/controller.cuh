@@ -32,7 +32,6 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -132,15 +131,11 @@ class controller {
   [[nodiscard]] bool shadow_doorbells() const noexcept { return static_cast<bool>(shadow_); }
   [[nodiscard]] const controller_options& options() const noexcept { return options_; }
 
-  /// Whether cunvme stopped the controller (CC.EN = 0) after a command that would not end (a
-  /// lost completion Abort could not bring, an admin command without an answer) and no
-  /// `reset()` has brought it back since. Its queues are gone: nothing submitted would run.
+  /// Whether cunvme stopped the controller (CC.EN = 0) after a command that would not end and
+  /// no `reset()` ran since. `require_running` then throws for `operation` before anything is
+  /// submitted (it would only wait out its timeout); every host I/O entry point calls it.
   [[nodiscard]] bool stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
-  /// Throws for `operation` where the controller is `stopped()`, before anything is submitted:
-  /// a command there would only wait out its timeout. Every host I/O entry point calls it.
-  void require_running(const std::string& operation) const {
-    if (stopped()) throw error(operation, name_, std::string(not_ready_after_stop));
-  }
+  void require_running(const std::string& operation) const;
 
   /// Sends an admin command and waits (bounded) for its completion, whatever its status.
   /// Throws when the controller is not ready, is fatal, or does not answer in time.
@@ -320,15 +315,7 @@ class controller {
   /// rule 5), written before the queue exists: a deleted queue with the same identifier left
   /// its own there, and a stale EventIdx makes the EventIdx rule skip MMIO writes the
   /// controller is waiting for (QEMU then never runs the first command).
-  void start_shadow_doorbells(std::uint16_t qid) {
-    if (!shadow_) return;
-    for (const bool is_cq : {false, true}) {
-      const auto [shadow, event] = shadow_slots(qid, is_cq);
-      if (shadow == nullptr) continue;
-      std::atomic_ref<std::uint32_t>(*shadow).store(0, std::memory_order_seq_cst);
-      std::atomic_ref<std::uint32_t>(*event).store(0, std::memory_order_seq_cst);
-    }
-  }
+  void start_shadow_doorbells(std::uint16_t qid);
 
   void require_ready(const std::string& operation) const {
     require_running(operation);
@@ -501,9 +488,7 @@ class controller {
   std::shared_mutex state_mutex_;
   std::vector<queue_pair*> live_;
   std::uint64_t resets_ = 0;
-  std::atomic<bool> stopped_{false};  // halt() stopped it; reset() clears it
-  static constexpr std::string_view not_ready_after_stop =
-      "controller not ready — reset() brings it back (cunvme stopped it, CC.EN = 0, after a command that would not end)";
+  std::atomic<bool> stopped_{false};  // halt() sets it, reset() clears it
 };
 
 }  // namespace host

@@ -388,6 +388,16 @@ inline spec::status queue_pair::transfer(spec::nvm_opcode opcode, std::uint32_t 
 
 // ---- controller members that make queue pairs --------------------------------------------
 
+inline void controller::start_shadow_doorbells(std::uint16_t qid) {
+  if (!shadow_) return;
+  for (const bool is_cq : {false, true}) {
+    const auto [shadow, event] = shadow_slots(qid, is_cq);
+    if (shadow == nullptr) continue;
+    std::atomic_ref<std::uint32_t>(*shadow).store(0, std::memory_order_seq_cst);
+    std::atomic_ref<std::uint32_t>(*event).store(0, std::memory_order_seq_cst);
+  }
+}
+
 inline std::unique_ptr<queue_pair> controller::create_queue_pair(std::uint32_t entries, queue_placement placement) {
   return make_queue_pair(entries, placement, dma_buffer{}, dma_buffer{}, io_queue_memory{}, options_.command_timeout);
 }

@@ -52,6 +52,12 @@ inline void controller::disable_if_enabled() {
   if (spec::cc_register{backend_->read32(spec::to_underlying(spec::register_offset::cc))}.en() || csts().rdy()) disable();
 }
 
+inline void controller::require_running(const std::string& operation) const {
+  if (stopped()) {
+    throw error(operation, name_, "controller not ready — reset() brings it back (cunvme stopped it, CC.EN = 0, after a command that would not end)");
+  }
+}
+
 inline bool controller::halt() noexcept {
   try {
     disable();
