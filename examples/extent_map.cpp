@@ -3,10 +3,16 @@
 //
 //   extent_map take FILE -o MAP [--device-block-bytes N] [--partition-offset BYTES]
 //       while mounted: FIEMAP (synced) and SHA-256 of FILE into MAP (host/extent_map.cuh)
-//   extent_map read URI MAP -o OUT [--nsid N]
+//   extent_map check MAP FILE
+//       while mounted: is FILE still the version MAP was taken of (inode, generation, size,
+//       times)? The hash cannot tell a file deleted and written anew whose old blocks kept
+//       the old bytes (host/extent_map.cuh): check just before unmounting
+//   extent_map read URI MAP -o OUT [--nsid N] [--file FILE]
 //       after the controller was unbound from the kernel: read the file from namespace N
-//       (default 1) by MAP, check its SHA-256, write it to OUT (OUT.partial until it matched)
-//   extent_map verify URI MAP [--nsid N]
+//       (default 1) by MAP, check its SHA-256, write it to OUT (OUT.partial until it matched);
+//       with --file, first `check` FILE (where its file system is still mounted elsewhere,
+//       e.g. a partition other than the one read)
+//   extent_map verify URI MAP [--nsid N] [--file FILE]
 //       the same without writing the file
 //   extent_map show MAP
 //       parse MAP strictly and print its summary
@@ -32,8 +38,9 @@ namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: extent_map take FILE -o MAP [--device-block-bytes N] [--partition-offset BYTES]\n"
-               "       extent_map read URI MAP -o OUT [--nsid N]\n"
-               "       extent_map verify URI MAP [--nsid N]\n"
+               "       extent_map check MAP FILE\n"
+               "       extent_map read URI MAP -o OUT [--nsid N] [--file FILE]\n"
+               "       extent_map verify URI MAP [--nsid N] [--file FILE]\n"
                "       extent_map show MAP\n");
   return 2;
 }
@@ -47,7 +54,7 @@ int run(int argc, char** argv) {
   if (argc < 2) return usage();
   const std::string_view command = argv[1];
   std::vector<std::string> positional;
-  std::string output;
+  std::string output, file;
   std::uint64_t device_block = 0, nsid = 1;
   std::optional<std::uint64_t> partition_offset;
   for (int i = 2; i < argc; ++i) {
@@ -56,6 +63,8 @@ int run(int argc, char** argv) {
     std::uint64_t v = 0;
     if (a == "-o" && has_value) {
       output = argv[++i];
+    } else if (a == "--file" && has_value) {
+      file = argv[++i];
     } else if (a == "--device-block-bytes" && has_value && parse_number(argv[i + 1], v) && v <= (std::uint64_t{1} << 31)) {
       device_block = v;
       ++i;
@@ -73,6 +82,15 @@ int run(int argc, char** argv) {
     }
   }
 
+  if (command != "read" && command != "verify" && !file.empty()) return usage();
+  if (command == "check") {
+    if (positional.size() != 2 || !output.empty()) return usage();
+    const host::extent_map map = host::read_extent_map_file(positional[0]);
+    host::check_file_identity(map, positional[1]);
+    std::printf("%s: the version %s was taken of (inode %llu, %llu bytes)\n", positional[1].c_str(), positional[0].c_str(),
+                static_cast<unsigned long long>(map.identity->inode), static_cast<unsigned long long>(map.identity->size));
+    return 0;
+  }
   if (command == "take") {
     if (positional.size() != 1 || output.empty()) return usage();
     host::take_options options;
@@ -96,6 +114,8 @@ int run(int argc, char** argv) {
   if (command == "read" || command == "verify") {
     if (positional.size() != 2 || (command == "read") == output.empty()) return usage();
     const host::extent_map map = host::read_extent_map_file(positional[1]);
+    // Before the device is opened: a replaced file's old blocks may still hash right.
+    if (!file.empty()) host::check_file_identity(map, file);
     auto ctrl = host::open(positional[0]);
     auto qp = ctrl->create_queue_pair(64);
     const std::string partial = output + ".partial";

@@ -11,12 +11,14 @@
 
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -118,7 +120,9 @@ TEST_CASE("every malformed map is refused with the line and the reason") {
   };
   const bad_case cases[] = {
       {"", "line 1: the map ends early"},
-      {"cunvme-extent-map 2\n", "not a cunvme extent map of version 1"},
+      {"cunvme-extent-map 3\n", "not a cunvme extent map of version 1 or 2"},
+      // Version 2 needs its identity line after sha256.
+      {with("cunvme-extent-map 1\n", "cunvme-extent-map 2\n"), "line 8: expected 'identity'"},
       {with("cunvme-extent-map 1\n", "cunvme-extent-map 1\r\n"), "not a cunvme extent map"},
       {good.substr(0, good.size() - 1), "the last line has no newline"},
       {good + "x\n", "text after 'end'"},
@@ -336,4 +340,109 @@ TEST_CASE("read_by_extent_map reads a fragmented file with a hole through the em
   wrong.extents[1].lba = 65536 - 10;
   CHECK_THROWS_WITH_AS((void)host::read_by_extent_map(*c, *q, 1, wrong), doctest::Contains("runs past namespace 1's 65536 blocks"), host::error);
   CHECK_THROWS_WITH_AS((void)host::read_by_extent_map(*c, *q, 7, m), doctest::Contains("no such active namespace"), host::error);
+}
+
+namespace {
+
+/// Writes `content` to `path` anew (a new inode where the old one was unlinked first).
+void write_file(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << content;
+}
+
+/// The map of `path`, or nothing (with a message) where /tmp gives no extent map.
+std::optional<host::extent_map> try_take(const std::string& path) {
+  try {
+    return host::take_extent_map(path);
+  } catch (const host::error& e) {
+    MESSAGE("skipped: /tmp gives no extent map here: " << e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a map records which version of the file it was taken of, and the check passes while the file is unchanged") {
+  const std::string path = "/tmp/cunvme-extent-map-identity-" + std::to_string(::getpid());
+  write_file(path, std::string(20000, 'a'));
+  const auto m = try_take(path);
+  if (!m) return std::remove(path.c_str()), void();
+  REQUIRE(m->identity.has_value());
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK(m->identity->inode == st.st_ino);
+  CHECK(m->identity->device == st.st_dev);
+  CHECK(m->identity->size == 20000);
+  CHECK_NOTHROW(host::check_file_identity(*m, path));
+  // Version 2 keeps the identity through format and parse.
+  const std::string text = host::format_extent_map(*m);
+  CHECK(text.starts_with("cunvme-extent-map 2\n"));
+  CHECK(host::parse_extent_map(text, "m") == *m);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("a file deleted and written anew after its map was taken is caught while mounted, though its old blocks hash the same") {
+  const std::string path = "/tmp/cunvme-extent-map-replaced-" + std::to_string(::getpid());
+  const std::string old_content(3 << 20, 'o');
+  write_file(path, old_content);
+  const auto m = try_take(path);
+  if (!m) return std::remove(path.c_str()), void();
+  // Keep the old inode's blocks allocated (a hard link), so that the new file cannot reuse
+  // them: the old blocks still hold the old bytes, which is why the hash cannot tell.
+  const std::string keep = path + ".old";
+  REQUIRE(::link(path.c_str(), keep.c_str()) == 0);
+  REQUIRE(std::remove(path.c_str()) == 0);
+  write_file(path, std::string(3 << 20, 'n'));
+  CHECK(host::take_extent_map(keep).sha256 == m->sha256);
+  CHECK_THROWS_WITH_AS(host::check_file_identity(*m, path), doctest::Contains("inode"), host::error);
+  std::remove(keep.c_str());
+  std::remove(path.c_str());
+}
+
+TEST_CASE("a file rewritten in place after its map was taken is caught while mounted") {
+  const std::string path = "/tmp/cunvme-extent-map-rewritten-" + std::to_string(::getpid());
+  write_file(path, std::string(8192, 'a'));
+  const auto m = try_take(path);
+  if (!m) return std::remove(path.c_str()), void();
+  {
+    const int fd = ::open(path.c_str(), O_WRONLY);
+    REQUIRE(fd >= 0);
+    REQUIRE(::pwrite(fd, "b", 1, 100) == 1);
+    ::close(fd);
+  }
+  CHECK_THROWS_WITH_AS(host::check_file_identity(*m, path), doctest::Contains("modification time"), host::error);
+  write_file(path, std::string(4096, 'a'));  // truncated and shorter, same inode
+  CHECK_THROWS_WITH_AS(host::check_file_identity(*m, path), doctest::Contains("size"), host::error);
+  std::remove(path.c_str());
+  CHECK_THROWS_AS(host::check_file_identity(*m, path), host::error);  // gone
+}
+
+TEST_CASE("a version 1 map (no identity) still parses, formats as version 1, and cannot be checked") {
+  const host::extent_map m = sample_map();
+  REQUIRE_FALSE(m.identity.has_value());
+  const std::string text = host::format_extent_map(m);
+  CHECK(text.starts_with("cunvme-extent-map 1\n"));
+  CHECK(host::parse_extent_map(text, "m") == m);
+  CHECK_THROWS_WITH_AS(host::check_file_identity(m, "/tmp"), doctest::Contains("version 1"), host::error);
+}
+
+TEST_CASE("a version 2 map with a malformed identity line is refused with the line and the reason") {
+  host::extent_map m = sample_map();
+  m.identity = host::file_identity{2049, 131, 77, true, 8396923, 1700000000123456789, 1700000000123456789};
+  const std::string good = host::format_extent_map(m);
+  CHECK(good.find("\nidentity 2049 131 77 8396923 1700000000123456789 1700000000123456789\n") != std::string::npos);
+  CHECK(host::parse_extent_map(good, "m") == m);
+  m.identity->has_generation = false;
+  m.identity->generation = 0;
+  CHECK(host::format_extent_map(m).find("\nidentity 2049 131 - 8396923 ") != std::string::npos);
+  CHECK(host::parse_extent_map(host::format_extent_map(m), "m") == m);
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    t.replace(t.find(from), from.size(), to);
+    return refusal(t);
+  };
+  CHECK(with("identity 2049 131 77 8396923", "identity 2049 131 77 8396924").find("file_size") != std::string::npos);
+  CHECK(with("identity 2049", "identity x2049").find("line 8") != std::string::npos);
+  CHECK(with("identity 2049 131", "identity 2049").find("line 8") != std::string::npos);
+  CHECK(with("\nidentity 2049 131 77 8396923 1700000000123456789 1700000000123456789\n", "\n").find("line 8") != std::string::npos);
 }

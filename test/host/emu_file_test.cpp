@@ -158,3 +158,35 @@ TEST_CASE("Write Zeroes over the partial last block of an emu:file zeroes the fi
   std::fill(expected.begin() + 2 * 4096, expected.end(), '\0');
   CHECK(file.contents() == expected);
 }
+
+// One owner per file: two emulators writing one file would each take the namespace for theirs
+// (a `pattern` fill at open overwrites the other's data), as two hosts resetting one controller.
+
+TEST_CASE("a file backs the namespaces of one emulator at a time: a second emulator is refused, naming the file and the holder") {
+  temp_file f("owner", 8192);
+  {
+    auto first = host::open("emu:file=" + f.path);
+    std::string why;
+    try {
+      auto second = host::open("emu:file=" + f.path + ",pattern");
+    } catch (const host::error& e) {
+      why = e.what();
+    }
+    CHECK(why.find("emu:file=" + f.path) != std::string::npos);
+    CHECK(why.find("in use by another emulator") != std::string::npos);
+    CHECK(why.find("process " + std::to_string(::getpid())) != std::string::npos);
+    CHECK_THROWS_AS(host::open("emu:file=" + f.path + ",readonly"), host::error);  // nor beside a writer
+    CHECK(f.contents() == temp_file("expected", 8192).contents());  // the refused pattern wrote nothing
+  }
+  CHECK_NOTHROW(host::open("emu:file=" + f.path));  // released with the first
+}
+
+TEST_CASE("the namespaces of one emulator share its file, and readonly emulators share a file") {
+  temp_file f("shared", 8192);
+  auto both = host::open("emu:file=" + f.path + ",namespaces=2");
+  CHECK(both->namespaces().size() == 2);
+  both.reset();
+  auto a = host::open("emu:file=" + f.path + ",readonly");
+  auto b = host::open("emu:file=" + f.path + ",readonly");
+  CHECK_THROWS_WITH_AS(host::open("emu:file=" + f.path), doctest::Contains("in use by another emulator"), host::error);
+}

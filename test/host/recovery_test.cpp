@@ -82,6 +82,29 @@ TEST_CASE("a command whose completion was lost cannot be aborted: the controller
   CHECK(round_trip(ctrl, *q, 16, 7));
 }
 
+TEST_CASE("I/O on a controller the library stopped fails at once, saying reset() brings it back") {
+  // 2 s per command: a submission that still waited would show against the bound below.
+  host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read)), short_timeout(2000));
+  auto q = ctrl.create_queue_pair(8);
+  auto buf = ctrl.memory().allocate(4096);
+  CHECK_THROWS_WITH_AS((void)q->read(1, 0, 8, buf), doctest::Contains("so it was stopped (CC.EN = 0)"), host::error);
+  const auto fails_at_once = [](const char* what, auto&& io) {
+    CAPTURE(what);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH_AS(io(), doctest::Contains("controller not ready — reset() brings it back"), host::error);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(200));
+  };
+  fails_at_once("read", [&] { (void)q->read(1, 16, 8, buf); });
+  fails_at_once("write", [&] { (void)q->write(1, 16, 8, buf); });
+  fails_at_once("flush", [&] { (void)q->flush(1); });
+  fails_at_once("a raw command", [&] { (void)q->execute(spec::make_flush(1), "Flush"); });
+  fails_at_once("a new queue pair", [&] { (void)ctrl.create_queue_pair(8); });
+  fails_at_once("a new io_queue", [&] { host::io_queue another(ctrl, 8); });
+  fails_at_once("an admin command", [&] { (void)ctrl.log_page(spec::log_page_id::smart_health_information, 512); });
+  ctrl.reset();
+  CHECK(round_trip(ctrl, *q, 16, 9));
+}
+
 TEST_CASE("an admin command without a completion stops the controller before its buffers go") {
   emu::controller_config config = faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read);
   config.faults.front().opcode = static_cast<std::uint8_t>(spec::admin_opcode::get_log_page);
@@ -122,7 +145,10 @@ TEST_CASE("reset brings back a controller in fatal status, its queue pairs on th
 }
 
 TEST_CASE("reset gives back the CIDs that lost completions held") {
-  host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read)), short_timeout());
+  // Without Abort the controller is not stopped: the next command meets the held CID.
+  host::controller_options options = short_timeout();
+  options.abort_on_timeout = false;
+  host::controller ctrl(std::make_unique<host::emu_backend>(faulty(emu::fault_action::lose_completion, spec::nvm_opcode::read)), options);
   auto q = ctrl.create_queue_pair(2);  // one CID
   auto buf = ctrl.memory().allocate(4096);
   CHECK_THROWS_AS((void)q->read(1, 0, 8, buf), host::error);

@@ -18,6 +18,8 @@
 
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace host = cunvme::host;
 namespace fs = std::filesystem;
@@ -94,6 +96,72 @@ TEST_CASE("opening maps resource0 and turns on memory space, bus mastering and I
   CHECK(backend.cmb() == nullptr);
   CHECK(backend.cmb_size() == 0);
   CHECK(dynamic_cast<host::pagemap_allocator*>(&backend.memory()) != nullptr);
+}
+
+TEST_CASE("a second sysfs backend of a controller in use in the same process is refused, naming the device and this process") {
+  fake_sysfs sys;
+  host::sysfs_backend first(bdf, sys.root.string());
+  first.write32(0x14, 0x00460001);
+  const std::string refusal = std::string(bdf) + ": in use by another owner (process " + std::to_string(::getpid());
+  CHECK_THROWS_WITH_AS(host::sysfs_backend(bdf, sys.root.string()), doctest::Contains(refusal.c_str()), host::error);
+  // The refused opener left the first's registers and command bits alone.
+  CHECK(first.read32(0x14) == 0x00460001u);
+  CHECK(file_word(sys.dev / "resource0", 0x14) == 0x00460001u);
+}
+
+TEST_CASE("a second process opening a sysfs controller in use is refused until the first closes it or dies") {
+  fake_sysfs sys;
+  // The child's verdict on opening: 0 opened, 1 refused naming the device, 2 anything else.
+  const auto try_in_child = [&] {
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      int verdict = 2;
+      try {
+        host::sysfs_backend second(bdf, sys.root.string());
+        verdict = 0;
+      } catch (const host::error& e) {
+        verdict = std::string(e.what()).find("in use by another owner") != std::string::npos ? 1 : 2;
+      } catch (...) {
+      }
+      ::_exit(verdict);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    return WEXITSTATUS(status);
+  };
+  {
+    host::sysfs_backend first(bdf, sys.root.string());
+    CHECK(try_in_child() == 1);
+  }
+  CHECK(try_in_child() == 0);  // released on close
+
+  // Released on process death: a holder killed without closing anything.
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t holder = ::fork();
+  REQUIRE(holder >= 0);
+  if (holder == 0) {
+    try {
+      static host::sysfs_backend held(bdf, sys.root.string());
+      (void)::write(ready[1], "x", 1);
+    } catch (...) {
+      ::_exit(3);
+    }
+    for (;;) ::pause();
+  }
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  const std::string holder_named = "(process " + std::to_string(holder);
+  CHECK_THROWS_WITH_AS(host::sysfs_backend(bdf, sys.root.string()), doctest::Contains(holder_named.c_str()), host::error);
+  ::kill(holder, SIGKILL);
+  int status = 0;
+  REQUIRE(::waitpid(holder, &status, 0) == holder);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  host::sysfs_backend after(bdf, sys.root.string());
+  CHECK(after.bar_size() == 16384);
 }
 
 TEST_CASE("a device of another class is refused, naming the class") {

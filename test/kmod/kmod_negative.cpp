@@ -22,6 +22,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include <fcntl.h>
@@ -371,6 +372,31 @@ void test_limits(int fd) {
   ::munmap(buf, 2 << 20);
 }
 
+// Buffers may outlive their backend: closing the device released their pins, and released
+// later they must not reach a descriptor number reused since (whose pins share their handle
+// numbers).
+void test_buffers_outlive_backend() {
+  namespace host = cunvme::host;
+  std::vector<host::dma_buffer> kept;
+  try {
+    auto backend = std::make_unique<host::kmod_backend>(bdf);
+    for (int i = 0; i < 2; ++i) kept.push_back(backend->memory().allocate(16 * page));
+  } catch (const host::error& e) {
+    return check(false, "buffers from a kmod backend", e.what());
+  }
+  check(pinned_total() == 0, "closing the backend releases the pins of buffers that outlive it", std::to_string(pinned_total()));
+  const int fd = open_device();
+  auto* buf = static_cast<std::byte*>(map_anonymous(4 * page));
+  auto r = pin(fd, reinterpret_cast<std::uintptr_t>(buf), 4 * page);
+  expect_errno(r.rc, 0, "PIN on a descriptor opened after the backend closed");
+  kept.clear();
+  check(pinned_total() == 4, "buffers released after their backend leave the pins of a descriptor opened since alone",
+        std::to_string(pinned_total()));
+  ::close(fd);
+  ::munmap(buf, 4 * page);
+  check(pinned_total() == 0, "counter back to 0 after the outliving buffers", std::to_string(pinned_total()));
+}
+
 void test_close_releases() {
   int fd = open_device();
   auto* buf = static_cast<std::byte*>(map_anonymous(64 * page));
@@ -477,6 +503,7 @@ int main(int argc, char** argv) {
   test_map_host(fd, info);
   test_limits(fd);
   ::close(fd);
+  test_buffers_outlive_backend();
   test_close_releases();
   test_killed_process_releases();
   test_no_reset_without_cause();

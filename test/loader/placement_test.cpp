@@ -112,3 +112,53 @@ TEST_CASE("an empty range lands inside the plan's buffer, whatever its offset in
   CHECK(among.offsets[0] == 100);
   CHECK(among.offsets[2] == 150);
 }
+
+namespace {
+
+constexpr std::uint64_t top = ~std::uint64_t{0};
+
+/// Every range lies inside the plan's buffer, and so does every read: the property the plan
+/// exists for, checked without a sum that could wrap.
+void check_inside(const loader::read_plan& plan, const std::vector<loader::byte_range>& ranges, std::uint64_t block) {
+  REQUIRE(plan.offsets.size() == ranges.size());
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    CHECK(plan.offsets[i] <= plan.buffer_bytes);
+    CHECK(ranges[i].length <= plan.buffer_bytes - plan.offsets[i]);
+  }
+  for (const block_read& r : plan.reads) {
+    CHECK(r.buffer_offset <= plan.buffer_bytes);
+    CHECK(r.blocks <= (plan.buffer_bytes - r.buffer_offset) / block);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a placement whose last block would end past 2^64 bytes is refused, naming the size") {
+  // 2^64 - 1 bytes in 4096-byte blocks: the last block ends at 2^64, which no offset holds.
+  CHECK_THROWS_WITH_AS((void)loader::file_placement::from_extents(4096, top, {{0, 0, (top >> 12) + 1}}), doctest::Contains("2^64"),
+                       cunvme::host::error);
+  CHECK_THROWS_WITH_AS((void)loader::file_placement::contiguous(4096, 0, top, top), doctest::Contains("2^64"), cunvme::host::error);
+}
+
+TEST_CASE("a plan whose runs' padding would carry the buffer past 2^64 bytes is refused, not wrapped") {
+  // 2^55 - 1 blocks of 512 bytes: the file ends 512 bytes short of 2^64. The second run starts
+  // at 4 KiB in the buffer (after the first run's one block), 3.5 KiB later than in the file.
+  const std::uint64_t blocks = (top >> 9);
+  const auto where = loader::file_placement::from_extents(512, blocks * 512, {{0, 0, blocks}});
+  const std::vector<loader::byte_range> ranges{{0, 1}, {1024, blocks * 512 - 1024}};
+  CHECK_THROWS_WITH_AS((void)loader::plan_reads(where, ranges), doctest::Contains("2^64"), cunvme::host::error);
+}
+
+TEST_CASE("a plan near 2^64 bytes that fits puts every read and range inside its buffer") {
+  const std::uint64_t blocks = (top >> 12);  // the file ends 4 KiB short of 2^64
+  const auto where = loader::file_placement::from_extents(4096, blocks * 4096, {{0, 7, blocks}});
+  const std::vector<loader::byte_range> ranges{{blocks * 4096 - 100, 100}, {0, 10}, {8192, 5}};
+  const loader::read_plan plan = loader::plan_reads(where, ranges);
+  check_inside(plan, ranges, 4096);
+  CHECK(plan.buffer_bytes == 3 * 4096);
+}
+
+TEST_CASE("map refuses a buffer offset that its reads would carry past 2^64 bytes") {
+  const auto where = loader::file_placement::contiguous(512, 0, 1 << 20, 1 << 11);
+  CHECK_THROWS_WITH_AS((void)where.map(0, 4096, top - 1000), doctest::Contains("2^64"), cunvme::host::error);
+}

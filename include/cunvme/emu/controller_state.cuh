@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/file_lock.cuh>
 #include <cunvme/emu/backing_store.cuh>
 #include <cunvme/emu/controller_config.cuh>
 #include <cunvme/emu/dma_space.cuh>
@@ -18,6 +19,7 @@
 #include <cunvme/spec/registers.cuh>
 #include <cunvme/spec/status.cuh>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -31,9 +33,14 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 CUNVME_NAMESPACE_BEGIN
 namespace emu::detail {
@@ -272,7 +279,56 @@ class controller_state {
     }
   }
 
+  /// One emulator per file: an flock on each namespace file for the emulator's lifetime —
+  /// exclusive where a namespace writes it, shared where all only read — taken before the file
+  /// is sized or mapped, so a refused emulator changes nothing. Namespaces of this emulator
+  /// share a file (`namespaces=N`); a second emulator, in this process or another, is refused
+  /// (std::runtime_error naming the file and the holder) until this one is gone.
+  void claim_files() {
+    struct claimed {
+      dev_t device;
+      ino_t inode;
+      bool exclusive;
+      int fd;
+    };
+    std::vector<claimed> held;
+    for (const auto& n : config_.namespaces) {
+      if (n.file.empty()) continue;
+      // The store's own flags: a file it would create is created here (and then sized by it).
+      const int flags = n.read_only ? O_RDONLY : (n.lba_count > 0 ? O_RDWR | O_CREAT : O_RDWR);
+      const int fd = ::open(n.file.c_str(), flags | O_CLOEXEC, 0644);
+      if (fd < 0) throw std::system_error(errno, std::generic_category(), "emulator: open '" + n.file + "'");
+      struct stat st {};
+      if (::fstat(fd, &st) != 0) {
+        const int e = errno;
+        ::close(fd);
+        throw std::system_error(e, std::generic_category(), "emulator: stat '" + n.file + "'");
+      }
+      auto same = std::find_if(held.begin(), held.end(), [&](const claimed& c) { return c.device == st.st_dev && c.inode == st.st_ino; });
+      int lock_fd = fd;
+      if (same != held.end()) {
+        ::close(fd);
+        // Already this emulator's: a writer among readers turns the claim exclusive.
+        if (same->exclusive || n.read_only) continue;
+        lock_fd = same->fd;
+        same->exclusive = true;
+      } else {
+        file_claims_.emplace_back(fd);
+        held.push_back({st.st_dev, st.st_ino, !n.read_only, fd});
+      }
+      std::string holder;
+      switch (cunvme::detail::try_lock_file(lock_fd, !n.read_only, holder)) {
+        case cunvme::detail::lock_outcome::taken: break;
+        case cunvme::detail::lock_outcome::failed: throw std::system_error(errno, std::generic_category(), "emulator: lock '" + n.file + "'");
+        case cunvme::detail::lock_outcome::held_elsewhere:
+          throw std::runtime_error("'" + n.file + "' is in use by another emulator (" + (holder.empty() ? std::string("its holder is not known") : holder + " holds it") +
+                                   "): a file backs one emulator's namespaces at a time, or any number of readonly ones; close the other first");
+      }
+    }
+  }
+
   void open_namespaces() {
+    claim_files();
     for (const auto& n : config_.namespaces) {
       const std::uint64_t per_block = n.stored_block_bytes();
       // A file sized by itself (lba_count 0) holds every byte of it: its size is rounded up to
@@ -344,6 +400,7 @@ class controller_state {
 
   // ---- members ------------------------------------------------------------------------------------
   controller_config config_;
+  std::vector<cunvme::detail::file_claim> file_claims_;  // released after the stores unmap (`claim_files`)
   std::vector<namespace_state> namespaces_;
   dma_space dma_;
   std::byte* bar_ = nullptr;

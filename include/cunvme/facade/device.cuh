@@ -232,6 +232,8 @@ class device {
   template <class Launch>
   [[nodiscard]] pending_copy enqueue(void* gpu, std::size_t bytes, std::uint64_t warps, cudaStream_t stream, const char* operation, Launch&& launch) {
     const std::string& name = ctrl_->name();
+    // A stopped controller runs nothing: its kernel would wait out every command's timeout.
+    ctrl_->require_running(operation);
     // The launch, events and the driver's look-ups below, on the device's GPU whichever thread
     // calls (one that never made a CUDA call has no context at all).
     const host::gpu_context_scope scope = make_current();

@@ -128,6 +128,12 @@ class controller {
   [[nodiscard]] bool shadow_doorbells() const noexcept { return static_cast<bool>(shadow_); }
   [[nodiscard]] const controller_options& options() const noexcept { return options_; }
 
+  /// Whether cunvme stopped the controller (CC.EN = 0) after a command that would not end and
+  /// no `reset()` ran since. `require_running` then throws for `operation` before anything is
+  /// submitted (it would only wait out its timeout); every host I/O entry point calls it.
+  [[nodiscard]] bool stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
+  void require_running(const std::string& operation) const;
+
   /// Sends an admin command and waits (bounded) for its completion, whatever its status.
   /// Throws when the controller is not ready, is fatal, or does not answer in time.
   ///
@@ -305,17 +311,10 @@ class controller {
   /// rule 5), written before the queue exists: a deleted queue with the same identifier left
   /// its own there, and a stale EventIdx makes the EventIdx rule skip MMIO writes the
   /// controller is waiting for (QEMU then never runs the first command).
-  void start_shadow_doorbells(std::uint16_t qid) {
-    if (!shadow_) return;
-    for (const bool is_cq : {false, true}) {
-      const auto [shadow, event] = shadow_slots(qid, is_cq);
-      if (shadow == nullptr) continue;
-      std::atomic_ref<std::uint32_t>(*shadow).store(0, std::memory_order_seq_cst);
-      std::atomic_ref<std::uint32_t>(*event).store(0, std::memory_order_seq_cst);
-    }
-  }
+  void start_shadow_doorbells(std::uint16_t qid);
 
   void require_ready(const std::string& operation) const {
+    require_running(operation);
     const auto status = csts();
     if (status.cfs()) throw error(operation, name_, "controller fatal status (CSTS.CFS = 1): reset the controller");
     if (!status.rdy()) throw error(operation, name_, "controller not ready (CSTS.RDY = 0)");
@@ -485,6 +484,7 @@ class controller {
   std::shared_mutex state_mutex_;
   std::vector<queue_pair*> live_;
   std::uint64_t resets_ = 0;
+  std::atomic<bool> stopped_{false};  // halt() sets it, reset() clears it
 };
 
 }  // namespace host

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,7 +25,9 @@ enum class memory_location : std::uint8_t {
 };
 
 /// A buffer and the bus address of each of its pages, as the controller sees them.
-/// Move-only; it releases its memory (and its mappings) when destroyed.
+/// Move-only; it releases its memory (and its mappings) when destroyed. It may outlive the
+/// controller and backend that handed it out: released then, it frees its memory and leaves
+/// the mappings, which went with the backend (`backend_link`).
 ///
 /// Usage: examples/snippets/host.cpp, `first_prp`.
 class dma_buffer {
@@ -113,6 +117,40 @@ class dma_buffer {
   std::vector<std::uint64_t> pages_;
   memory_location location_ = memory_location::pinned_host;
   std::function<void()> release_;
+};
+
+/// What a buffer keeps of the backend that handed it out, so that buffer and backend may go in
+/// either order: the backend's mapping state (`Target`: an emulator, a device descriptor) while
+/// the backend lives, nothing once it `sever`s the link in its destructor. A buffer released
+/// later finds the link severed and only frees its own memory: its mappings went with the
+/// backend (the emulator's IOMMU with the emulator, the kernel module's pins with the closed
+/// descriptor). The mutex makes a release that runs while the backend is being destroyed on
+/// another thread finish before the target goes, or skip it. Allocators hold it through a
+/// `std::shared_ptr`, which each buffer's release shares.
+template <class Target>
+class backend_link {
+ public:
+  explicit backend_link(Target target) : target_(std::move(target)) {}
+  backend_link(const backend_link&) = delete;
+  backend_link& operator=(const backend_link&) = delete;
+
+  /// Runs `use(target)` if the backend still lives; it must not throw (releases run in
+  /// noexcept destructors).
+  template <class Use>
+  void if_alive(Use&& use) noexcept {
+    const std::lock_guard lock(mutex_);
+    if (alive_) use(target_);
+  }
+  /// The backend is going: later releases leave its state alone.
+  void sever() noexcept {
+    const std::lock_guard lock(mutex_);
+    alive_ = false;
+  }
+
+ private:
+  std::mutex mutex_;
+  Target target_;
+  bool alive_ = true;
 };
 
 /// Hands out DMA memory for one controller. Implementations: the emulator's IOMMU,

@@ -40,7 +40,11 @@ namespace host {
 /// throws (`unmap_quietly`): it runs in `dma_buffer`'s noexcept destructor.
 class emu_allocator final : public dma_allocator {
  public:
-  explicit emu_allocator(emu::controller& c) : ctrl_(c) {}
+  explicit emu_allocator(emu::controller& c) : ctrl_(c), link_(std::make_shared<link>(&c)) {}
+  emu_allocator(const emu_allocator&) = delete;
+  emu_allocator& operator=(const emu_allocator&) = delete;
+  /// Buffers released later leave the emulator's IOMMU alone: it goes with the emulator.
+  ~emu_allocator() override { link_->sever(); }
 
   [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override {
     // A buffer's page list starts at a page boundary (as cudaMalloc's allocations do).
@@ -53,8 +57,7 @@ class emu_allocator final : public dma_allocator {
   [[nodiscard]] dma_buffer map_gpu_range(void* gpu, std::size_t bytes) override {
     if (gpu == nullptr || bytes == 0) throw error("Map GPU memory", "emu", "empty range");
     const std::uint64_t bus = map_range("Map GPU memory", gpu, bytes, emu::memory_kind::device);
-    emu::controller* ctrl = &ctrl_;
-    return dma_buffer(nullptr, gpu, bytes, 4096, pages_of(bus, bytes), memory_location::gpu, [ctrl, bus] { unmap_quietly(*ctrl, bus); });
+    return dma_buffer(nullptr, gpu, bytes, 4096, pages_of(bus, bytes), memory_location::gpu, [l = link_, bus] { unmap_quietly(*l, bus); });
   }
 
   /// The emulator reaches any host memory the process has: the range is registered with its
@@ -63,9 +66,8 @@ class emu_allocator final : public dma_allocator {
     if (host == nullptr || bytes == 0) throw error("Map host memory", "emu", "empty range");
     if (reinterpret_cast<std::uintptr_t>(host) % 4096 != 0) throw error("Map host memory", "emu", "host memory must start on a 4 KiB boundary");
     const std::uint64_t bus = map_range("Map host memory", host, bytes, emu::memory_kind::host);
-    emu::controller* ctrl = &ctrl_;
     return dma_buffer(static_cast<std::byte*>(host), nullptr, bytes, 4096, pages_of(bus, bytes), memory_location::pinned_host,
-                      [ctrl, bus] { unmap_quietly(*ctrl, bus); });
+                      [l = link_, bus] { unmap_quietly(*l, bus); });
   }
 
  protected:
@@ -87,11 +89,11 @@ class emu_allocator final : public dma_allocator {
     const std::uintptr_t at = (reinterpret_cast<std::uintptr_t>(raw) + alignment - 1) / alignment * alignment;
     auto* p = reinterpret_cast<std::byte*>(at);
     std::memset(p, 0, rounded);
-    emu::controller* ctrl = &ctrl_;
-    const auto release = [ctrl, raw, reserved] {
-      const auto& h = ctrl->config().memory;
-      if (h.release) {
-        h.release(raw, reserved);
+    // The hook is copied: the buffer may free its memory after the emulator (and its
+    // configuration) is gone.
+    const auto release = [free_hook = hooks.release, raw, reserved] {
+      if (free_hook) {
+        free_hook(raw, reserved);
       } else {
         std::free(raw);
       }
@@ -104,13 +106,16 @@ class emu_allocator final : public dma_allocator {
       release();
       throw;
     }
-    return dma_buffer(p, hooks.allocate ? p : nullptr, bytes, 4096, pages_of(bus, rounded), memory_location::pinned_host, [ctrl, bus, release] {
-      unmap_quietly(*ctrl, bus);
-      release();
-    });
+    return dma_buffer(p, hooks.allocate ? p : nullptr, bytes, 4096, pages_of(bus, rounded), memory_location::pinned_host,
+                      [l = link_, bus, release] {
+                        unmap_quietly(*l, bus);
+                        release();
+                      });
   }
 
  private:
+  using link = backend_link<emu::controller*>;
+
   /// Registers [pointer, pointer + bytes) with the emulator's IOMMU; what it refuses (a range
   /// the bus cannot hold, an exhausted bus) comes back as `host::error` naming `operation`.
   [[nodiscard]] std::uint64_t map_range(const char* operation, void* pointer, std::size_t bytes, emu::memory_kind kind,
@@ -121,10 +126,12 @@ class emu_allocator final : public dma_allocator {
       throw error(operation, "emu", e.what());
     }
   }
-  /// Takes a buffer's range out of the IOMMU. It is gone already only if someone unmapped it
-  /// through `emu_backend::controller().dma()`; then there is nothing left to do, and a
-  /// release must not throw.
-  static void unmap_quietly(emu::controller& ctrl, std::uint64_t bus) noexcept { (void)ctrl.dma().try_unmap(bus); }
+  /// Takes a buffer's range out of the IOMMU while the emulator lives. It is gone already only
+  /// if someone unmapped it through `emu_backend::controller().dma()`; then there is nothing
+  /// left to do, and a release must not throw.
+  static void unmap_quietly(link& l, std::uint64_t bus) noexcept {
+    l.if_alive([bus](emu::controller* ctrl) { (void)ctrl->dma().try_unmap(bus); });
+  }
 
   static std::vector<std::uint64_t> pages_of(std::uint64_t bus, std::size_t bytes) {
     std::vector<std::uint64_t> pages((bytes + 4095) / 4096);
@@ -132,6 +139,7 @@ class emu_allocator final : public dma_allocator {
     return pages;
   }
   emu::controller& ctrl_;
+  std::shared_ptr<link> link_;
 };
 
 /// Who besides CPU threads reaches a controller `host::open` brings up: nobody (the default),

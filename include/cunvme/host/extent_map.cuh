@@ -2,14 +2,29 @@
 // namespace after the controller was handed to cunvme (no file system is mounted then).
 //
 // `take_extent_map` (extent_map_take.cuh) asks the file system where the file's bytes lie
-// (FIEMAP) and hashes its content; `read_by_extent_map` reads those blocks through a host
-// queue pair and checks the hash. The one rule: the file must not change between the two —
-// not written, truncated, defragmented, deduplicated or moved — or the map names blocks that
-// hold something else now. The SHA-256 catches that; it cannot prevent it.
+// (FIEMAP), hashes its content and records which version of the file it was (`file_identity`);
+// `read_by_extent_map` reads those blocks through a host queue pair and checks the hash. The
+// one rule: the file must not change between the two — not written, truncated, deleted and
+// written anew, defragmented, deduplicated or moved — or the map names blocks that hold
+// something else now, or still hold the old version.
 //
-// The map file is a small strict text format (version 1), one item per line, LF endings:
+// What the SHA-256 catches and what it does not: it compares the bytes the mapped blocks hold
+// now with the bytes the file held when the map was taken. It catches mapped blocks whose
+// content changed — the file rewritten in place with other bytes, its blocks reused by another
+// file, the wrong device, namespace or partition, a wrong map. It does not catch a file that
+// changed while its old blocks kept their old bytes: a file deleted (or truncated) and written
+// anew, or a new version written elsewhere and renamed over it, reads back by the old map as
+// its OLD content with a matching hash, for as long as nothing has reused those blocks. Only
+// the file system knows the file changed: `check_file_identity` compares the identity recorded
+// in the map (device, inode, inode generation where the file system reports one, size,
+// modification and status-change times in ns) with the file at its path, which needs the file
+// system mounted — the `extent_map` tool's `check`, and `read`/`verify` with `--file`. Once
+// it is unmounted nothing can tell a stale map whose old blocks are intact: the rule stands.
 //
-//   cunvme-extent-map 1
+// The map file is a small strict text format, one item per line, LF endings. Version 2 (what
+// `take_extent_map` writes):
+//
+//   cunvme-extent-map 2
 //   file_size 8396923                      bytes of the file
 //   fs_block_bytes 4096                    the file system's block size (FIGETBSZ)
 //   device_block_bytes 512                 the block size the LBAs count in: the namespace's
@@ -17,11 +32,16 @@
 //   partition - 0                          the partition holding the file system and its start in
 //                                          bytes, added to FIEMAP's offsets ('-' and 0: none)
 //   sha256 9f86d0…                         SHA-256 of the file's file_size bytes, lower-case hex
+//   identity 2049 131 77 8396923 T1 T2     st_dev, inode, generation ('-': not reported), size
+//                                          (= file_size), mtime and ctime in ns since the epoch
 //   extents 3
 //   0 5304 2888                            file offset (bytes), LBA, blocks: one line per extent
 //   1478656 9224 3256
 //   3153920 12480 10248
 //   end
+//
+// Version 1 is the same without the identity line; such maps are still read (and written back
+// as version 1), but cannot be checked against the file.
 //
 // Bytes of [0, file_size) no extent covers are a hole and read as zeros (ext4's `mke2fs -d`
 // makes holes of all-zero blocks, so a model file with zero tensors has them). The last
@@ -40,6 +60,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,6 +79,21 @@ struct extent {
   friend bool operator==(const extent&, const extent&) = default;
 };
 
+/// Which version of a file a map was taken of, as the mounted file system tells it: a file
+/// deleted and written anew gets another inode (or, where the number is reused, another
+/// generation), one written in place another modification time, one chmod'ed, renamed or
+/// linked another status-change time. See the top of this file for why the hash alone cannot.
+struct file_identity {
+  std::uint64_t device = 0;      ///< st_dev of the file system
+  std::uint64_t inode = 0;       ///< st_ino
+  std::uint64_t generation = 0;  ///< FS_IOC_GETVERSION, where `has_generation`
+  bool has_generation = false;   ///< false where the file system reports none (XFS)
+  std::uint64_t size = 0;        ///< st_size: the map's file_size
+  std::int64_t mtime_ns = 0;     ///< st_mtim in ns since the epoch
+  std::int64_t ctime_ns = 0;     ///< st_ctim in ns since the epoch
+  friend bool operator==(const file_identity&, const file_identity&) = default;
+};
+
 /// Where a file's bytes lie on a raw device, and what they hash to. See the top of this file.
 struct extent_map {
   std::uint64_t file_size = 0;
@@ -67,6 +104,7 @@ struct extent_map {
   std::uint64_t partition_offset_bytes = 0;  ///< added to FIEMAP's offsets to make the LBAs device-relative
   std::string sha256;                      ///< 64 lower-case hex digits
   std::vector<extent> extents;             ///< by file offset, disjoint
+  std::optional<file_identity> identity;   ///< none in a version 1 map
   friend bool operator==(const extent_map&, const extent_map&) = default;
 };
 
@@ -111,6 +149,10 @@ inline void validate_extent_map(const extent_map& map, const std::string& operat
   if (!detail::valid_map_name(map.device)) fail("device name '" + map.device + "' is not 1-64 of [A-Za-z0-9._-]");
   if (!detail::valid_map_name(map.partition)) fail("partition name '" + map.partition + "' is not 1-64 of [A-Za-z0-9._-]");
   if (!detail::valid_sha256_hex(map.sha256)) fail("sha256 is not 64 lower-case hex digits");
+  if (map.identity && map.identity->size != map.file_size) {
+    fail("the identity's size " + std::to_string(map.identity->size) + " differs from file_size " + std::to_string(map.file_size));
+  }
+  if (map.identity && !map.identity->has_generation && map.identity->generation != 0) fail("an identity without a generation has generation 0");
   const std::uint64_t dbs = map.device_block_bytes;
   if (map.partition_offset_bytes % dbs != 0) {
     fail("partition offset " + std::to_string(map.partition_offset_bytes) + " is not a multiple of the " + std::to_string(dbs) + "-byte device block");
@@ -146,22 +188,27 @@ inline void validate_extent_map(const extent_map& map, const std::string& operat
 /// `validate_extent_map` refuses.
 [[nodiscard]] inline std::string format_extent_map(const extent_map& map) {
   validate_extent_map(map, "Write extent map", "(map)");
-  std::string s = "cunvme-extent-map 1\n";
+  std::string s = map.identity ? "cunvme-extent-map 2\n" : "cunvme-extent-map 1\n";
   s += "file_size " + std::to_string(map.file_size) + "\n";
   s += "fs_block_bytes " + std::to_string(map.fs_block_bytes) + "\n";
   s += "device_block_bytes " + std::to_string(map.device_block_bytes) + "\n";
   s += "device " + map.device + "\n";
   s += "partition " + map.partition + " " + std::to_string(map.partition_offset_bytes) + "\n";
   s += "sha256 " + map.sha256 + "\n";
+  if (const auto& id = map.identity) {
+    s += "identity " + std::to_string(id->device) + " " + std::to_string(id->inode) + " " + (id->has_generation ? std::to_string(id->generation) : "-") +
+         " " + std::to_string(id->size) + " " + std::to_string(id->mtime_ns) + " " + std::to_string(id->ctime_ns) + "\n";
+  }
   s += "extents " + std::to_string(map.extents.size()) + "\n";
   for (const extent& e : map.extents) s += std::to_string(e.file_offset) + " " + std::to_string(e.lba) + " " + std::to_string(e.blocks) + "\n";
   s += "end\n";
   return s;
 }
 
-/// Parses a map file's text; `source` names it in errors. Strict: every line exactly as
-/// `format_extent_map` writes it (decimal without sign or leading zeros, single spaces, LF,
-/// nothing after `end`), then `validate_extent_map`. Throws `host::error` naming the line.
+/// Parses a map file's text, version 1 or 2; `source` names it in errors. Strict: every line
+/// exactly as `format_extent_map` writes it (decimal without sign or leading zeros — times may
+/// be negative — single spaces, LF, nothing after `end`), then `validate_extent_map`. Throws
+/// `host::error` naming the line.
 [[nodiscard]] inline extent_map parse_extent_map(std::string_view text, const std::string& source) {
   const std::string operation = "Parse extent map";
   if (text.size() > extent_map_max_file_bytes) {
@@ -202,9 +249,9 @@ inline void validate_extent_map(const extent_map& map, const std::string& operat
   };
   const auto keyed = [&](std::string_view key, std::size_t values) {
     next_line();
-    auto w = words(values + 1);
-    if (w[0] != key) fail("expected '" + std::string(key) + "'");
-    return w;
+    // The key first: a missing line is named as such, not as a count of words.
+    if (line.substr(0, line.find(' ')) != key) fail("expected '" + std::string(key) + "'");
+    return words(values + 1);
   };
   const auto block_size = [&](std::string_view w, const char* what) {
     const std::uint64_t v = number(w, what);
@@ -212,8 +259,19 @@ inline void validate_extent_map(const extent_map& map, const std::string& operat
     return static_cast<std::uint32_t>(v);
   };
 
+  const auto time_ns = [&](std::string_view w, const char* what) {
+    const bool negative = !w.empty() && w[0] == '-';
+    const std::uint64_t magnitude = number(negative ? w.substr(1) : w, what);
+    if (negative && magnitude == 0) fail(std::string(what) + " is '-0'");
+    if (magnitude > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) fail(std::string(what) + " does not fit 64 bits");
+    return negative ? -static_cast<std::int64_t>(magnitude) : static_cast<std::int64_t>(magnitude);
+  };
+
   next_line();
-  if (line != "cunvme-extent-map 1") fail("not a cunvme extent map of version 1 (the first line is 'cunvme-extent-map 1')");
+  if (line != "cunvme-extent-map 1" && line != "cunvme-extent-map 2") {
+    fail("not a cunvme extent map of version 1 or 2 (the first line is 'cunvme-extent-map 1' or 'cunvme-extent-map 2')");
+  }
+  const bool with_identity = line.back() == '2';
   extent_map map;
   map.file_size = number(keyed("file_size", 1)[1], "file_size");
   map.fs_block_bytes = block_size(keyed("fs_block_bytes", 1)[1], "fs_block_bytes");
@@ -223,6 +281,18 @@ inline void validate_extent_map(const extent_map& map, const std::string& operat
   map.partition = std::string(p[1]);
   map.partition_offset_bytes = number(p[2], "partition offset");
   map.sha256 = std::string(keyed("sha256", 1)[1]);
+  if (with_identity) {
+    const auto w = keyed("identity", 6);
+    file_identity id;
+    id.device = number(w[1], "identity device");
+    id.inode = number(w[2], "identity inode");
+    id.has_generation = w[3] != "-";
+    id.generation = id.has_generation ? number(w[3], "identity generation") : 0;
+    id.size = number(w[4], "identity size");
+    id.mtime_ns = time_ns(w[5], "identity mtime");
+    id.ctime_ns = time_ns(w[6], "identity ctime");
+    map.identity = id;
+  }
   const std::uint64_t count = number(keyed("extents", 1)[1], "extents");
   if (count > extent_map_max_extents) fail(std::to_string(count) + " extents (at most " + std::to_string(extent_map_max_extents) + ")");
   map.extents.reserve(static_cast<std::size_t>(count));

@@ -154,7 +154,57 @@ namespace detail {
   }
 }
 
+/// The identity of the open file `fd` (`st` its fstat): FS_IOC_GETVERSION's generation where
+/// the file system answers it.
+[[nodiscard]] inline file_identity identity_of(int fd, const struct stat& st) {
+  file_identity id;
+  id.device = static_cast<std::uint64_t>(st.st_dev);
+  id.inode = static_cast<std::uint64_t>(st.st_ino);
+  int generation = 0;
+  id.has_generation = ioctl(fd, FS_IOC_GETVERSION, &generation) == 0;
+  id.generation = id.has_generation ? static_cast<std::uint32_t>(generation) : 0;
+  id.size = static_cast<std::uint64_t>(st.st_size);
+  id.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  id.ctime_ns = static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+  return id;
+}
+
 }  // namespace detail
+
+/// Checks, while its file system is mounted, that the file at `path` is still the version
+/// `map` was taken of (`file_identity`: the same file system, inode and generation, size and
+/// times). Throws `host::error` naming the first difference — a file deleted and written anew,
+/// written in place, truncated, or whose metadata changed (chmod, rename, a new link) — or
+/// naming a version 1 map, which records no identity. A map that passes can still go stale
+/// later: check again just before the file system is unmounted.
+inline void check_file_identity(const extent_map& map, const std::string& path) {
+  const std::string operation = "Check the file against its extent map";
+  if (!map.identity) throw error(operation, path, "the map is of version 1 and records no file identity: take it again to check it");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw os_error(operation, path);
+  struct stat st {};
+  const bool stat_ok = fstat(fd, &st) == 0;
+  const int e = errno;
+  const file_identity now = stat_ok ? detail::identity_of(fd, st) : file_identity{};
+  ::close(fd);
+  if (!stat_ok) {
+    errno = e;
+    throw os_error(operation, path);
+  }
+  const file_identity& then = *map.identity;
+  const auto differ = [&](const char* what, auto a, auto b, const char* meaning) {
+    if (a != b) {
+      throw error(operation, path, std::string(what) + " was " + std::to_string(a) + " when the map was taken and is " + std::to_string(b) + " now: " + meaning +
+                                       "; the map may name blocks that still hold the old version (its hash would match): take the map again");
+    }
+  };
+  differ("the file system (st_dev)", then.device, now.device, "the path is on another file system");
+  differ("the inode", then.inode, now.inode, "the file was replaced (deleted and written anew, or another file renamed over it)");
+  if (then.has_generation && now.has_generation) differ("the inode generation", then.generation, now.generation, "the file was deleted and its inode reused");
+  differ("the size", then.size, now.size, "the file was written or truncated");
+  differ("the modification time (ns)", then.mtime_ns, now.mtime_ns, "the file was written");
+  differ("the status-change time (ns)", then.ctime_ns, now.ctime_ns, "the file or its metadata changed (written, chmod, renamed or linked)");
+}
 
 /// The extent map of the regular file at `path` on a mounted ext2/3/4 or XFS file system (on
 /// others FIEMAP's offsets are not device offsets: btrfs reports addresses in its own chunk
@@ -244,8 +294,13 @@ namespace detail {
   map.sha256 = sha256::hex(hash.finish());
   struct stat after {};
   if (fstat(fd, &after) != 0) throw os_error(operation, path);
+  // FIEMAP_FLAG_SYNC may itself change the status-change time (writeback): the identity is the
+  // one after it, compared with the same taken again after the hash.
+  map.identity = detail::identity_of(fd, after);
+  struct stat last {};
+  if (fstat(fd, &last) != 0) throw os_error(operation, path);
   if (total != map.file_size || after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
-      after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || detail::fiemap_all(fd, false, path) != records) {
+      after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || detail::fiemap_all(fd, false, path) != records || detail::identity_of(fd, last) != *map.identity) {
     throw error(operation, path, "the file changed while its map was taken: stop what writes it and take the map again");
   }
   validate_extent_map(map, operation, path);

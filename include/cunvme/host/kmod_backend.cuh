@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,8 +46,13 @@ class kmod_allocator final : public dma_allocator {
 
   /// `info_flags`: the module's `kmod::device_info::flags`.
   kmod_allocator(int fd, std::string device, std::uint32_t info_flags)
-      : fd_(fd), device_(std::move(device)), gpu_((info_flags & kmod::info_gpu_pinning) != 0), dma_buf_((info_flags & kmod::info_dma_buf) != 0),
-        maps_gpu_for_cpu_((info_flags & kmod::info_gpu_mapping) != 0) {}
+      : fd_(fd), link_(std::make_shared<link>(fd)), device_(std::move(device)), gpu_((info_flags & kmod::info_gpu_pinning) != 0),
+        dma_buf_((info_flags & kmod::info_dma_buf) != 0), maps_gpu_for_cpu_((info_flags & kmod::info_gpu_mapping) != 0) {}
+  kmod_allocator(const kmod_allocator&) = delete;
+  kmod_allocator& operator=(const kmod_allocator&) = delete;
+  /// Goes before the backend closes the descriptor: buffers released later unpin nothing (the
+  /// module unpins everything at close) and never reach a descriptor number reused since.
+  ~kmod_allocator() override { link_->sever(); }
 
   [[nodiscard]] bool imports_dma_bufs() const noexcept { return dma_buf_; }
   /// Makes `map_gpu` export GPU memory with `exporter` and map the dma-buf (preferred over
@@ -79,12 +85,8 @@ class kmod_allocator final : public dma_allocator {
                                                          : "");
     }
     pages.resize(r.count);
-    const int fd = fd_;
-    const std::uint64_t handle = r.handle;
-    return dma_buffer(nullptr, device_pointer, bytes, std::size_t{1} << r.page_shift, std::move(pages), memory_location::gpu, [fd, handle] {
-      kmod::unpin_request u{handle};
-      (void)::ioctl(fd, kmod::ioctl_unpin, &u);
-    });
+    return dma_buffer(nullptr, device_pointer, bytes, std::size_t{1} << r.page_shift, std::move(pages), memory_location::gpu,
+                      [l = link_, handle = r.handle] { unpin(*l, handle); });
   }
 
   /// Pins `bytes` of GPU memory at `gpu` (64 KiB aligned; nvidia_p2p) and maps it into the
@@ -103,7 +105,6 @@ class kmod_allocator final : public dma_allocator {
     if (bytes > std::size_t{1} << 46) throw error("Map GPU memory for the CPU", device_, std::to_string(bytes) + " bytes asked for");
     const std::size_t mapped = (bytes + 65535) / 65536 * 65536;
     const pinned pins = pin(gpu, mapped, kmod::pin_gpu_memory);
-    const int fd = fd_;
     const std::uint64_t handle = pins.handle;
     void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, static_cast<off_t>(kmod::gpu_mmap_offset(handle)));
     if (p == MAP_FAILED) {
@@ -116,10 +117,9 @@ class kmod_allocator final : public dma_allocator {
                      : e == EBUSY ? "the GPU pages' memory type conflicts with another mapping of them (x86 PAT)"
                                   : "");
     }
-    return gpu_for_cpu_mapping(static_cast<std::byte*>(p), bytes, device_, [fd, handle, p, mapped] {
+    return gpu_for_cpu_mapping(static_cast<std::byte*>(p), bytes, device_, [l = link_, handle, p, mapped] {
       ::munmap(p, mapped);
-      kmod::unpin_request u{handle};
-      (void)::ioctl(fd, kmod::ioctl_unpin, &u);
+      unpin(*l, handle);
     });
   }
 
@@ -135,13 +135,8 @@ class kmod_allocator final : public dma_allocator {
   [[nodiscard]] dma_buffer map_host(void* host, std::size_t bytes) override {
     const std::size_t mapped = host_range(host, bytes);
     pinned pins = pin(host, mapped, 0, "Map host memory");
-    const int fd = fd_;
-    const std::uint64_t handle = pins.handle;
     return dma_buffer(static_cast<std::byte*>(host), nullptr, bytes, std::size_t{1} << pins.shift, std::move(pins.pages), memory_location::pinned_host,
-                      [fd, handle] {
-                        kmod::unpin_request u{handle};
-                        (void)::ioctl(fd, kmod::ioctl_unpin, &u);
-                      });
+                      [l = link_, handle = pins.handle] { unpin(*l, handle); });
   }
   [[nodiscard]] dma_buffer map_gpu(void* gpu, std::size_t bytes) override {
     if (dma_buf_ && exporter_) {
@@ -167,12 +162,8 @@ class kmod_allocator final : public dma_allocator {
       throw error("Map GPU memory", device_, "GPU memory must start on a 64 KiB GPU page (cudaMalloc of 2 MiB or more does)");
     }
     pinned pins = pin(gpu, (bytes + 65535) / 65536 * 65536, kmod::pin_gpu_memory);
-    const int fd = fd_;
-    const std::uint64_t handle = pins.handle;
-    return dma_buffer(nullptr, gpu, bytes, std::size_t{1} << pins.shift, std::move(pins.pages), memory_location::gpu, [fd, handle] {
-      kmod::unpin_request u{handle};
-      (void)::ioctl(fd, kmod::ioctl_unpin, &u);
-    });
+    return dma_buffer(nullptr, gpu, bytes, std::size_t{1} << pins.shift, std::move(pins.pages), memory_location::gpu,
+                      [l = link_, handle = pins.handle] { unpin(*l, handle); });
   }
 
  protected:
@@ -199,12 +190,9 @@ class kmod_allocator final : public dma_allocator {
       // them (kernels before 5.11 do not copy pinned pages at fork).
       if (::madvise(p, mapped, MADV_DONTFORK) != 0) throw os_error("Exclude DMA memory from fork", device_);
       pinned pins = pin(p, mapped, 0);
-      const int fd = fd_;
-      const std::uint64_t handle = pins.handle;
       return dma_buffer(static_cast<std::byte*>(p), nullptr, bytes, std::size_t{1} << pins.shift, std::move(pins.pages), memory_location::pinned_host,
-                        [fd, handle, p, mapped] {
-                          kmod::unpin_request u{handle};
-                          (void)::ioctl(fd, kmod::ioctl_unpin, &u);
+                        [l = link_, handle = pins.handle, p, mapped] {
+                          unpin(*l, handle);
                           ::munmap(p, mapped);
                         });
     } catch (...) {
@@ -214,6 +202,15 @@ class kmod_allocator final : public dma_allocator {
   }
 
  private:
+  using link = backend_link<int>;
+  /// Unpins `handle` while the device is open; once closed, the module unpinned it already.
+  static void unpin(link& l, std::uint64_t handle) noexcept {
+    l.if_alive([handle](int fd) {
+      kmod::unpin_request u{handle};
+      (void)::ioctl(fd, kmod::ioctl_unpin, &u);
+    });
+  }
+
   struct pinned {
     std::uint64_t handle;
     std::vector<std::uint64_t> pages;
@@ -241,6 +238,7 @@ class kmod_allocator final : public dma_allocator {
   }
 
   int fd_;
+  std::shared_ptr<link> link_;  // shared with every buffer's release
   std::string device_;
   bool gpu_;
   bool dma_buf_;

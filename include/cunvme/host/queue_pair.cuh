@@ -252,6 +252,7 @@ class queue_pair {
 inline spec::completion_entry queue_pair::execute(spec::submission_entry sqe, const std::string& operation) {
   const std::string where = operation + " on I/O queue " + std::to_string(qid_);
   require_host_io(operation);
+  ctrl_.require_running(where);
   const auto out = with_doorbell([&](auto doorbell) {
     const detail::sync_io<prp::contiguous, decltype(doorbell)> io(host_view_, namespace_view{});
     return io.command([&](std::uint16_t, spec::submission_entry& s, const auto&) {
@@ -327,6 +328,7 @@ inline spec::status queue_pair::transfer(spec::nvm_opcode opcode, std::uint32_t 
   namespace_view nv = make_namespace_view(ns, ctrl_.max_transfer_bytes(), ctrl_.name());
   nv.max_blocks = static_cast<std::uint32_t>(plan.per_command);
   const std::string where = operation + " on I/O queue " + std::to_string(qid_);
+  ctrl_.require_running(where);
   // A buffer that is one bus range (the emulator's, VFIO's, a huge page) serves any
   // controller page size; one listed page by page only pages at least as large.
   const auto run = [&](const auto& data) {
@@ -355,6 +357,16 @@ inline spec::status queue_pair::transfer(spec::nvm_opcode opcode, std::uint32_t 
 }
 
 // ---- controller members that make queue pairs --------------------------------------------
+
+inline void controller::start_shadow_doorbells(std::uint16_t qid) {
+  if (!shadow_) return;
+  for (const bool is_cq : {false, true}) {
+    const auto [shadow, event] = shadow_slots(qid, is_cq);
+    if (shadow == nullptr) continue;
+    std::atomic_ref<std::uint32_t>(*shadow).store(0, std::memory_order_seq_cst);
+    std::atomic_ref<std::uint32_t>(*event).store(0, std::memory_order_seq_cst);
+  }
+}
 
 inline std::unique_ptr<queue_pair> controller::create_queue_pair(std::uint32_t entries, queue_placement placement) {
   return make_queue_pair(entries, placement, dma_buffer{}, dma_buffer{}, io_queue_memory{}, options_.command_timeout);

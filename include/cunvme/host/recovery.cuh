@@ -170,9 +170,16 @@ inline void controller::disable_if_enabled() {
   if (spec::cc_register{backend_->read32(spec::to_underlying(spec::register_offset::cc))}.en() || csts().rdy()) disable();
 }
 
+inline void controller::require_running(const std::string& operation) const {
+  if (stopped()) {
+    throw error(operation, name_, "controller not ready — reset() brings it back (cunvme stopped it, CC.EN = 0, after a command that would not end)");
+  }
+}
+
 inline bool controller::halt() noexcept {
   try {
     disable();
+    stopped_.store(true, std::memory_order_release);
     return true;
   } catch (...) {
     return false;
@@ -213,6 +220,8 @@ inline void controller::reset() {
     setup_admin_queues();
   }
   enable();
+  // Enabled again: admin commands (and, once re-created, the queues' I/O) run.
+  stopped_.store(false, std::memory_order_release);
   negotiate_queues();
   // The live queue pairs keep their identifiers (taken from them, not from the table
   // negotiate_queues just cleared, so a reset that failed half-way can be retried).

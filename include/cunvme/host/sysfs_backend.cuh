@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/file_lock.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/pagemap_memory.cuh>
 #include <cunvme/host/register_backend.cuh>
@@ -41,6 +42,13 @@ namespace host {
 /// as root — QEMU guests, lab machines; prefer `vfio_backend` wherever an IOMMU is on, since
 /// the controller can then reach only the memory it was given.
 ///
+/// One owner at a time: opening takes an exclusive flock on `resource0` and holds it while the
+/// backend lives; a second opener — another process, or another backend in this one — is
+/// refused with a `host::error` naming the device and the holder, before it touches the
+/// controller (bringing it up would reset the controller under the first owner's I/O). The
+/// kernel drops the lock when its descriptor closes, so a holder that dies frees the device.
+/// Only cunvme's openers take it: a program poking resource0 by hand is not kept out.
+///
 /// Opening enables memory space and bus mastering and disables INTx in the PCI command
 /// register (the host polls). Closing restores nothing: the controller layer has disabled the
 /// controller by then, and a driver bound later (nvme, vfio-pci) programs the command
@@ -57,6 +65,7 @@ class sysfs_backend final : public register_backend {
     if (!std::filesystem::is_directory(dir_, ec)) throw error("Open", bdf_, "no such PCI device (" + dir_.string() + " is missing)");
     check_class();
     check_unbound();
+    claim();
     std::size_t size = 0;
     std::byte* p = map_resource(0, size);
     bar0_.assign(p, size, 0, size, 0);
@@ -67,7 +76,7 @@ class sysfs_backend final : public register_backend {
 
   sysfs_backend(const sysfs_backend&) = delete;
   sysfs_backend& operator=(const sysfs_backend&) = delete;
-  ~sysfs_backend() override = default;  // the BAR windows unmap themselves
+  ~sysfs_backend() override = default;  // the BAR windows unmap themselves, then the claim goes
 
   [[nodiscard]] std::string name() const override { return bdf_; }
   [[nodiscard]] std::byte* bar() const override { return bar0_.data(); }
@@ -116,6 +125,26 @@ class sysfs_backend final : public register_backend {
     const auto target = std::filesystem::read_symlink(link, ec);
     const std::string driver = ec ? std::string("a kernel driver") : "driver " + target.filename().string();
     throw error("Open", bdf_, "the device is bound to " + driver + "; unbind it: echo " + bdf_ + " > " + (link / "unbind").string());
+  }
+
+  /// The exclusive lock on resource0 that makes this backend the controller's one owner.
+  void claim() {
+    const auto path = (dir_ / "resource0").string();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const bool denied = errno == EACCES || errno == EPERM;
+      throw os_error("Open", bdf_, denied ? "needs root (CAP_SYS_ADMIN) to open " + path : "cannot open " + path);
+    }
+    claim_ = cunvme::detail::file_claim(fd);
+    std::string holder;
+    switch (cunvme::detail::try_lock_file(claim_.fd(), true, holder)) {
+      case cunvme::detail::lock_outcome::taken: return;
+      case cunvme::detail::lock_outcome::failed: throw os_error("Open", bdf_, "cannot lock " + path);
+      case cunvme::detail::lock_outcome::held_elsewhere: break;
+    }
+    throw error("Open", bdf_,
+                "in use by another owner (" + (holder.empty() ? std::string("a process holds the lock on ") + path : holder + " holds " + path) +
+                    "): one process and one controller handle at a time drive a sysfs: controller; close the other first");
   }
 
   /// Memory Space (bit 1) and Bus Master (bit 2) on, so BAR accesses reach the controller and
@@ -185,6 +214,9 @@ class sysfs_backend final : public register_backend {
 
   std::string bdf_;
   std::filesystem::path dir_;
+  // Holds the flock on resource0 (`claim`): closed last, after the BARs are unmapped, and on a
+  // constructor's throw.
+  cunvme::detail::file_claim claim_;
   pagemap_allocator memory_;
   bar_window bar0_;
   bar_window cmb_;

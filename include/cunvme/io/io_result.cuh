@@ -19,7 +19,8 @@ enum class io_error : cuda::std::uint8_t {
   timeout,                  ///< no completion within the queue's timeout; the command is abandoned (its CID stays
                             ///< reserved until a completion arrives) and its buffer may still be written
   no_submission_slot,       ///< the SQ had no room within the timeout: the controller stopped fetching
-  no_command_id,            ///< every CID stayed in use for the whole timeout (asynchronous submit: was in use)
+  no_command_id,            ///< every CID stayed in use for the whole timeout (asynchronous submit: was in use,
+                            ///< nothing was submitted, and the caller must retry)
   invalid_request,          ///< the planner refused it (`plan_error`): zero blocks, an LBA range that wraps, a byte count
                             ///< that overflows, MDTS below one block, no dword-aligned split; or (async) more than one command's worth
   unaligned_buffer,         ///< the buffer offset is not dword aligned (PRP1)

@@ -362,7 +362,10 @@ class block_reader : public detail::block_io<Queue, Prp, Doorbell> {
                                                   cuda::std::uint64_t offset) const {
     return this->transfer(g, spec::nvm_opcode::read, lba, blocks, dst, offset);
   }
-  /// Asynchronous: one command of at most max_blocks; finish it with `test` or `wait`.
+  /// Asynchronous: one command of at most max_blocks; finish it with `test` or `wait`. When
+  /// every CID is in flight it returns at once, finished, with `io_error::no_command_id` and
+  /// nothing submitted: the caller must retry — after finishing one of its own handles
+  /// (`test`/`wait`), since they may hold all the CIDs — or the read never happens.
   [[nodiscard]] CUNVME_HOST_DEVICE io_handle submit_read(cuda::std::uint64_t lba, cuda::std::uint32_t blocks, const Prp& dst,
                                                          cuda::std::uint64_t offset) const {
     return this->submit(spec::nvm_opcode::read, lba, blocks, dst, offset);
@@ -388,6 +391,8 @@ class block_writer : public detail::block_io<Queue, Prp, Doorbell> {
                                                    cuda::std::uint64_t offset) const {
     return this->transfer(g, spec::nvm_opcode::write, lba, blocks, src, offset);
   }
+  /// Asynchronous, as `block_reader::submit_read`: `io_error::no_command_id` (nothing
+  /// submitted) when every CID is in flight, and the caller must retry.
   [[nodiscard]] CUNVME_HOST_DEVICE io_handle submit_write(cuda::std::uint64_t lba, cuda::std::uint32_t blocks, const Prp& src,
                                                           cuda::std::uint64_t offset) const {
     return this->submit(spec::nvm_opcode::write, lba, blocks, src, offset);

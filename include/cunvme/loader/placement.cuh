@@ -50,6 +50,7 @@ class file_placement {
   [[nodiscard]] static file_placement contiguous(std::uint64_t block_bytes, std::uint64_t first_lba, std::uint64_t file_bytes,
                                                  std::uint64_t device_blocks) {
     check_block(block_bytes);
+    check_size(block_bytes, file_bytes);
     const std::uint64_t needed = file_bytes / block_bytes + (file_bytes % block_bytes != 0 ? 1 : 0);
     const std::uint64_t held = device_blocks > first_lba ? std::min(needed, device_blocks - first_lba) : 0;
     std::vector<file_extent> extents;
@@ -62,6 +63,7 @@ class file_placement {
   /// none is empty, and no LBA range wraps. Gaps are holes.
   [[nodiscard]] static file_placement from_extents(std::uint64_t block_bytes, std::uint64_t file_bytes, std::vector<file_extent> extents) {
     check_block(block_bytes);
+    check_size(block_bytes, file_bytes);
     std::uint64_t next = 0;
     for (const file_extent& e : extents) {
       const std::string at = "extent at file byte " + std::to_string(e.file_offset);
@@ -93,7 +95,8 @@ class file_placement {
   /// The block reads that bring file bytes [offset, offset + length), widened to whole blocks,
   /// into a buffer from `buffer_offset` on: the block holding `offset` lands at
   /// `buffer_offset`, so byte `offset` at `buffer_offset + offset % block_bytes()`. One read
-  /// per extent touched. Throws `host::error` when a byte lies past the file or in no extent.
+  /// per extent touched. Throws `host::error` when a byte lies past the file or in no extent,
+  /// or when the reads would run past byte 2^64 - 1 of the buffer.
   [[nodiscard]] std::vector<block_read> map(std::uint64_t offset, std::uint64_t length, std::uint64_t buffer_offset = 0) const {
     std::vector<block_read> reads;
     if (length == 0) return reads;
@@ -110,7 +113,12 @@ class file_placement {
       if (first_in > block) break;  // a hole before this extent
       const std::uint64_t n = std::min(last, first_in + e.blocks - 1) - block + 1;
       reads.push_back({e.lba + (block - first_in), n, buffer_offset});
-      buffer_offset += n * block_bytes_;
+      // The file's blocks end below 2^64 bytes (check_size), the buffer's need not.
+      std::uint64_t bytes = 0;
+      if (cunvme::detail::mul_overflows(n, block_bytes_, bytes) || cunvme::detail::add_overflows(buffer_offset, bytes, buffer_offset)) {
+        refuse("file bytes [" + std::to_string(offset) + ", +" + std::to_string(length) + ") read to buffer offset " +
+               std::to_string(reads.front().buffer_offset) + " would run past byte 2^64 - 1 of the buffer");
+      }
       block += n;
     }
     if (block <= last) {
@@ -130,6 +138,16 @@ class file_placement {
     // sizes stop far below 1 MiB, and the bound keeps plan_reads' alignment within 64 bits.
     if (block_bytes < 4 || block_bytes % 4 != 0 || block_bytes > (1u << 20)) {
       refuse("a block of " + std::to_string(block_bytes) + " bytes (a multiple of 4, at most 1 MiB, is needed)");
+    }
+  }
+
+  /// Every block of the file, the last one whole, must end below 2^64 bytes: a plan widens
+  /// ranges to blocks, and sizes past that would wrap to small numbers (a plan with its reads
+  /// outside its buffer).
+  static void check_size(std::uint64_t block_bytes, std::uint64_t file_bytes) {
+    std::uint64_t padded = 0;
+    if (cunvme::detail::round_up_overflows(file_bytes, block_bytes, padded)) {
+      refuse("a file of " + std::to_string(file_bytes) + " bytes in " + std::to_string(block_bytes) + "-byte blocks ends past 2^64 bytes");
     }
   }
 
@@ -171,13 +189,20 @@ inline constexpr std::uint64_t run_alignment = 4096;
 
   std::uint64_t run_first = 0, run_end = 0, run_at = 0;  // blocks [run_first, run_end) at buffer run_at
   bool open = false;
+  // Every size and offset of the plan is checked: a placement may claim a file of nearly
+  // 2^64 bytes, and runs' padding adds to it, so any sum or product may wrap.
+  const auto too_large = [] { throw host::error("Plan reads", "loader", "the buffer would exceed 2^64 - 1 bytes (the runs' padding included)"); };
   auto close_run = [&] {
     if (!open) return;
     // The last block may be a partial one at the end of the file: map the file's bytes only.
+    // The file's blocks end below 2^64 (file_placement), so these cannot wrap.
     const std::uint64_t from = run_first * block;
-    const std::uint64_t bytes = std::min((run_end - run_first) * block, where.file_bytes() - from);
+    const std::uint64_t run_bytes = (run_end - run_first) * block;
+    const std::uint64_t bytes = std::min(run_bytes, where.file_bytes() - from);
+    std::uint64_t end = 0;
+    if (cunvme::detail::add_overflows(run_at, run_bytes, end)) too_large();
     for (const block_read& r : where.map(from, bytes, run_at)) plan.reads.push_back(r);
-    plan.buffer_bytes = run_at + (run_end - run_first) * block;
+    plan.buffer_bytes = end;
     open = false;
   };
   for (std::size_t i : order) {
@@ -193,16 +218,16 @@ inline constexpr std::uint64_t run_alignment = 4096;
       continue;
     }
     const std::uint64_t first = r.offset / block;
-    const std::uint64_t stop = (end + block - 1) / block;
+    const std::uint64_t stop = end / block + (end % block != 0 ? 1 : 0);
     if (!open || first > run_end) {
       close_run();
       std::uint64_t at = plan.buffer_bytes;
-      if (cunvme::detail::round_up_overflows(at, align, at)) throw host::error("Plan reads", "loader", "the buffer would exceed 2^64 bytes");
+      if (cunvme::detail::round_up_overflows(at, align, at)) too_large();
       run_first = first, run_end = std::max(stop, first), run_at = at, open = true;
     } else {
       run_end = std::max(run_end, stop);
     }
-    plan.offsets[i] = run_at + (r.offset - run_first * block);
+    if (cunvme::detail::add_overflows(run_at, r.offset - run_first * block, plan.offsets[i])) too_large();
   }
   close_run();
   return plan;
