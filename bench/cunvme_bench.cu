@@ -26,11 +26,11 @@
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/emu/gpu_null_controller.cuh>
 #include <cunvme/host/cuda_error.cuh>
-#include <cunvme/host/gpu_dma_buf.cuh>
-#include <cunvme/host/gpu_queue.cuh>
-#include <cunvme/host/gpu_reach.cuh>
+#include <cunvme/host/gpu/gpu_dma_buf.cuh>
+#include <cunvme/host/gpu/gpu_queue.cuh>
+#include <cunvme/host/gpu/gpu_reach.cuh>
 #include <cunvme/host/open.cuh>
-#include <cunvme/host/volume.cuh>
+#include <cunvme/host/owners/volume_members.cuh>
 #include <cunvme/io/reader.cuh>
 #include <cunvme/volume/volume.cuh>
 

@@ -6,7 +6,7 @@
 #include "command_line.hpp"
 
 #include <cunvme/emu/timing_model.cuh>
-#include <cunvme/host/uri_options.cuh>
+#include <cunvme/host/backend/uri_options.cuh>
 
 #include <cstdint>
 #include <memory>

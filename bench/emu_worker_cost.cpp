@@ -9,7 +9,7 @@
 // they wait (emu::idle_policy), so it cannot tell work from waiting; this does (bench/RESULTS.md).
 //
 //   emu_worker_cost --device emu:workers=1,nodata --qd 32 --time 3
-#include <cunvme/host/io_queue.cuh>
+#include <cunvme/host/queue/io_queue.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/io/reader.cuh>
 

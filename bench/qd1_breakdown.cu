@@ -14,8 +14,8 @@
 // `exclusive` is a queue the thread owns, with a plain MMIO doorbell.
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/host/cuda_error.cuh>
-#include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/gpu_queue.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
+#include <cunvme/host/gpu/gpu_queue.cuh>
 #include <cunvme/io/reader.cuh>
 
 #include <cuda/atomic>

@@ -18,12 +18,12 @@
 #include <cunvme/cache/page_cache.cuh>
 #include <cunvme/emu/gpu_null_controller.cuh>
 #include <cunvme/host/cuda_error.cuh>
-#include <cunvme/host/gpu_queue.cuh>
-#include <cunvme/host/gpu_reach.cuh>
+#include <cunvme/host/gpu/gpu_queue.cuh>
+#include <cunvme/host/gpu/gpu_reach.cuh>
 #include <cunvme/host/open.cuh>
-#include <cunvme/host/page_cache_memory.cuh>
-#include <cunvme/host/uri_options.cuh>
-#include <cunvme/host/volume.cuh>
+#include <cunvme/host/owners/page_cache_memory.cuh>
+#include <cunvme/host/backend/uri_options.cuh>
+#include <cunvme/host/owners/volume_members.cuh>
 #include <cunvme/policy/device_group.cuh>
 #include <cunvme/volume/volume.cuh>
 

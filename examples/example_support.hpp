@@ -5,8 +5,8 @@
 
 #include <cunvme/facade/copy.cuh>
 #include <cunvme/host/cuda_error.cuh>
-#include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/gpu_reach.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
+#include <cunvme/host/gpu/gpu_reach.cuh>
 
 #include <cuda_runtime.h>
 

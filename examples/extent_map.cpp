@@ -2,11 +2,11 @@
 // read it by that map once the controller is cunvme's.
 //
 //   extent_map take FILE -o MAP [--device-block-bytes N] [--partition-offset BYTES]
-//       while mounted: FIEMAP (synced) and SHA-256 of FILE into MAP (host/extent_map.cuh)
+//       while mounted: FIEMAP (synced) and SHA-256 of FILE into MAP (loader/extent_map.cuh)
 //   extent_map check MAP FILE
 //       while mounted: is FILE still the version MAP was taken of (inode, generation, size,
 //       times)? The hash cannot tell a file deleted and written anew whose old blocks kept
-//       the old bytes (host/extent_map.cuh): check just before unmounting
+//       the old bytes (loader/extent_map.cuh): check just before unmounting
 //   extent_map read URI MAP -o OUT [--nsid N] [--file FILE]
 //       after the controller was unbound from the kernel: read the file from namespace N
 //       (default 1) by MAP, check its SHA-256, write it to OUT (OUT.partial until it matched);
@@ -19,7 +19,7 @@
 //
 // The file must not change after the map is taken (see README, "Extent maps"). Exits 0 on
 // success, 1 on any error (printed with what was being done and why), 2 for bad usage.
-#include <cunvme/host/extent_map.cuh>
+#include <cunvme/loader/extent_map.cuh>
 #include <cunvme/host/open.cuh>
 
 #include <charconv>
@@ -85,19 +85,19 @@ int run(int argc, char** argv) {
   if (command != "read" && command != "verify" && !file.empty()) return usage();
   if (command == "check") {
     if (positional.size() != 2 || !output.empty()) return usage();
-    const host::extent_map map = host::read_extent_map_file(positional[0]);
-    host::check_file_identity(map, positional[1]);
+    const loader::extent_map map = loader::read_extent_map_file(positional[0]);
+    loader::check_file_identity(map, positional[1]);
     std::printf("%s: the version %s was taken of (inode %llu, %llu bytes)\n", positional[1].c_str(), positional[0].c_str(),
                 static_cast<unsigned long long>(map.identity->inode), static_cast<unsigned long long>(map.identity->size));
     return 0;
   }
   if (command == "take") {
     if (positional.size() != 1 || output.empty()) return usage();
-    host::take_options options;
+    loader::take_options options;
     options.device_block_bytes = static_cast<std::uint32_t>(device_block);
     options.partition_offset_bytes = partition_offset;
-    const host::extent_map map = host::take_extent_map(positional[0], options);
-    host::write_extent_map_file(output, map);
+    const loader::extent_map map = loader::take_extent_map(positional[0], options);
+    loader::write_extent_map_file(output, map);
     std::printf("%s: %llu bytes in %zu extents of %u-byte blocks on %s (partition %s at byte %llu), sha256 %s\n", positional[0].c_str(),
                 static_cast<unsigned long long>(map.file_size), map.extents.size(), map.device_block_bytes, map.device.c_str(), map.partition.c_str(),
                 static_cast<unsigned long long>(map.partition_offset_bytes), map.sha256.c_str());
@@ -105,7 +105,7 @@ int run(int argc, char** argv) {
   }
   if (command == "show") {
     if (positional.size() != 1 || !output.empty()) return usage();
-    const host::extent_map map = host::read_extent_map_file(positional[0]);
+    const loader::extent_map map = loader::read_extent_map_file(positional[0]);
     std::printf("%llu bytes, %zu extents, fs blocks %u, device blocks %u, device %s, partition %s at byte %llu, sha256 %s\n",
                 static_cast<unsigned long long>(map.file_size), map.extents.size(), map.fs_block_bytes, map.device_block_bytes, map.device.c_str(),
                 map.partition.c_str(), static_cast<unsigned long long>(map.partition_offset_bytes), map.sha256.c_str());
@@ -113,9 +113,9 @@ int run(int argc, char** argv) {
   }
   if (command == "read" || command == "verify") {
     if (positional.size() != 2 || (command == "read") == output.empty()) return usage();
-    const host::extent_map map = host::read_extent_map_file(positional[1]);
+    const loader::extent_map map = loader::read_extent_map_file(positional[1]);
     // Before the device is opened: a replaced file's old blocks may still hash right.
-    if (!file.empty()) host::check_file_identity(map, file);
+    if (!file.empty()) loader::check_file_identity(map, file);
     auto ctrl = host::open(positional[0]);
     auto qp = ctrl->create_queue_pair(64);
     const std::string partial = output + ".partial";
@@ -125,7 +125,7 @@ int run(int argc, char** argv) {
       if (!out) throw host::os_error("Open output", partial);
     }
     try {
-      host::read_by_extent_map(*ctrl, *qp, static_cast<std::uint32_t>(nsid), map, [&](std::span<const std::byte> s) {
+      loader::read_by_extent_map(*ctrl, *qp, static_cast<std::uint32_t>(nsid), map, [&](std::span<const std::byte> s) {
         if (out.is_open() && !out.write(reinterpret_cast<const char*>(s.data()), static_cast<std::streamsize>(s.size()))) {
           throw host::os_error("Write output", partial);
         }

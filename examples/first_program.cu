@@ -1,7 +1,7 @@
 // README.md's first program, word for word (the `readme first program` test keeps them equal).
 #include <cunvme/facade/copy.cuh>      // cunvme::device, cunvme::copy_n
-#include <cunvme/host/gpu_reach.cuh>   // cunvme::host::prepare_cuda_environment
-#include <cunvme/host/uri_options.cuh> // cunvme::host::pattern_word: what emu:pattern wrote
+#include <cunvme/host/gpu/gpu_reach.cuh>   // cunvme::host::prepare_cuda_environment
+#include <cunvme/host/backend/uri_options.cuh> // cunvme::host::pattern_word: what emu:pattern wrote
 
 #include <thrust/device_vector.h>
 

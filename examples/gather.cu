@@ -16,7 +16,7 @@
 
 #include <cunvme/cache/array.cuh>
 #include <cunvme/cache/page_cache.cuh>
-#include <cunvme/host/page_cache_memory.cuh>
+#include <cunvme/host/owners/page_cache_memory.cuh>
 #include <cunvme/policy/device_group.cuh>
 
 #include <thrust/device_vector.h>

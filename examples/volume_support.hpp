@@ -6,10 +6,10 @@
 
 #include "example_support.hpp"
 
-#include <cunvme/host/gpu_queue.cuh>
-#include <cunvme/host/io_queue.cuh>
+#include <cunvme/host/gpu/gpu_queue.cuh>
+#include <cunvme/host/queue/io_queue.cuh>
 #include <cunvme/host/open.cuh>
-#include <cunvme/host/volume.cuh>
+#include <cunvme/host/owners/volume_members.cuh>
 #include <cunvme/volume/volume.cuh>
 
 #include <algorithm>

@@ -304,7 +304,7 @@ static struct pci_driver cunvme_driver = {
 /*
  * The layout this module was written against. The header is shared with user space, so a
  * change to it reaches both sides at once; these make it a deliberate one (a new
- * CUNVME_ABI_VERSION), as host/kmod_abi.cuh's static_asserts do on the library's side.
+ * CUNVME_ABI_VERSION), as host/backend/kmod_abi.cuh's static_asserts do on the library's side.
  */
 static void __init cunvme_check_abi(void)
 {

@@ -12,7 +12,7 @@
 #include "system_facts.hpp"
 
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/sysfs_backend.cuh>  // host::valid_bdf
+#include <cunvme/host/backend/sysfs_backend.cuh>  // host::valid_bdf
 
 #include <algorithm>
 #include <cctype>

@@ -7,7 +7,7 @@
 #include <cunvme/facade/copy.cuh>
 #include <cunvme/facade/device.cuh>
 #include <cunvme/facade/pending_copy.cuh>
-#include <cunvme/host/uri_options.cuh>
+#include <cunvme/host/backend/uri_options.cuh>
 #include <cunvme/loader/loader.cuh>
 
 #include <thrust/device_vector.h>

@@ -7,21 +7,21 @@
 #include "snippet_check.hpp"
 
 #include <cunvme/cunvme.cuh>
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/dma_memory.cuh>
-#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/io_queue.cuh>
-#include <cunvme/host/kmod_backend.cuh>
+#include <cunvme/host/queue/io_queue.cuh>
+#include <cunvme/host/backend/kmod_backend.cuh>
 #include <cunvme/host/open.cuh>
-#include <cunvme/host/page_cache_memory.cuh>
-#include <cunvme/host/pagemap_memory.cuh>
-#include <cunvme/host/queue_pair.cuh>
-#include <cunvme/host/sha256.cuh>
-#include <cunvme/host/sysfs_backend.cuh>
-#include <cunvme/host/uri_options.cuh>
-#include <cunvme/host/vfio_backend.cuh>
-#include <cunvme/host/volume.cuh>
+#include <cunvme/host/owners/page_cache_memory.cuh>
+#include <cunvme/host/memory/pagemap_memory.cuh>
+#include <cunvme/host/queue/queue_pair.cuh>
+#include <cunvme/loader/sha256.cuh>
+#include <cunvme/host/backend/sysfs_backend.cuh>
+#include <cunvme/host/backend/uri_options.cuh>
+#include <cunvme/host/backend/vfio_backend.cuh>
+#include <cunvme/host/owners/volume_members.cuh>
 
 #include <atomic>
 #include <cstdint>
@@ -41,7 +41,7 @@ using snippet::expect;
 
 using queue = cunvme::queue_policies<cunvme::slots::multi_producer, cunvme::completion::cooperative>;
 
-// ---- host/open.cuh, host/controller.cuh, host/queue_pair.cuh, host/dma_memory.cuh --------------
+// ---- host/open.cuh, host/controller/controller.cuh, host/queue/queue_pair.cuh, host/memory/dma_memory.cuh --------------
 
 /// `open`: a controller by URI, brought up and ready for queue pairs.
 std::unique_ptr<host::controller> open_emulator() {
@@ -90,7 +90,7 @@ bool refused_queue_size(host::controller& ctrl) {
   return false;
 }
 
-// ---- host/io_queue.cuh, io/reader.cuh, io/io_result.cuh ----------------------------------------
+// ---- host/queue/io_queue.cuh, io/reader.cuh, io/io_result.cuh ----------------------------------------
 
 /// `io_queue` and `block_reader`: the device-side reader run by a CPU thread.
 bool read_with_a_reader() {
@@ -153,7 +153,7 @@ bool build_prps(const host::dma_buffer& buf, const cunvme::prp::list_memory& slo
   return sqe.prp1 == buf.bus(0);
 }
 
-// ---- host/page_cache_memory.cuh, cache/page_cache.cuh ------------------------------------------
+// ---- host/owners/page_cache_memory.cuh, cache/page_cache.cuh ------------------------------------------
 
 /// `page_cache_memory` and `page_cache`: a value within one page, and a page held.
 bool page_cache_reads() {
@@ -171,7 +171,7 @@ bool page_cache_reads() {
   return r.ok() && x == host::pattern_word(8 * 1000) && y == host::pattern_word(7 * 4096 + 16);
 }
 
-// ---- host/volume.cuh, volume/volume.cuh --------------------------------------------------------
+// ---- host/owners/volume_members.cuh, volume/volume.cuh --------------------------------------------------------
 
 /// `volume`: two controllers striped, read by CPU threads through `volume_io`.
 bool striped_volume() {
@@ -187,13 +187,13 @@ bool striped_volume() {
   return r.ok() && word == host::pattern_word(0);
 }
 
-// ---- host/sha256.cuh ---------------------------------------------------------------------------
+// ---- loader/sha256.cuh ---------------------------------------------------------------------------
 
 /// `sha256`: the hash extent maps check files with.
 std::string sha256_of(const void* data, std::size_t n) {
-  host::sha256 h;
+  loader::sha256 h;
   h.update(data, n);
-  return host::sha256::hex(h.finish());
+  return loader::sha256::hex(h.finish());
 }
 
 // ---- the real backends: compiled here, run only where a controller is handed over ----------------

@@ -1,6 +1,6 @@
 // Usage snippets of the device side in kernels (io/reader.cuh, policy/device_group.cuh,
 // cache/page_cache.cuh, cache/array.cuh, volume/volume.cuh) and of the host calls that set them
-// up (host/gpu_queue.cuh, host/gpu_reach.cuh, emu/cuda_memory.cuh). Built by nvcc so they cannot
+// up (host/gpu/gpu_queue.cuh, host/gpu/gpu_reach.cuh, emu/cuda_memory.cuh). Built by nvcc so they cannot
 // drift from the headers; run on the emulator where a CUDA GPU is (each checks the words it read
 // against `emu:pattern`), skipped (exit 77) elsewhere. Each kernel or function is the snippet a
 // header's comment points to by name.
@@ -8,12 +8,12 @@
 
 #include <cunvme/cunvme.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
-#include <cunvme/host/gpu_queue.cuh>
-#include <cunvme/host/gpu_reach.cuh>
+#include <cunvme/host/gpu/gpu_queue.cuh>
+#include <cunvme/host/gpu/gpu_reach.cuh>
 #include <cunvme/host/open.cuh>
-#include <cunvme/host/page_cache_memory.cuh>
-#include <cunvme/host/uri_options.cuh>
-#include <cunvme/host/volume.cuh>
+#include <cunvme/host/owners/page_cache_memory.cuh>
+#include <cunvme/host/backend/uri_options.cuh>
+#include <cunvme/host/owners/volume_members.cuh>
 
 #include <thrust/device_vector.h>
 
@@ -91,7 +91,7 @@ __global__ void read_volume(volume_io v, cunvme::member_buffers<cunvme::prp::pag
   if (!r) atomicAdd(failed, 1u);
 }
 
-/// `prepare_cuda_environment` and `gpu_reach` (host/gpu_reach.cuh): a controller GPU threads reach.
+/// `prepare_cuda_environment` and `gpu_reach` (host/gpu/gpu_reach.cuh): a controller GPU threads reach.
 std::unique_ptr<host::controller> open_for_kernels(const char* uri) {
   // cunvme::host::prepare_cuda_environment() ran first in main (example::run_main).
   return cunvme::host::open(uri, {}, cunvme::host::gpu_reach());
@@ -115,7 +115,7 @@ unsigned long long mismatches(const std::uint64_t* data, std::uint64_t words, st
   return bad[0];
 }
 
-/// `make_gpu_queue` (host/gpu_queue.cuh): a queue for kernels; then the reader forms above.
+/// `make_gpu_queue` (host/gpu/gpu_queue.cuh): a queue for kernels; then the reader forms above.
 int readers() {
   auto ctrl = open_for_kernels("emu:pattern");
   auto q = cunvme::host::make_gpu_queue(*ctrl, 1024, cunvme::host::tier::host_queues_gpu_data);

@@ -4,7 +4,7 @@
 #include <cunvme/facade/copy.cuh>
 #include <cunvme/facade/device.cuh>
 #include <cunvme/host/cuda_error.cuh>
-#include <cunvme/host/gpu_reach.cuh>
+#include <cunvme/host/gpu/gpu_reach.cuh>
 #include <cunvme/host/open.cuh>
 
 #include <cuda_runtime.h>

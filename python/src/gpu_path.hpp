@@ -4,8 +4,8 @@
 // host path (gpu_path_absent.cpp then answers "no GPU path in this build").
 #pragma once
 
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/controller_options.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/controller/controller_options.cuh>
 #include <cunvme/io/io_result.cuh>
 
 #include <chrono>

@@ -10,7 +10,7 @@
 #include <cunvme/config.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/open.cuh>
-#include <cunvme/host/queue_pair.cuh>
+#include <cunvme/host/queue/queue_pair.cuh>
 #include <cunvme/io/io_result.cuh>
 #include <cunvme/io/request_plan.cuh>
 #include <cunvme/spec/command_fields.cuh>

@@ -4,7 +4,7 @@
 // errors and lost completions reach the accessing thread as its io_result.
 #include <cunvme/cache/page_cache.cuh>
 #include <cunvme/emu/fault_injection.cuh>
-#include <cunvme/host/page_cache_memory.cuh>
+#include <cunvme/host/owners/page_cache_memory.cuh>
 
 #include "../policies/policy_fixture.hpp"
 

@@ -4,8 +4,8 @@
 // work unchanged over a volume, and bad shapes are refused with the reason.
 #include <cunvme/cache/array.cuh>
 #include <cunvme/cache/page_cache.cuh>
-#include <cunvme/host/page_cache_memory.cuh>
-#include <cunvme/host/volume.cuh>
+#include <cunvme/host/owners/page_cache_memory.cuh>
+#include <cunvme/host/owners/volume_members.cuh>
 #include <cunvme/volume/volume.cuh>
 
 #include "../policies/policy_fixture.hpp"

@@ -84,7 +84,7 @@ def debugfs_extents(image, path):
 
 
 def map_from_debugfs(rows, size, dbs, sha, partition_offset):
-    """The map text the C++ writer must produce for these extents (see host/extent_map.cuh)."""
+    """The map text the C++ writer must produce for these extents (see loader/extent_map.cuh)."""
     extents = []
     for lblk, pblk, n, flags in rows:
         if flags:

@@ -1,11 +1,11 @@
-// Extent maps (host/extent_map.cuh): SHA-256 against FIPS 180-4's vectors, the map format's
+// Extent maps (loader/extent_map.cuh): SHA-256 against FIPS 180-4's vectors, the map format's
 // round trip and every malformed map refused by name, FIEMAP records turned into extents (every
 // refused flag), FIEMAP on real files in /tmp (a hole, preallocation past the end, an unwritten
 // extent) checked against the raw device where one is
 // readable, and reading by a map through the emulator.
-#include <cunvme/host/extent_map.cuh>
+#include <cunvme/loader/extent_map.cuh>
 #include <cunvme/host/open.cuh>
-#include <cunvme/host/queue_pair.cuh>
+#include <cunvme/host/queue/queue_pair.cuh>
 
 #include <doctest/doctest.h>
 
@@ -29,19 +29,19 @@ namespace spec = cunvme::spec;
 namespace {
 
 std::string sha_hex(const std::string& s) {
-  host::sha256 h;
+  loader::sha256 h;
   h.update(s.data(), s.size());
-  return host::sha256::hex(h.finish());
+  return loader::sha256::hex(h.finish());
 }
 
 std::string sha_hex(const std::vector<std::byte>& s) {
-  host::sha256 h;
+  loader::sha256 h;
   h.update(s.data(), s.size());
-  return host::sha256::hex(h.finish());
+  return loader::sha256::hex(h.finish());
 }
 
-host::extent_map sample_map() {
-  host::extent_map m;
+loader::extent_map sample_map() {
+  loader::extent_map m;
   m.file_size = 8396923;
   m.fs_block_bytes = 4096;
   m.device_block_bytes = 512;
@@ -56,7 +56,7 @@ host::extent_map sample_map() {
 /// The message `text` is refused with, "" when it parses.
 std::string refusal(const std::string& text) {
   try {
-    (void)host::parse_extent_map(text, "test.map");
+    (void)loader::parse_extent_map(text, "test.map");
   } catch (const host::error& e) {
     return e.what();
   }
@@ -70,12 +70,12 @@ TEST_CASE("SHA-256 matches FIPS 180-4's examples, fed whole and in odd pieces") 
   CHECK(sha_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   CHECK(sha_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  host::sha256 h;
+  loader::sha256 h;
   const std::string a(1000, 'a');
   for (int i = 0; i < 1000; ++i) h.update(a.data(), a.size());
-  CHECK(host::sha256::hex(h.finish()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  CHECK(loader::sha256::hex(h.finish()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
   // 1 000 000 'a' again, in pieces of 1..63 bytes across block boundaries.
-  host::sha256 odd;
+  loader::sha256 odd;
   std::size_t left = 1000000, step = 1;
   while (left > 0) {
     const std::size_t n = std::min(left, step);
@@ -83,31 +83,31 @@ TEST_CASE("SHA-256 matches FIPS 180-4's examples, fed whole and in odd pieces") 
     left -= n;
     step = step % 63 + 1;
   }
-  CHECK(host::sha256::hex(odd.finish()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  CHECK(loader::sha256::hex(odd.finish()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
 TEST_CASE("an extent map survives format and parse unchanged") {
-  const host::extent_map m = sample_map();
-  const std::string text = host::format_extent_map(m);
+  const loader::extent_map m = sample_map();
+  const std::string text = loader::format_extent_map(m);
   CHECK(text.starts_with("cunvme-extent-map 1\nfile_size 8396923\nfs_block_bytes 4096\ndevice_block_bytes 512\ndevice loop0\npartition - 0\n"));
   CHECK(text.ends_with("extents 3\n0 5304 2888\n1478656 9224 3256\n3153920 12480 10241\nend\n"));
-  CHECK(host::parse_extent_map(text, "m") == m);
-  host::extent_map p = m;
+  CHECK(loader::parse_extent_map(text, "m") == m);
+  loader::extent_map p = m;
   p.partition = "nvme0n1p2";
   p.partition_offset_bytes = 1048576;
   p.device = "nvme0n1";
   p.extents.clear();  // all holes: a file of zeros
-  CHECK(host::parse_extent_map(host::format_extent_map(p), "m") == p);
+  CHECK(loader::parse_extent_map(loader::format_extent_map(p), "m") == p);
 
   const auto path = std::string("/tmp/cunvme-extent-map-test-") + std::to_string(::getpid()) + ".map";
-  host::write_extent_map_file(path, m);
-  CHECK(host::read_extent_map_file(path) == m);
+  loader::write_extent_map_file(path, m);
+  CHECK(loader::read_extent_map_file(path) == m);
   std::remove(path.c_str());
-  CHECK_THROWS_AS((void)host::read_extent_map_file(path), host::error);
+  CHECK_THROWS_AS((void)loader::read_extent_map_file(path), host::error);
 }
 
 TEST_CASE("every malformed map is refused with the line and the reason") {
-  const std::string good = host::format_extent_map(sample_map());
+  const std::string good = loader::format_extent_map(sample_map());
   const auto with = [&](const std::string& from, const std::string& to) {
     const auto at = good.find(from);
     REQUIRE(at != std::string::npos);
@@ -171,7 +171,7 @@ TEST_CASE("every malformed map is refused with the line and the reason") {
     CHECK(why.find(c.reason) != std::string::npos);
   }
   // A map file larger than the bound is refused before it is parsed.
-  CHECK(refusal(std::string(host::extent_map_max_file_bytes + 1, 'x')).find("at most") != std::string::npos);
+  CHECK(refusal(std::string(loader::extent_map_max_file_bytes + 1, 'x')).find("at most") != std::string::npos);
   // Random damage: never a crash, always a parse or a host::error.
   std::mt19937 rng(7);
   for (int i = 0; i < 20000; ++i) {
@@ -182,39 +182,39 @@ TEST_CASE("every malformed map is refused with the line and the reason") {
 }
 
 TEST_CASE("FIEMAP records become extents: merged, cut at the end of the file, every refused flag named") {
-  using host::fiemap_record;
+  using loader::fiemap_record;
   const std::uint64_t size = 3 * 4096 + 100;
   // Two records continuing each other (ext4 splits at 32768 blocks), a hole, a tail past EOF.
   const std::vector<fiemap_record> r = {{0, 1 << 20, 4096, 0}, {4096, (1 << 20) + 4096, 4096, FIEMAP_EXTENT_MERGED},
                                         {3 * 4096, 8 << 20, 4096, FIEMAP_EXTENT_LAST}, {16 * 4096, 9 << 20, 4096, FIEMAP_EXTENT_UNWRITTEN}};
-  auto e = host::extents_from_fiemap(r, size, 512, 0, "f");
+  auto e = loader::extents_from_fiemap(r, size, 512, 0, "f");
   REQUIRE(e.size() == 2);
-  CHECK(e[0] == host::extent{0, 2048, 16});
-  CHECK(e[1] == host::extent{3 * 4096, 16384, 1});  // 100 bytes: one 512-byte block
+  CHECK(e[0] == loader::extent{0, 2048, 16});
+  CHECK(e[1] == loader::extent{3 * 4096, 16384, 1});  // 100 bytes: one 512-byte block
   // In 4096-byte blocks, on a partition that starts at 1 MiB.
-  e = host::extents_from_fiemap(r, size, 4096, 1 << 20, "f");
+  e = loader::extents_from_fiemap(r, size, 4096, 1 << 20, "f");
   REQUIRE(e.size() == 2);
-  CHECK(e[0] == host::extent{0, 512, 2});
-  CHECK(e[1] == host::extent{3 * 4096, 2304, 1});
+  CHECK(e[0] == loader::extent{0, 512, 2});
+  CHECK(e[1] == loader::extent{3 * 4096, 2304, 1});
 
-  for (const auto& f : host::refused_fiemap_flags) {
+  for (const auto& f : loader::refused_fiemap_flags) {
     CAPTURE(f.name);
     const std::vector<fiemap_record> one = {{0, 0, 4096, f.flag | FIEMAP_EXTENT_LAST}};
     try {
-      (void)host::extents_from_fiemap(one, 4096, 512, 0, "f");
+      (void)loader::extents_from_fiemap(one, 4096, 512, 0, "f");
       FAIL("accepted");
     } catch (const host::error& x) {
       CHECK(std::string(x.what()).find(std::string("is ") + f.name + ": ") != std::string::npos);
     }
   }
   const std::vector<fiemap_record> unknown = {{0, 0, 4096, 0x10000}};
-  CHECK_THROWS_WITH_AS((void)host::extents_from_fiemap(unknown, 4096, 512, 0, "f"), doctest::Contains("0x10000 this tool does not know"), host::error);
+  CHECK_THROWS_WITH_AS((void)loader::extents_from_fiemap(unknown, 4096, 512, 0, "f"), doctest::Contains("0x10000 this tool does not know"), host::error);
   const std::vector<fiemap_record> odd = {{0, 1000, 4096, 0}};
-  CHECK_THROWS_WITH_AS((void)host::extents_from_fiemap(odd, 4096, 512, 0, "f"), doctest::Contains("not on a 512-byte device block"), host::error);
+  CHECK_THROWS_WITH_AS((void)loader::extents_from_fiemap(odd, 4096, 512, 0, "f"), doctest::Contains("not on a 512-byte device block"), host::error);
   const std::vector<fiemap_record> small = {{0, 4096, 1024, 0}, {1024, 8192, 1024, 0}};
-  CHECK_THROWS_WITH_AS((void)host::extents_from_fiemap(small, 8192, 4096, 0, "f"), doctest::Contains("not whole 4096-byte device blocks"), host::error);
+  CHECK_THROWS_WITH_AS((void)loader::extents_from_fiemap(small, 8192, 4096, 0, "f"), doctest::Contains("not whole 4096-byte device blocks"), host::error);
   const std::vector<fiemap_record> backwards = {{4096, 0, 4096, 0}, {0, 4096, 4096, 0}};
-  CHECK_THROWS_WITH_AS((void)host::extents_from_fiemap(backwards, 8192, 512, 0, "f"), doctest::Contains("out of order"), host::error);
+  CHECK_THROWS_WITH_AS((void)loader::extents_from_fiemap(backwards, 8192, 512, 0, "f"), doctest::Contains("out of order"), host::error);
 }
 
 TEST_CASE("take_extent_map on a file in /tmp: the hash is the content's, the extents hold it on the device") {
@@ -226,9 +226,9 @@ TEST_CASE("take_extent_map on a file in /tmp: the hash is the content's, the ext
     std::ofstream out(path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(content.data()), static_cast<std::streamsize>(content.size()));
   }
-  host::extent_map m;
+  loader::extent_map m;
   try {
-    m = host::take_extent_map(path);
+    m = loader::take_extent_map(path);
   } catch (const host::error& e) {
     std::remove(path.c_str());
     MESSAGE("skipped: /tmp gives no extent map here: " << e.what());
@@ -241,7 +241,7 @@ TEST_CASE("take_extent_map on a file in /tmp: the hash is the content's, the ext
   for (const auto& e : m.extents) covered += e.blocks * m.device_block_bytes;
   CHECK(covered >= content.size());
   CHECK(covered < content.size() + m.device_block_bytes);
-  CHECK(host::parse_extent_map(host::format_extent_map(m), "m") == m);
+  CHECK(loader::parse_extent_map(loader::format_extent_map(m), "m") == m);
   // The raw device (root only), read past the page cache: the extents hold the file.
   const std::string dev = "/dev/" + m.device;
   const int fd = ::open(dev.c_str(), O_RDONLY | O_DIRECT);
@@ -270,7 +270,7 @@ TEST_CASE("take_extent_map on a file in /tmp: the hash is the content's, the ext
     REQUIRE(::pwrite(f, content.data() + 4096, 5000, 1 << 20) == 5000);
     ::close(f);
   }
-  const host::extent_map s = host::take_extent_map(sparse);
+  const loader::extent_map s = loader::take_extent_map(sparse);
   std::vector<std::byte> with_hole((1 << 20) + 5000);
   std::memcpy(with_hole.data(), content.data(), 4096);
   std::memcpy(with_hole.data() + (1 << 20), content.data() + 4096, 5000);
@@ -285,19 +285,19 @@ TEST_CASE("take_extent_map on a file in /tmp: the hash is the content's, the ext
     REQUIRE(::fallocate(f, FALLOC_FL_KEEP_SIZE, 2 << 20, 1 << 20) == 0);
     ::close(f);
   }
-  CHECK(host::take_extent_map(sparse).extents == s.extents);
+  CHECK(loader::take_extent_map(sparse).extents == s.extents);
   {
     const int f = ::open(sparse.c_str(), O_WRONLY);
     REQUIRE(f >= 0);
     REQUIRE(::fallocate(f, 0, 64 << 10, 64 << 10) == 0);  // inside the hole: allocated, unwritten
     ::close(f);
   }
-  CHECK_THROWS_WITH_AS((void)host::take_extent_map(sparse), doctest::Contains("is UNWRITTEN"), host::error);
+  CHECK_THROWS_WITH_AS((void)loader::take_extent_map(sparse), doctest::Contains("is UNWRITTEN"), host::error);
   std::remove(sparse.c_str());
 
   // Not a regular file; a missing file.
-  CHECK_THROWS_WITH_AS((void)host::take_extent_map("/tmp"), doctest::Contains("not a regular file"), host::error);
-  CHECK_THROWS_AS((void)host::take_extent_map(path + ".missing"), host::error);
+  CHECK_THROWS_WITH_AS((void)loader::take_extent_map("/tmp"), doctest::Contains("not a regular file"), host::error);
+  CHECK_THROWS_AS((void)loader::take_extent_map(path + ".missing"), host::error);
   std::remove(path.c_str());
 }
 
@@ -317,29 +317,29 @@ TEST_CASE("read_by_extent_map reads a fragmented file with a hole through the em
   };
   put(40000, 0, 256 << 10);
   put(1000, 320 << 10, file.size() - (320 << 10));
-  host::extent_map m;
+  loader::extent_map m;
   m.file_size = file.size();
   m.fs_block_bytes = 4096;
   m.device_block_bytes = 512;
   m.sha256 = sha_hex(file);
   m.extents = {{0, 40000, 512}, {320 << 10, 1000, (file.size() - (320 << 10) + 511) / 512}};
-  CHECK(host::read_by_extent_map(*c, *q, 1, m) == file);
+  CHECK(loader::read_by_extent_map(*c, *q, 1, m) == file);
   // Small chunks: many reads per extent, and holes handed over in pieces.
   std::vector<std::byte> streamed;
-  host::read_by_extent_map(*c, *q, 1, m, [&](std::span<const std::byte> s) { streamed.insert(streamed.end(), s.begin(), s.end()); }, 4096);
+  loader::read_by_extent_map(*c, *q, 1, m, [&](std::span<const std::byte> s) { streamed.insert(streamed.end(), s.begin(), s.end()); }, 4096);
   CHECK(streamed == file);
 
-  host::extent_map wrong = m;
+  loader::extent_map wrong = m;
   wrong.sha256[0] = wrong.sha256[0] == '0' ? '1' : '0';
-  CHECK_THROWS_WITH_AS((void)host::read_by_extent_map(*c, *q, 1, wrong), doctest::Contains("the file changed after the map was taken"), host::error);
+  CHECK_THROWS_WITH_AS((void)loader::read_by_extent_map(*c, *q, 1, wrong), doctest::Contains("the file changed after the map was taken"), host::error);
   wrong = m;
   wrong.device_block_bytes = 4096;
   wrong.extents = {{0, 5000, 64}};
-  CHECK_THROWS_WITH_AS((void)host::read_by_extent_map(*c, *q, 1, wrong), doctest::Contains("take it with --device-block-bytes 512"), host::error);
+  CHECK_THROWS_WITH_AS((void)loader::read_by_extent_map(*c, *q, 1, wrong), doctest::Contains("take it with --device-block-bytes 512"), host::error);
   wrong = m;
   wrong.extents[1].lba = 65536 - 10;
-  CHECK_THROWS_WITH_AS((void)host::read_by_extent_map(*c, *q, 1, wrong), doctest::Contains("runs past namespace 1's 65536 blocks"), host::error);
-  CHECK_THROWS_WITH_AS((void)host::read_by_extent_map(*c, *q, 7, m), doctest::Contains("no such active namespace"), host::error);
+  CHECK_THROWS_WITH_AS((void)loader::read_by_extent_map(*c, *q, 1, wrong), doctest::Contains("runs past namespace 1's 65536 blocks"), host::error);
+  CHECK_THROWS_WITH_AS((void)loader::read_by_extent_map(*c, *q, 7, m), doctest::Contains("no such active namespace"), host::error);
 }
 
 namespace {
@@ -351,9 +351,9 @@ void write_file(const std::string& path, const std::string& content) {
 }
 
 /// The map of `path`, or nothing (with a message) where /tmp gives no extent map.
-std::optional<host::extent_map> try_take(const std::string& path) {
+std::optional<loader::extent_map> try_take(const std::string& path) {
   try {
-    return host::take_extent_map(path);
+    return loader::take_extent_map(path);
   } catch (const host::error& e) {
     MESSAGE("skipped: /tmp gives no extent map here: " << e.what());
     return std::nullopt;
@@ -373,11 +373,11 @@ TEST_CASE("a map records which version of the file it was taken of, and the chec
   CHECK(m->identity->inode == st.st_ino);
   CHECK(m->identity->device == st.st_dev);
   CHECK(m->identity->size == 20000);
-  CHECK_NOTHROW(host::check_file_identity(*m, path));
+  CHECK_NOTHROW(loader::check_file_identity(*m, path));
   // Version 2 keeps the identity through format and parse.
-  const std::string text = host::format_extent_map(*m);
+  const std::string text = loader::format_extent_map(*m);
   CHECK(text.starts_with("cunvme-extent-map 2\n"));
-  CHECK(host::parse_extent_map(text, "m") == *m);
+  CHECK(loader::parse_extent_map(text, "m") == *m);
   std::remove(path.c_str());
 }
 
@@ -393,8 +393,8 @@ TEST_CASE("a file deleted and written anew after its map was taken is caught whi
   REQUIRE(::link(path.c_str(), keep.c_str()) == 0);
   REQUIRE(std::remove(path.c_str()) == 0);
   write_file(path, std::string(3 << 20, 'n'));
-  CHECK(host::take_extent_map(keep).sha256 == m->sha256);
-  CHECK_THROWS_WITH_AS(host::check_file_identity(*m, path), doctest::Contains("inode"), host::error);
+  CHECK(loader::take_extent_map(keep).sha256 == m->sha256);
+  CHECK_THROWS_WITH_AS(loader::check_file_identity(*m, path), doctest::Contains("inode"), host::error);
   std::remove(keep.c_str());
   std::remove(path.c_str());
 }
@@ -410,32 +410,32 @@ TEST_CASE("a file rewritten in place after its map was taken is caught while mou
     REQUIRE(::pwrite(fd, "b", 1, 100) == 1);
     ::close(fd);
   }
-  CHECK_THROWS_WITH_AS(host::check_file_identity(*m, path), doctest::Contains("modification time"), host::error);
+  CHECK_THROWS_WITH_AS(loader::check_file_identity(*m, path), doctest::Contains("modification time"), host::error);
   write_file(path, std::string(4096, 'a'));  // truncated and shorter, same inode
-  CHECK_THROWS_WITH_AS(host::check_file_identity(*m, path), doctest::Contains("size"), host::error);
+  CHECK_THROWS_WITH_AS(loader::check_file_identity(*m, path), doctest::Contains("size"), host::error);
   std::remove(path.c_str());
-  CHECK_THROWS_AS(host::check_file_identity(*m, path), host::error);  // gone
+  CHECK_THROWS_AS(loader::check_file_identity(*m, path), host::error);  // gone
 }
 
 TEST_CASE("a version 1 map (no identity) still parses, formats as version 1, and cannot be checked") {
-  const host::extent_map m = sample_map();
+  const loader::extent_map m = sample_map();
   REQUIRE_FALSE(m.identity.has_value());
-  const std::string text = host::format_extent_map(m);
+  const std::string text = loader::format_extent_map(m);
   CHECK(text.starts_with("cunvme-extent-map 1\n"));
-  CHECK(host::parse_extent_map(text, "m") == m);
-  CHECK_THROWS_WITH_AS(host::check_file_identity(m, "/tmp"), doctest::Contains("version 1"), host::error);
+  CHECK(loader::parse_extent_map(text, "m") == m);
+  CHECK_THROWS_WITH_AS(loader::check_file_identity(m, "/tmp"), doctest::Contains("version 1"), host::error);
 }
 
 TEST_CASE("a version 2 map with a malformed identity line is refused with the line and the reason") {
-  host::extent_map m = sample_map();
-  m.identity = host::file_identity{2049, 131, 77, true, 8396923, 1700000000123456789, 1700000000123456789};
-  const std::string good = host::format_extent_map(m);
+  loader::extent_map m = sample_map();
+  m.identity = loader::file_identity{2049, 131, 77, true, 8396923, 1700000000123456789, 1700000000123456789};
+  const std::string good = loader::format_extent_map(m);
   CHECK(good.find("\nidentity 2049 131 77 8396923 1700000000123456789 1700000000123456789\n") != std::string::npos);
-  CHECK(host::parse_extent_map(good, "m") == m);
+  CHECK(loader::parse_extent_map(good, "m") == m);
   m.identity->has_generation = false;
   m.identity->generation = 0;
-  CHECK(host::format_extent_map(m).find("\nidentity 2049 131 - 8396923 ") != std::string::npos);
-  CHECK(host::parse_extent_map(host::format_extent_map(m), "m") == m);
+  CHECK(loader::format_extent_map(m).find("\nidentity 2049 131 - 8396923 ") != std::string::npos);
+  CHECK(loader::parse_extent_map(loader::format_extent_map(m), "m") == m);
   const auto with = [&](const std::string& from, const std::string& to) {
     std::string t = good;
     t.replace(t.find(from), from.size(), to);

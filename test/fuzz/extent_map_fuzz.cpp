@@ -1,9 +1,9 @@
-// libFuzzer harness: the extent map parser (host/extent_map.cuh) on any bytes. Oracles: a map
+// libFuzzer harness: the extent map parser (loader/extent_map.cuh) on any bytes. Oracles: a map
 // is either parsed or refused with a host::error (no other exception, no crash, no sanitizer
 // report); a parsed map formats back to exactly the input (the format has one spelling per map);
 // its extents, checked here independently, are in file order, disjoint, inside the file's
 // last device block and clear of LBA 2^64.
-#include <cunvme/host/extent_map.cuh>
+#include <cunvme/loader/extent_map.cuh>
 
 #include <cstdint>
 #include <cstdlib>
@@ -14,13 +14,13 @@ namespace host = cunvme::host;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  host::extent_map map;
+  loader::extent_map map;
   try {
-    map = host::parse_extent_map(text, "fuzz");
+    map = loader::parse_extent_map(text, "fuzz");
   } catch (const host::error&) {
     return 0;
   }
-  if (host::format_extent_map(map) != text) std::abort();
+  if (loader::format_extent_map(map) != text) std::abort();
   const unsigned __int128 dbs = map.device_block_bytes;
   const unsigned __int128 end = (map.file_size + dbs - 1) / dbs * dbs;
   unsigned __int128 next = 0;

@@ -3,9 +3,9 @@
 #pragma once
 
 #include <cunvme/emu/cuda_memory.cuh>
-#include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/gpu_queue.cuh>
-#include <cunvme/host/gpu_reach.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
+#include <cunvme/host/gpu/gpu_queue.cuh>
+#include <cunvme/host/gpu/gpu_reach.cuh>
 #include <cunvme/io/io_result.cuh>
 
 #include "../pattern.hpp"

@@ -8,11 +8,11 @@
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/emu/gpu_null_controller.cuh>
-#include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/gpu_dma_buf.cuh>
-#include <cunvme/host/gpu_queue.cuh>
-#include <cunvme/host/gpu_reach.cuh>
-#include <cunvme/host/page_cache_memory.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
+#include <cunvme/host/gpu/gpu_dma_buf.cuh>
+#include <cunvme/host/gpu/gpu_queue.cuh>
+#include <cunvme/host/gpu/gpu_reach.cuh>
+#include <cunvme/host/owners/page_cache_memory.cuh>
 #include <cunvme/io/reader.cuh>
 
 #include "../pattern.hpp"

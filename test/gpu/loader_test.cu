@@ -5,7 +5,7 @@
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/facade/copy.cuh>
 #include <cunvme/facade/device.cuh>
-#include <cunvme/host/gpu_context.cuh>
+#include <cunvme/host/gpu/gpu_context.cuh>
 #include <cunvme/loader/loader.cuh>
 
 #include <doctest/doctest.h>

@@ -11,8 +11,8 @@
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/host/cuda_error.cuh>
 #include <cunvme/emu/fault_injection.cuh>
-#include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/gpu_queue.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
+#include <cunvme/host/gpu/gpu_queue.cuh>
 #include <cunvme/io/reader.cuh>
 
 #include "../pattern.hpp"

@@ -5,8 +5,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <cunvme/cache/array.cuh>
 #include <cunvme/cache/page_cache.cuh>
-#include <cunvme/host/page_cache_memory.cuh>
-#include <cunvme/host/volume.cuh>
+#include <cunvme/host/owners/page_cache_memory.cuh>
+#include <cunvme/host/owners/volume_members.cuh>
 #include <cunvme/policy/device_group.cuh>
 #include <cunvme/volume/volume.cuh>
 

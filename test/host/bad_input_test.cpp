@@ -1,11 +1,11 @@
 // The host API's bad-input contract: URI keys and sizes a caller gets wrong come back as a
 // `host::error` naming what was wrong, never a truncated value, a wrapped size or an overflow.
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/io_queue.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
+#include <cunvme/host/queue/io_queue.cuh>
 #include <cunvme/detail/checked.cuh>
 #include <cunvme/host/open.cuh>
-#include <cunvme/host/pagemap_memory.cuh>
+#include <cunvme/host/memory/pagemap_memory.cuh>
 #include <cunvme/io/reader.cuh>
 
 #include <doctest/doctest.h>

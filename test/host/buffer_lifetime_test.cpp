@@ -2,7 +2,7 @@
 // after its controller is gone frees its memory and touches nothing of the controller (the
 // mappings went with it). Run under AddressSanitizer, these cases catch a release that reaches
 // into a destroyed backend (build/asan: -Db_sanitize=address).
-#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
 #include <cunvme/host/open.cuh>
 
 #include <doctest/doctest.h>

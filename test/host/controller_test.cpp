@@ -1,7 +1,7 @@
 // Host bring-up over the emulator backend: the failure cases come back as clear errors.
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/io_queue.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
+#include <cunvme/host/queue/io_queue.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/io/reader.cuh>
 

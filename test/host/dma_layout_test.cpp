@@ -1,10 +1,10 @@
 // Where the host puts controller-visible memory: every queue, PRP list and admin buffer on a
 // controller page (CC.MPS, larger than 4 KiB when CAP.MPSMIN > 0), and PRP lists that need
 // only each list page to be contiguous, not the whole block of a queue's lists.
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/gpu_window.cuh>
-#include <cunvme/host/io_queue.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
+#include <cunvme/host/memory/gpu_window.cuh>
+#include <cunvme/host/queue/io_queue.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/io/reader.cuh>
 

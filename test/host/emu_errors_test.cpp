@@ -1,7 +1,7 @@
 // The emulator behind the host API fails like any other backend: what the emulator refuses
 // (its dma_space, backing_store, register file and constructor throw std:: exceptions) comes
 // back from the host's methods as a `host::error` naming the operation and the device or URI.
-#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
 #include <cunvme/host/open.cuh>
 
 #include <doctest/doctest.h>

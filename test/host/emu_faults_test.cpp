@@ -1,8 +1,8 @@
 // Fault injection through the URI: `emu:fault=RULE[+RULE…],fault_seed=N` configures the
 // emulator's fault rules (emu/fault_injection.cuh) without C++, so the host path, Python and the
 // benchmarks can test their error handling; a malformed rule is a host::error naming the URI.
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
 #include <cunvme/host/open.cuh>
 
 #include <doctest/doctest.h>

@@ -2,8 +2,8 @@
 // of the file (⌈size / block⌉ blocks), the bytes of the last block past the file's end read as
 // zeros, and a Write that would store bytes there fails with Write Fault, writing nothing —
 // the file is never extended or changed behind the caller's back.
-#include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/io_queue.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
+#include <cunvme/host/queue/io_queue.cuh>
 #include <cunvme/host/open.cuh>
 
 #include <doctest/doctest.h>

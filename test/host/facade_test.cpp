@@ -7,7 +7,7 @@
 #include <cunvme/facade/pending_copy.cuh>
 #include <cunvme/host/cuda_error.cuh>
 #endif
-#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/io/io_result.cuh>
 

@@ -4,7 +4,7 @@
 // the bounds checks. The kernel module's mapping itself needs an NVIDIA driver and is not run
 // here (README, "Kernel module").
 #include <cunvme/detail/write_combined.cuh>
-#include <cunvme/host/gpu_mapping.cuh>
+#include <cunvme/host/memory/gpu_mapping.cuh>
 
 #include <doctest/doctest.h>
 

@@ -1,9 +1,9 @@
 // The path by which a real controller's BAR and DMA memory become usable by GPU threads, with a
 // registrar that stands in for CUDA's (cudaHostRegister) and records what it is asked: the
 // emulator without CUDA memory hooks is plain memory, as a real backend's mappings are.
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/host_registration.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
+#include <cunvme/host/memory/host_registration.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/spec/registers.cuh>
 

@@ -1,8 +1,8 @@
 // Namespaces formatted with metadata (LBAF.MS > 0) on the host path: extended LBAs move data
 // and metadata per block, separate metadata goes through MPTR from a caller's buffer, and what
 // cannot be done right is refused before any DMA. Never a transfer past the caller's buffer.
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
 #include <cunvme/host/open.cuh>
 
 #include <doctest/doctest.h>

@@ -1,6 +1,6 @@
 // pagemap DMA memory: physical addresses of locked 4 KiB pages and of 2 MiB huge pages (as
 // root), and the errors where they cannot be had.
-#include <cunvme/host/pagemap_memory.cuh>
+#include <cunvme/host/memory/pagemap_memory.cuh>
 
 #include <doctest/doctest.h>
 

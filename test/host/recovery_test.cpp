@@ -1,9 +1,9 @@
 // Recovery as a driver does it, against the emulator's fault injection: a command that times
 // out is aborted (Abort), and `controller::reset` brings back a controller in fatal status or
 // one holding commands that never complete, with its queue pairs on their identifiers.
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/io_queue.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
+#include <cunvme/host/queue/io_queue.cuh>
 #include <cunvme/io/reader.cuh>
 
 #include <doctest/doctest.h>

@@ -1,9 +1,9 @@
 // The sysfs, VFIO and kernel-module backends as far as they go without hardware: a fake sysfs
 // tree (regular files stand in for config space and BARs; mmap of a regular file works), and
 // the errors that say what is missing.
-#include <cunvme/host/kmod_backend.cuh>
-#include <cunvme/host/sysfs_backend.cuh>
-#include <cunvme/host/vfio_backend.cuh>
+#include <cunvme/host/backend/kmod_backend.cuh>
+#include <cunvme/host/backend/sysfs_backend.cuh>
+#include <cunvme/host/backend/vfio_backend.cuh>
 
 #include <doctest/doctest.h>
 

@@ -2,8 +2,8 @@
 // whether opening a URI is refused with a message naming what was wrong.
 #pragma once
 
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/open.cuh>
 

@@ -3,7 +3,7 @@
  * this natively and, where the compiler can, for i386, whose 64-bit fields are only 4-byte
  * aligned: the module's compat_ioctl takes the same structures from 32-bit processes). The
  * header comes first, alone: it has to bring everything it needs. The numbers are the ABI
- * the module and host/kmod_abi.cuh assert too; a change to any of them is a new ABI version.
+ * the module and host/backend/kmod_abi.cuh assert too; a change to any of them is a new ABI version.
  */
 #include <cunvme/kmod/cunvme_ioctl.h>
 

@@ -12,11 +12,11 @@
 // programs into the guest, not other files. Needs root, cunvme loaded with the controller
 // bound, nobody else holding /dev/cunvme/BDF. Prints "PASS name" / "FAIL name: why" per check
 // and a summary; exits 0 when all passed.
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/kmod_abi.cuh>
-#include <cunvme/host/kmod_backend.cuh>
-#include <cunvme/host/queue_pair.cuh>
-#include <cunvme/host/uri_options.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/backend/kmod_abi.cuh>
+#include <cunvme/host/backend/kmod_backend.cuh>
+#include <cunvme/host/queue/queue_pair.cuh>
+#include <cunvme/host/backend/uri_options.cuh>
 #include <cunvme/kmod/cunvme_ioctl.h>
 
 #include "../guest_checks.hpp"

@@ -7,7 +7,7 @@
 // Needs root, the module loaded and the controller bound to it, nobody else holding
 // /dev/cunvme/BDF open. Prints "PASS name" / "FAIL name: why" per check and a summary; exits 0
 // when all passed.
-#include <cunvme/host/kmod_backend.cuh>
+#include <cunvme/host/backend/kmod_backend.cuh>
 #include <cunvme/kmod/cunvme_ioctl.h>
 
 #include "../guest_checks.hpp"

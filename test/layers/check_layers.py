@@ -9,7 +9,8 @@
 Layers, bottom to top: spec (0, beside it kmod: the kernel module's ioctl ABI, a plain C
 header shared with kmod/) < detail (1: access.cuh, checked.cuh, write_combined.cuh) < policy (2) < io (3)
 < volume (4: several namespaces as one, over the readers) < cache (5: the page cache and arrays over a
-namespace or a volume) < host (6) < emu (7). A header may include its own layer and those below. The
+namespace or a volume) < host (6) < emu (7). Inside host/, its folders have an order of their own
+(HOST_ORDER): error.cuh, cuda_error.cuh < memory/ < backend/ < controller/ = queue/ < gpu/ < owners/ < open.cuh. A header may include its own layer and those below. The
 facade (8) sits beside them: it may include everything up to host, but not emu; the loader (9) may
 include the facade and what it may. config.cuh (macros
 and the ABI namespace) and cunvme.cuh (the umbrella) are exempt. A header in a folder not
@@ -32,18 +33,34 @@ ALLOWED['facade'] = {'spec', 'detail', 'policy', 'io', 'volume', 'cache', 'host'
 ALLOWED['loader'] = ALLOWED['facade'] | {'loader'}
 EXEMPT = {'config.cuh', 'cunvme.cuh'}
 
+# host/ in folders, each answering one question, bottom to top; a host header may include host
+# headers of its own rank and below. controller/ and queue/ share a rank: a controller owns its
+# queue pairs and a queue pair names its controller (controller.cuh includes queue_pair.cuh at its
+# end, for the definitions). Top-level files are placed by name; anything else in host/ fails.
+HOST_ORDER = {
+    'error.cuh': 0,        # the one error type
+    'cuda_error.cuh': 0,   # CUDA runtime and driver failures as that error
+    'memory': 1,           # what a controller can DMA to; host and GPU memory made reachable
+    'backend': 2,          # how the host reaches a controller: emulator, sysfs, VFIO, kmod
+    'controller': 3,       # bring-up, admin commands, namespaces, recovery
+    'queue': 3,            # I/O queue pairs and the host's synchronous I/O
+    'gpu': 4,              # GPU threads as drivers: contexts, reach, dma-bufs, queue pairs for kernels
+    'owners': 5,           # host objects that own the memory of device-side structures
+    'open.cuh': 6,         # one entry point for every way to reach a controller
+}
+
 # Edges allowed although they run upward, each with its reason. Nothing broader than one edge.
 ALLOWED_EDGES = {
     # The emulator is a device behind the host's backend concept (register_backend): this
     # header is the one bridge that wires emu::controller in as a backend, as sysfs_backend
     # and vfio_backend wire in kernel interfaces.
-    ('host/emu_backend.cuh', 'emu/controller.cuh'),
+    ('host/backend/emu_backend.cuh', 'emu/controller.cuh'),
     # The same bridge builds the emulator an `emu:` URI describes (host::open_emulator).
-    ('host/emu_backend.cuh', 'emu/controller_config.cuh'),
-    ('host/emu_backend.cuh', 'emu/timing_model.cuh'),
+    ('host/backend/emu_backend.cuh', 'emu/controller_config.cuh'),
+    ('host/backend/emu_backend.cuh', 'emu/timing_model.cuh'),
     # The CUDA side of that bridge: host::gpu_reach() hands the emulator its CUDA memory hooks,
     # so that host::open itself names no emulator type.
-    ('host/gpu_reach.cuh', 'emu/cuda_memory.cuh'),
+    ('host/gpu/gpu_reach.cuh', 'emu/cuda_memory.cuh'),
 }
 
 # Headers outside spec/ longer than this fail the check (issue 15: "no header outside spec/
@@ -79,6 +96,11 @@ def layer_of(header):
     return top if top in LAYERS else '?'
 
 
+def host_rank(header):
+    """The rank in HOST_ORDER of a header under host/, None when it is placed nowhere."""
+    return HOST_ORDER.get(header.split('/')[1])
+
+
 def graph_problems(root):
     problems = []
     for header in headers(root):
@@ -87,6 +109,9 @@ def graph_problems(root):
             problems.append(f'{header}: in no layer (place its folder in LAYERS)')
             continue
         if source is None:
+            continue
+        if source == 'host' and host_rank(header) is None:
+            problems.append(f'{header}: in no folder of host/ (place it in HOST_ORDER)')
             continue
         with open(os.path.join(root, header), encoding='utf-8') as f:
             for number, line in enumerate(f, 1):
@@ -105,6 +130,9 @@ def graph_problems(root):
                     problems.append(f'{where}, which is in no layer')
                 elif to not in ALLOWED[source]:
                     problems.append(f'{where}: {source} ({LAYERS[source]}) may not include {to} ({LAYERS[to]})')
+                elif source == 'host' and to == 'host' and (host_rank(target) is None or host_rank(target) > host_rank(header)):
+                    problems.append(f'{where}: host/{header.split("/")[1]} ({host_rank(header)}) may not include '
+                                    f'host/{target.split("/")[1]} ({host_rank(target)}) (HOST_ORDER)')
     return problems
 
 
@@ -192,12 +220,16 @@ def self_test_in(base):
         'spec/a.cuh': '#include <cunvme/config.cuh>\n',
         'policy/b.cuh': '#include <cunvme/spec/a.cuh>\n',
         'io/reader.cuh': '#include <cunvme/policy/b.cuh>\n',
-        'host/emu_backend.cuh': '#include <cunvme/emu/controller.cuh>\n',
+        'host/backend/emu_backend.cuh': '#include <cunvme/emu/controller.cuh>\n',
         'emu/controller.cuh': '#include <cunvme/policy/b.cuh>\n',
-        'facade/copy.cuh': '#include <cunvme/host/emu_backend.cuh>\n#include <cunvme/io/reader.cuh>\n',
+        'facade/copy.cuh': '#include <cunvme/host/backend/emu_backend.cuh>\n#include <cunvme/io/reader.cuh>\n',
         'volume/volume.cuh': '#include <cunvme/io/reader.cuh>\n',
         'cache/page_cache.cuh': '#include <cunvme/io/reader.cuh>\n#include <cunvme/volume/volume.cuh>\n',
-        'host/page_cache_memory.cuh': '#include <cunvme/cache/page_cache.cuh>\n',
+        'host/owners/page_cache_memory.cuh': '#include <cunvme/cache/page_cache.cuh>\n#include <cunvme/host/memory/m.cuh>\n',
+        'host/memory/m.cuh': '#include <cunvme/host/error.cuh>\n',
+        'host/error.cuh': '',
+        'host/controller/c.cuh': '#include <cunvme/host/queue/q.cuh>\n',
+        'host/queue/q.cuh': '#include <cunvme/host/controller/c.cuh>\n',
     }
     failures = []
     if graph_problems(tree(clean)):
@@ -210,8 +242,12 @@ def self_test_in(base):
         'an include of a missing header': ('io/w.cuh', '#include <cunvme/io/missing.cuh>\n'),
         'a header in no layer': ('array/stripe.cuh', '#include <cunvme/io/reader.cuh>\n'),
         'volume -> cache': ('volume/volume.cuh', '#include <cunvme/cache/page_cache.cuh>\n'),
-        'cache -> host': ('cache/page_cache.cuh', '#include <cunvme/host/emu_backend.cuh>\n'),
+        'cache -> host': ('cache/page_cache.cuh', '#include <cunvme/host/backend/emu_backend.cuh>\n'),
         'io -> cache': ('io/reader.cuh', '#include <cunvme/cache/page_cache.cuh>\n'),
+        'host/memory -> host/controller': ('host/memory/m.cuh', '#include <cunvme/host/controller/c.cuh>\n'),
+        'host/controller -> host/owners': ('host/controller/c.cuh', '#include <cunvme/host/owners/page_cache_memory.cuh>\n'),
+        'a header in no folder of host/': ('host/stray.cuh', '#include <cunvme/host/error.cuh>\n'),
+        'a header in an unplaced host folder': ('host/misc/x.cuh', '#include <cunvme/host/error.cuh>\n'),
     }
     for what, (path, text) in bad_edges.items():
         files = dict(clean)

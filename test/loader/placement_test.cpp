@@ -93,7 +93,7 @@ TEST_CASE("an extent map taken by the extent_map tool places the file it describ
   const std::string text =
       "cunvme-extent-map 1\nfile_size 20000\nfs_block_bytes 4096\ndevice_block_bytes 512\ndevice -\npartition - 0\n"
       "sha256 " + std::string(64, '0') + "\nextents 2\n0 1000 16\n10240 5000 20\nend\n";
-  const cunvme::host::extent_map m = cunvme::host::parse_extent_map(text, "test map");
+  const cunvme::loader::extent_map m = cunvme::loader::parse_extent_map(text, "test map");
   const loader::file_placement where = loader::file_placement::from_extent_map(m);
   CHECK(where.block_bytes() == 512);
   CHECK(where.file_bytes() == 20000);

@@ -37,7 +37,7 @@ meson install -C "$build" --no-rebuild --quiet --destdir "$work/root"
 prefix=$(meson introspect "$build" --buildoptions | python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="prefix"))')
 root="$work/root$prefix"
 test -f "$root/include/cunvme/cunvme.cuh"
-# The kernel module's ABI header, which host/kmod_abi.cuh includes.
+# The kernel module's ABI header, which host/backend/kmod_abi.cuh includes.
 test -f "$root/include/cunvme/kmod/cunvme_ioctl.h"
 
 echo "== CMake find_package(cunvme)"

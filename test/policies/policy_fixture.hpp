@@ -4,8 +4,8 @@
 
 #include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/emu/controller_config.cuh>
-#include <cunvme/host/emu_backend.cuh>
-#include <cunvme/host/io_queue.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
+#include <cunvme/host/queue/io_queue.cuh>
 #include <cunvme/io/reader.cuh>
 
 #include <doctest/doctest.h>

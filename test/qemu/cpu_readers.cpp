@@ -12,7 +12,7 @@
 // Outside the region the namespace must hold host::pattern_word (the harness's disks,
 // emu:pattern); inside it the random phase reads that pattern too. Prints one line per
 // combination ("PASS name" / "FAIL name: why") and a summary; exits 0 when all passed.
-#include <cunvme/host/io_queue.cuh>
+#include <cunvme/host/queue/io_queue.cuh>
 #include <cunvme/host/open.cuh>
 
 #include "../pattern.hpp"

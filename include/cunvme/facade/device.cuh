@@ -11,11 +11,11 @@
 #include <cunvme/facade/registration_cache.cuh>
 #include <cunvme/facade/tuning.cuh>
 #include <cunvme/host/cuda_error.cuh>
-#include <cunvme/host/gpu_context.cuh>
-#include <cunvme/host/gpu_dma_buf.cuh>
-#include <cunvme/host/gpu_queue.cuh>
-#include <cunvme/host/gpu_reach.cuh>
-#include <cunvme/host/gpu_window.cuh>
+#include <cunvme/host/gpu/gpu_context.cuh>
+#include <cunvme/host/gpu/gpu_dma_buf.cuh>
+#include <cunvme/host/gpu/gpu_queue.cuh>
+#include <cunvme/host/gpu/gpu_reach.cuh>
+#include <cunvme/host/memory/gpu_window.cuh>
 #include <cunvme/host/open.cuh>
 #include <cunvme/io/reader.cuh>
 #include <cunvme/policy/device_group.cuh>
@@ -312,7 +312,7 @@ class device {
     if (!quarantine_.empty() && in_flight_.empty()) recover_timed_out();
   }
 
-  /// The library's one recovery (host/recovery.cuh) for timed-out copies, run while no copy is
+  /// The library's one recovery (host/controller/recovery.cuh) for timed-out copies, run while no copy is
   /// in flight (Abort names a command by SQ and CID, and a CID of a finished copy may be reused
   /// by a running one): the timeout policy on every queue pair (Abort, waiting for the aborted
   /// commands' completions; where one does not come, the controller stopped), then, as the owner

@@ -9,7 +9,7 @@
 #include <cunvme/facade/registration_cache.cuh>
 #include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/gpu_context.cuh>
+#include <cunvme/host/gpu/gpu_context.cuh>
 
 #include <cuda.h>
 #include <cuda_runtime.h>

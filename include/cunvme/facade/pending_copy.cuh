@@ -7,7 +7,7 @@
 #include <cunvme/config.cuh>
 #include <cunvme/facade/pinned_pool.cuh>
 #include <cunvme/host/cuda_error.cuh>
-#include <cunvme/host/gpu_context.cuh>
+#include <cunvme/host/gpu/gpu_context.cuh>
 #include <cunvme/io/io_result.cuh>
 
 #include <cuda_runtime.h>

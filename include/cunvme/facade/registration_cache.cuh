@@ -7,7 +7,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/gpu_window.cuh>
+#include <cunvme/host/memory/gpu_window.cuh>
 
 #include <algorithm>
 #include <cstddef>

@@ -6,13 +6,13 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/kmod_backend.cuh>
-#include <cunvme/host/sysfs_backend.cuh>
-#include <cunvme/host/uri_options.cuh>
-#include <cunvme/host/vfio_backend.cuh>
+#include <cunvme/host/backend/kmod_backend.cuh>
+#include <cunvme/host/backend/sysfs_backend.cuh>
+#include <cunvme/host/backend/uri_options.cuh>
+#include <cunvme/host/backend/vfio_backend.cuh>
 #include <cunvme/spec/registers.cuh>
 
 #include <algorithm>
@@ -43,7 +43,7 @@ namespace detail {
 ///
 /// Usage: examples/snippets/host.cpp, `open_emulator`.
 /// `reach` says who besides CPU threads drives the controller: `host::gpu_reach()`
-/// (<cunvme/host/gpu_reach.cuh>) lets GPU threads ring its doorbells and use its queues —
+/// (<cunvme/host/gpu/gpu_reach.cuh>) lets GPU threads ring its doorbells and use its queues —
 /// an emulated controller's memory is placed for them when it is built, a real controller's
 /// BAR and DMA memory are registered for them at bring-up — and its DMA reach GPU memory.
 [[nodiscard]] inline std::unique_ptr<controller> open(std::string_view uri, controller_options options = {}, const memory_reach& reach = {}) {

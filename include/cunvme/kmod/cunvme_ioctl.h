@@ -5,7 +5,7 @@
  * pin of GPU memory.
  *
  * The one definition of the ABI: the module (kmod/, whose Kbuild puts include/ on its path)
- * and the library (host/kmod_abi.cuh, C++ names over these) both include this file, as
+ * and the library (host/backend/kmod_abi.cuh, C++ names over these) both include this file, as
  * gdrcopy's user library includes gdrdrv.h. Plain C for the kernel and for user space (C or
  * C++, 64- or 32-bit: every field is naturally aligned, so i386 lays them out the same and
  * compat_ioctl passes them through). Each side asserts the sizes, offsets and request numbers

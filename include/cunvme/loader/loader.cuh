@@ -18,7 +18,7 @@
 #include <cunvme/facade/pending_copy.cuh>
 #include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/gpu_context.cuh>
+#include <cunvme/host/gpu/gpu_context.cuh>
 #include <cunvme/io/io_result.cuh>
 #include <cunvme/loader/layers.cuh>
 #include <cunvme/loader/placement.cuh>

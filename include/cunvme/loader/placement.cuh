@@ -4,7 +4,7 @@
 // A file on the emulator backed by it (`emu:file=PATH`) starts at LBA 0 and runs on
 // contiguously: `file_placement::contiguous`. A file in a filesystem on a real controller is a
 // list of extents (FIEMAP's answer, mapped to LBAs): `file_placement::from_extents`, or
-// `from_extent_map` over a map the `extent_map` tool took (host/extent_map.cuh). All answer
+// `from_extent_map` over a map the `extent_map` tool took (loader/extent_map.cuh). All answer
 // `map`, which is all the loader asks.
 //
 // Usage: examples/snippets/loader.cpp, `plan`.
@@ -13,7 +13,7 @@
 #include <cunvme/config.cuh>
 #include <cunvme/detail/checked.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/extent_map.cuh>
+#include <cunvme/loader/extent_map.cuh>
 
 #include <algorithm>
 #include <cstdint>
@@ -29,7 +29,7 @@ namespace loader {
 /// `lba` on, one after another.
 /// Bytes [file_offset, file_offset + blocks × block size) of the file are blocks [lba, lba +
 /// blocks) of the namespace: the extent maps' own type, so a map's extents serve as they are.
-using file_extent = host::extent;
+using file_extent = loader::extent;
 
 /// A run of blocks to read and where it goes in the destination buffer.
 struct block_read {
@@ -80,11 +80,11 @@ class file_placement {
     return file_placement(block_bytes, file_bytes, std::move(extents));
   }
 
-  /// The file an extent map describes (`host::read_extent_map_file`), on the namespace it was
+  /// The file an extent map describes (`loader::read_extent_map_file`), on the namespace it was
   /// taken for. The map's holes — which its own reader returns as zeros — are refused here when a
   /// tensor's bytes fall in one (`map` throws); its SHA-256 is not checked by the loader: verify
   /// the file with `read_by_extent_map` (or `extent_map verify`) before trusting loads by it.
-  [[nodiscard]] static file_placement from_extent_map(const host::extent_map& m) {
+  [[nodiscard]] static file_placement from_extent_map(const loader::extent_map& m) {
     return from_extents(m.device_block_bytes, m.file_size, m.extents);
   }
 

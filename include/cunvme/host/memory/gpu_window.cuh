@@ -6,7 +6,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/detail/checked.cuh>
-#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
 
 #include <bit>

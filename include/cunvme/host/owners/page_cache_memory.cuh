@@ -13,11 +13,11 @@
 #include <cunvme/cache/page_table.cuh>
 #include <cunvme/config.cuh>
 #include <cunvme/detail/checked.cuh>
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/queue_memory.cuh>
-#include <cunvme/host/volume.cuh>
+#include <cunvme/host/memory/queue_memory.cuh>
+#include <cunvme/host/owners/volume_members.cuh>
 #include <cunvme/io/namespace_view.cuh>
 
 #include <algorithm>

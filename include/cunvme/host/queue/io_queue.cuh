@@ -5,11 +5,11 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/detail/checked.cuh>
-#include <cunvme/host/controller.cuh>
+#include <cunvme/host/controller/controller.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/namespace_info.cuh>
-#include <cunvme/host/queue_memory.cuh>
-#include <cunvme/host/queue_pair.cuh>
+#include <cunvme/host/controller/namespace_info.cuh>
+#include <cunvme/host/memory/queue_memory.cuh>
+#include <cunvme/host/queue/queue_pair.cuh>
 #include <cunvme/io/reader.cuh>
 #include <cunvme/policy/queue_view.cuh>
 

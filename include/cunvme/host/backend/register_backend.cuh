@@ -4,7 +4,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/detail/access.cuh>
-#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
 #include <cunvme/spec/registers.cuh>
 
 #include <algorithm>

@@ -5,8 +5,8 @@
 #include <cunvme/config.cuh>
 #include <cunvme/detail/file_lock.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/pagemap_memory.cuh>
-#include <cunvme/host/register_backend.cuh>
+#include <cunvme/host/memory/pagemap_memory.cuh>
+#include <cunvme/host/backend/register_backend.cuh>
 
 #include <cctype>
 #include <cerrno>

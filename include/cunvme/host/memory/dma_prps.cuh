@@ -4,7 +4,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/policy/prp.cuh>
 #include <cunvme/spec/queue_entry.cuh>

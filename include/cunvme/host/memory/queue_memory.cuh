@@ -5,7 +5,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/detail/checked.cuh>
-#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/policy/prp.cuh>
 #include <cunvme/policy/queue_view.cuh>
@@ -50,7 +50,7 @@ inline void require_contiguous(const dma_buffer& queue, const std::string& opera
 
 /// Where a queue pair keeps its bookkeeping and its PRP lists. The defaults suit CPU threads
 /// (the host's own I/O among them): both in the controller's DMA memory. Kernels want the
-/// bookkeeping in GPU memory (its atomics stay on the GPU): see `host/gpu_queue.cuh`; the
+/// bookkeeping in GPU memory (its atomics stay on the GPU): see `host/gpu/gpu_queue.cuh`; the
 /// host's own I/O then refuses the queue (it cannot address the bookkeeping).
 struct io_queue_memory {
   /// Zeroed memory every submitter can address; nullptr: the controller's DMA memory.

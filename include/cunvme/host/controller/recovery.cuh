@@ -14,9 +14,9 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/host/controller.cuh>
+#include <cunvme/host/controller/controller.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/queue_pair.cuh>
+#include <cunvme/host/queue/queue_pair.cuh>
 #include <cunvme/spec/command_fields.cuh>
 #include <cunvme/spec/registers.cuh>
 #include <cunvme/spec/status.cuh>

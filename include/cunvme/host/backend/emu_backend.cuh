@@ -7,9 +7,9 @@
 #include <cunvme/emu/controller_config.cuh>
 #include <cunvme/emu/timing_model.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/host_registration.cuh>
-#include <cunvme/host/register_backend.cuh>
-#include <cunvme/host/uri_options.cuh>
+#include <cunvme/host/memory/host_registration.cuh>
+#include <cunvme/host/backend/register_backend.cuh>
+#include <cunvme/host/backend/uri_options.cuh>
 #include <cunvme/spec/opcodes.cuh>
 #include <cunvme/spec/status.cuh>
 
@@ -143,7 +143,7 @@ class emu_allocator final : public dma_allocator {
 };
 
 /// Who besides CPU threads reaches a controller `host::open` brings up: nobody (the default),
-/// or GPU threads too (`host::gpu_reach()`, <cunvme/host/gpu_reach.cuh>, CUDA code only). An
+/// or GPU threads too (`host::gpu_reach()`, <cunvme/host/gpu/gpu_reach.cuh>, CUDA code only). An
 /// opaque option, so `open`'s callers name no emulator or CUDA type. A real controller's BAR
 /// and DMA memory are registered for GPU threads at bring-up (`registrar`); an emulated
 /// controller must know when it is built, since its BAR, CMB and DMA copies are placed then

@@ -7,10 +7,10 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/gpu_mapping.cuh>
-#include <cunvme/host/kmod_abi.cuh>
-#include <cunvme/host/register_backend.cuh>
-#include <cunvme/host/sysfs_backend.cuh>
+#include <cunvme/host/memory/gpu_mapping.cuh>
+#include <cunvme/host/backend/kmod_abi.cuh>
+#include <cunvme/host/backend/register_backend.cuh>
+#include <cunvme/host/backend/sysfs_backend.cuh>
 
 #include <cerrno>
 #include <cstdint>
@@ -36,7 +36,7 @@ namespace host {
 /// space (with an IOMMU the module maps any pages contiguously). Otherwise 4 KiB pages.
 ///
 /// GPU memory (`map_gpu`) goes through dma-buf where the module imports dma-bufs and a
-/// `dma_buf_exporter` is installed (`host::use_gpu_dma_buf` in <cunvme/host/gpu_dma_buf.cuh>
+/// `dma_buf_exporter` is installed (`host::use_gpu_dma_buf` in <cunvme/host/gpu/gpu_dma_buf.cuh>
 /// installs CUDA's), else through nvidia_p2p where the module was built with it.
 class kmod_allocator final : public dma_allocator {
  public:
@@ -155,7 +155,7 @@ class kmod_allocator final : public dma_allocator {
     }
     if (!gpu_) {
       throw error("Map GPU memory", device_,
-                  dma_buf_ ? "no dma-buf exporter installed (host::use_gpu_dma_buf from <cunvme/host/gpu_dma_buf.cuh>) and the cunvme module was built without nvidia_p2p"
+                  dma_buf_ ? "no dma-buf exporter installed (host::use_gpu_dma_buf from <cunvme/host/gpu/gpu_dma_buf.cuh>) and the cunvme module was built without nvidia_p2p"
                            : "the cunvme module was built without nvidia_p2p (NVIDIA driver sources) and does not import dma-bufs");
     }
     if (reinterpret_cast<std::uintptr_t>(gpu) % 65536 != 0 || bytes == 0) {

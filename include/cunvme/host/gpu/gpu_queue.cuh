@@ -5,9 +5,9 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/detail/checked.cuh>
-#include <cunvme/host/controller.cuh>
+#include <cunvme/host/controller/controller.cuh>
 #include <cunvme/host/cuda_error.cuh>
-#include <cunvme/host/io_queue.cuh>
+#include <cunvme/host/queue/io_queue.cuh>
 
 #include <cuda_runtime.h>
 

@@ -6,11 +6,11 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/host/controller.cuh>
+#include <cunvme/host/controller/controller.cuh>
 #include <cunvme/host/cuda_error.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/gpu_context.cuh>
-#include <cunvme/host/kmod_backend.cuh>
+#include <cunvme/host/gpu/gpu_context.cuh>
+#include <cunvme/host/backend/kmod_backend.cuh>
 
 #include <cuda.h>
 #include <cuda_runtime.h>

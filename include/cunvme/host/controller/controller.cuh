@@ -5,15 +5,15 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/host/admin_queue.cuh>
-#include <cunvme/host/controller_options.cuh>
-#include <cunvme/host/dma_memory.cuh>
-#include <cunvme/host/dma_prps.cuh>
+#include <cunvme/host/controller/admin_queue.cuh>
+#include <cunvme/host/controller/controller_options.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
+#include <cunvme/host/memory/dma_prps.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/host_registration.cuh>
-#include <cunvme/host/namespace_info.cuh>
-#include <cunvme/host/queue_memory.cuh>
-#include <cunvme/host/register_backend.cuh>
+#include <cunvme/host/memory/host_registration.cuh>
+#include <cunvme/host/controller/namespace_info.cuh>
+#include <cunvme/host/memory/queue_memory.cuh>
+#include <cunvme/host/backend/register_backend.cuh>
 #include <cunvme/policy/prp.cuh>
 #include <cunvme/spec/command_fields.cuh>
 #include <cunvme/spec/identify.cuh>
@@ -492,5 +492,5 @@ CUNVME_NAMESPACE_END
 
 // queue_pair and the definitions of create_queue_pair, which need the whole controller, then
 // the members that stop and restart it (a reset re-creates queue pairs).
-#include <cunvme/host/queue_pair.cuh>
-#include <cunvme/host/recovery.cuh>
+#include <cunvme/host/queue/queue_pair.cuh>
+#include <cunvme/host/controller/recovery.cuh>

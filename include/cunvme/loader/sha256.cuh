@@ -15,7 +15,7 @@
 #include <string>
 
 CUNVME_NAMESPACE_BEGIN
-namespace host {
+namespace loader {
 
 /// An incremental SHA-256.
 ///
@@ -116,5 +116,5 @@ class sha256 {
   std::uint64_t total_ = 0;
 };
 
-}  // namespace host
+}  // namespace loader
 CUNVME_NAMESPACE_END

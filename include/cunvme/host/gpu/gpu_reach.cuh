@@ -9,9 +9,9 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/emu/cuda_memory.cuh>
-#include <cunvme/host/emu_backend.cuh>
+#include <cunvme/host/backend/emu_backend.cuh>
 #include <cunvme/host/cuda_error.cuh>
-#include <cunvme/host/host_registration.cuh>
+#include <cunvme/host/memory/host_registration.cuh>
 
 #include <cuda_runtime.h>
 

@@ -4,11 +4,11 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/iova_space.cuh>
-#include <cunvme/host/register_backend.cuh>
-#include <cunvme/host/sysfs_backend.cuh>
+#include <cunvme/host/memory/iova_space.cuh>
+#include <cunvme/host/backend/register_backend.cuh>
+#include <cunvme/host/backend/sysfs_backend.cuh>
 
 #include <algorithm>
 #include <cerrno>

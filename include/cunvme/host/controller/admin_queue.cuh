@@ -5,8 +5,8 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/host/dma_memory.cuh>
-#include <cunvme/host/register_backend.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
+#include <cunvme/host/backend/register_backend.cuh>
 #include <cunvme/spec/queue_entry.cuh>
 #include <cunvme/spec/registers.cuh>
 

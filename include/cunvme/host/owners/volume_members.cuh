@@ -6,11 +6,11 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/detail/checked.cuh>
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/io_queue.cuh>
-#include <cunvme/host/queue_memory.cuh>
+#include <cunvme/host/queue/io_queue.cuh>
+#include <cunvme/host/memory/queue_memory.cuh>
 #include <cunvme/policy/prp.cuh>
 #include <cunvme/volume/volume.cuh>
 
@@ -32,7 +32,7 @@ namespace host {
 /// controller reset keeps each queue pair's identifier and memory, so the table stays valid
 /// across it. Make the volume again only after destroying and creating one of its queue pairs,
 /// and keep the queue pairs alive as long as the volume. A timed-out command on a member is
-/// recovered by the library's one rule (host/recovery.cuh): after the kernel, that member's
+/// recovered by the library's one rule (host/controller/recovery.cuh): after the kernel, that member's
 /// `io_queue::abort_timed_out()`, then `controller::reset()` of its controller where the
 /// outcome `needs_reset()`.
 ///

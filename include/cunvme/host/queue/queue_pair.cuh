@@ -4,12 +4,12 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/host/controller.cuh>
-#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/controller/controller.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/namespace_info.cuh>
-#include <cunvme/host/queue_memory.cuh>
-#include <cunvme/host/sync_io.cuh>
+#include <cunvme/host/controller/namespace_info.cuh>
+#include <cunvme/host/memory/queue_memory.cuh>
+#include <cunvme/host/queue/sync_io.cuh>
 #include <cunvme/io/io_result.cuh>
 #include <cunvme/io/request_plan.cuh>
 #include <cunvme/policy/completion.cuh>

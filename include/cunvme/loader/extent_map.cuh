@@ -49,9 +49,9 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/host/controller.cuh>
+#include <cunvme/host/controller/controller.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/sha256.cuh>
+#include <cunvme/loader/sha256.cuh>
 
 #include <algorithm>
 #include <bit>
@@ -68,7 +68,7 @@
 #include <vector>
 
 CUNVME_NAMESPACE_BEGIN
-namespace host {
+namespace loader {
 
 /// Bytes [file_offset, file_offset + blocks · device_block_bytes) of the file are the blocks
 /// [lba, lba + blocks) of the device.
@@ -140,7 +140,7 @@ namespace detail {
 /// in the file and on the device, starting inside the file and ending by the device block
 /// holding its last byte, with no LBA past 2^64 - 1.
 inline void validate_extent_map(const extent_map& map, const std::string& operation, const std::string& source) {
-  const auto fail = [&](const std::string& why) { throw error(operation, source, why); };
+  const auto fail = [&](const std::string& why) { throw host::error(operation, source, why); };
   const auto block_size_ok = [](std::uint64_t b) { return std::has_single_bit(b) && b >= 512 && b <= (std::uint64_t{1} << 31); };
   if (!block_size_ok(map.fs_block_bytes)) fail("fs_block_bytes " + std::to_string(map.fs_block_bytes) + " is not a power of two from 512 to 2^31");
   if (!block_size_ok(map.device_block_bytes)) {
@@ -212,11 +212,11 @@ inline void validate_extent_map(const extent_map& map, const std::string& operat
 [[nodiscard]] inline extent_map parse_extent_map(std::string_view text, const std::string& source) {
   const std::string operation = "Parse extent map";
   if (text.size() > extent_map_max_file_bytes) {
-    throw error(operation, source, std::to_string(text.size()) + " bytes (a map file has at most " + std::to_string(extent_map_max_file_bytes) + ")");
+    throw host::error(operation, source, std::to_string(text.size()) + " bytes (a map file has at most " + std::to_string(extent_map_max_file_bytes) + ")");
   }
   std::size_t pos = 0, line_number = 0;
   std::string_view line;
-  const auto fail = [&](const std::string& why) -> void { throw error(operation, source, "line " + std::to_string(line_number) + ": " + why); };
+  const auto fail = [&](const std::string& why) -> void { throw host::error(operation, source, "line " + std::to_string(line_number) + ": " + why); };
   const auto next_line = [&]() {
     ++line_number;
     if (pos >= text.size()) fail("the map ends early (no 'end' line)");
@@ -345,23 +345,23 @@ inline void write_extent_map_file(const std::string& path, const extent_map& map
 /// changed after the map was taken, or the map is for another device. The sink has then seen
 /// the bytes already: keep them only once this returns.
 template <class Sink>
-void read_by_extent_map(controller& ctrl, queue_pair& qp, std::uint32_t nsid, const extent_map& map, Sink&& sink,
+void read_by_extent_map(host::controller& ctrl, host::queue_pair& qp, std::uint32_t nsid, const extent_map& map, Sink&& sink,
                         std::size_t chunk_bytes = std::size_t{4} << 20) {
   const std::string operation = "Read by extent map";
   validate_extent_map(map, operation, ctrl.name());
-  const namespace_info& ns = ctrl.namespace_by_id(nsid);
+  const host::namespace_info& ns = ctrl.namespace_by_id(nsid);
   const std::string what = "namespace " + std::to_string(nsid);
   if (ns.lba_size != map.device_block_bytes) {
-    throw error(operation, ctrl.name(), what + " has " + std::to_string(ns.lba_size) + "-byte blocks, the map counts " +
+    throw host::error(operation, ctrl.name(), what + " has " + std::to_string(ns.lba_size) + "-byte blocks, the map counts " +
                                             std::to_string(map.device_block_bytes) + "-byte blocks (take it with --device-block-bytes " +
                                             std::to_string(ns.lba_size) + ")");
   }
   if (ns.metadata_size != 0 || ns.protection_type != 0) {
-    throw error(operation, ctrl.name(), what + " has metadata or protection information; a file system's blocks are plain data");
+    throw host::error(operation, ctrl.name(), what + " has metadata or protection information; a file system's blocks are plain data");
   }
   for (const extent& e : map.extents) {
     if (e.lba >= ns.lba_count || e.blocks > ns.lba_count - e.lba) {
-      throw error(operation, ctrl.name(), "the extent at LBA " + std::to_string(e.lba) + " (" + std::to_string(e.blocks) + " blocks) runs past " + what +
+      throw host::error(operation, ctrl.name(), "the extent at LBA " + std::to_string(e.lba) + " (" + std::to_string(e.blocks) + " blocks) runs past " + what +
                                               "'s " + std::to_string(ns.lba_count) + " blocks");
     }
   }
@@ -384,7 +384,7 @@ void read_by_extent_map(controller& ctrl, queue_pair& qp, std::uint32_t nsid, co
     for (std::uint64_t done = 0; done < e.blocks;) {
       const std::uint64_t n = std::min(e.blocks - done, chunk_blocks);
       const spec::status s = qp.read(nsid, e.lba + done, n, buffer);
-      if (s != spec::status::successful_completion) throw error(operation + ": Read LBA " + std::to_string(e.lba + done), ctrl.name(), s);
+      if (s != spec::status::successful_completion) throw host::error(operation + ": Read LBA " + std::to_string(e.lba + done), ctrl.name(), s);
       emit(buffer.data(), std::min(n * dbs, map.file_size - at));  // the last block may hold bytes past file_size
       done += n;
     }
@@ -392,21 +392,21 @@ void read_by_extent_map(controller& ctrl, queue_pair& qp, std::uint32_t nsid, co
   holes_until(map.file_size);
   const std::string got = sha256::hex(hash.finish());
   if (got != map.sha256) {
-    throw error(operation, ctrl.name(), "SHA-256 of the " + std::to_string(map.file_size) + " bytes read is " + got + ", the map says " + map.sha256 +
+    throw host::error(operation, ctrl.name(), "SHA-256 of the " + std::to_string(map.file_size) + " bytes read is " + got + ", the map says " + map.sha256 +
                                             ": the file changed after the map was taken, or the map is for another device or namespace");
   }
 }
 
 /// `read_by_extent_map` into memory: the file's bytes, once their hash matched.
-[[nodiscard]] inline std::vector<std::byte> read_by_extent_map(controller& ctrl, queue_pair& qp, std::uint32_t nsid, const extent_map& map) {
-  if (map.file_size > std::vector<std::byte>().max_size()) throw error("Read by extent map", ctrl.name(), "the file does not fit in memory");
+[[nodiscard]] inline std::vector<std::byte> read_by_extent_map(host::controller& ctrl, host::queue_pair& qp, std::uint32_t nsid, const extent_map& map) {
+  if (map.file_size > std::vector<std::byte>().max_size()) throw host::error("Read by extent map", ctrl.name(), "the file does not fit in memory");
   std::vector<std::byte> out;
   out.reserve(static_cast<std::size_t>(map.file_size));
   read_by_extent_map(ctrl, qp, nsid, map, [&](std::span<const std::byte> s) { out.insert(out.end(), s.begin(), s.end()); });
   return out;
 }
 
-}  // namespace host
+}  // namespace loader
 CUNVME_NAMESPACE_END
 
-#include <cunvme/host/extent_map_take.cuh>
+#include <cunvme/loader/extent_map_take.cuh>

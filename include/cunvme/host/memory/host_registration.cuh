@@ -1,11 +1,11 @@
 // Host mappings made addressable by GPU threads: a real controller's BAR (doorbells, CMB) and
 // the DMA memory its queues and PRP lists live in (tier 1). The registering itself is CUDA's
-// (`host::gpu_registrar()` in <cunvme/host/gpu_reach.cuh>); here is what host code keeps of
+// (`host::gpu_registrar()` in <cunvme/host/gpu/gpu_reach.cuh>); here is what host code keeps of
 // it, so bring-up names no CUDA type.
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
 
 #include <cstddef>

@@ -5,7 +5,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/host/error.cuh>
-#include <cunvme/host/sha256.cuh>
+#include <cunvme/loader/sha256.cuh>
 
 #include <fcntl.h>
 #include <linux/fiemap.h>
@@ -31,7 +31,7 @@
 #include <vector>
 
 CUNVME_NAMESPACE_BEGIN
-namespace host {
+namespace loader {
 
 /// One extent as FIEMAP reports it (`struct fiemap_extent`): bytes of the file and of the
 /// block device holding the file system (the partition, where there is one).
@@ -80,21 +80,21 @@ inline constexpr std::uint32_t passed_fiemap_flags = FIEMAP_EXTENT_LAST | FIEMAP
     if (r.logical >= file_size) continue;  // past EOF (preallocation): no byte of the file there
     const std::string which = "extent " + std::to_string(i) + " at file offset " + std::to_string(r.logical);
     for (const auto& f : refused_fiemap_flags) {
-      if ((r.flags & f.flag) != 0) throw error(operation, path, which + " is " + f.name + ": " + f.why);
+      if ((r.flags & f.flag) != 0) throw host::error(operation, path, which + " is " + f.name + ": " + f.why);
     }
     if ((r.flags & ~passed_fiemap_flags) != 0) {
       char hex[16];
       std::snprintf(hex, sizeof hex, "0x%x", r.flags);
-      throw error(operation, path, which + " has FIEMAP flags " + hex + " this tool does not know");
+      throw host::error(operation, path, which + " has FIEMAP flags " + hex + " this tool does not know");
     }
-    if (r.length == 0 || r.logical < next) throw error(operation, path, which + " is empty or out of order");
+    if (r.length == 0 || r.logical < next) throw host::error(operation, path, which + " is empty or out of order");
     if (r.logical % dbs != 0 || r.physical % dbs != 0) {
-      throw error(operation, path, which + " (device byte " + std::to_string(r.physical) + ") is not on a " + std::to_string(dbs) + "-byte device block");
+      throw host::error(operation, path, which + " (device byte " + std::to_string(r.physical) + ") is not on a " + std::to_string(dbs) + "-byte device block");
     }
-    if (r.physical > ~std::uint64_t{0} - partition_offset) throw error(operation, path, which + ": device offset past 2^64 - 1");
+    if (r.physical > ~std::uint64_t{0} - partition_offset) throw host::error(operation, path, which + ": device offset past 2^64 - 1");
     const std::uint64_t end = r.length > file_size - r.logical ? file_size : r.logical + r.length;  // file bytes it holds
     if (end < file_size && (end - r.logical) % dbs != 0) {
-      throw error(operation, path, which + " is " + std::to_string(r.length) + " bytes, not whole " + std::to_string(dbs) + "-byte device blocks");
+      throw host::error(operation, path, which + " is " + std::to_string(r.length) + " bytes, not whole " + std::to_string(dbs) + "-byte device blocks");
     }
     const extent e{r.logical, (r.physical + partition_offset) / dbs, (end - r.logical + dbs - 1) / dbs};
     if (!out.empty() && out.back().file_offset + out.back().blocks * dbs == e.file_offset && out.back().lba + out.back().blocks == e.lba) {
@@ -145,11 +145,11 @@ namespace detail {
     for (std::uint32_t i = 0; i < fm->fm_mapped_extents; ++i) {
       const fiemap_extent& e = fm->fm_extents[i];
       out.push_back({e.fe_logical, e.fe_physical, e.fe_length, e.fe_flags});
-      if (out.size() > extent_map_max_extents) throw error("FIEMAP", path, "more than " + std::to_string(extent_map_max_extents) + " extents");
+      if (out.size() > extent_map_max_extents) throw host::error("FIEMAP", path, "more than " + std::to_string(extent_map_max_extents) + " extents");
       if ((e.fe_flags & FIEMAP_EXTENT_LAST) != 0) return out;
     }
     const fiemap_extent& last = fm->fm_extents[fm->fm_mapped_extents - 1];
-    if (last.fe_length == 0 || last.fe_logical + last.fe_length <= start) throw error("FIEMAP", path, "the extents do not advance");
+    if (last.fe_length == 0 || last.fe_logical + last.fe_length <= start) throw host::error("FIEMAP", path, "the extents do not advance");
     start = last.fe_logical + last.fe_length;
   }
 }
@@ -179,7 +179,7 @@ namespace detail {
 /// later: check again just before the file system is unmounted.
 inline void check_file_identity(const extent_map& map, const std::string& path) {
   const std::string operation = "Check the file against its extent map";
-  if (!map.identity) throw error(operation, path, "the map is of version 1 and records no file identity: take it again to check it");
+  if (!map.identity) throw host::error(operation, path, "the map is of version 1 and records no file identity: take it again to check it");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw os_error(operation, path);
   struct stat st {};
@@ -194,7 +194,7 @@ inline void check_file_identity(const extent_map& map, const std::string& path) 
   const file_identity& then = *map.identity;
   const auto differ = [&](const char* what, auto a, auto b, const char* meaning) {
     if (a != b) {
-      throw error(operation, path, std::string(what) + " was " + std::to_string(a) + " when the map was taken and is " + std::to_string(b) + " now: " + meaning +
+      throw host::error(operation, path, std::string(what) + " was " + std::to_string(a) + " when the map was taken and is " + std::to_string(b) + " now: " + meaning +
                                        "; the map may name blocks that still hold the old version (its hash would match): take the map again");
     }
   };
@@ -224,14 +224,14 @@ inline void check_file_identity(const extent_map& map, const std::string& path) 
   } close_it{fd};
   struct stat before {};
   if (fstat(fd, &before) != 0) throw os_error(operation, path);
-  if (!S_ISREG(before.st_mode)) throw error(operation, path, "not a regular file");
+  if (!S_ISREG(before.st_mode)) throw host::error(operation, path, "not a regular file");
   struct statfs fs {};
   if (fstatfs(fd, &fs) != 0) throw os_error(operation, path);
   constexpr long ext_magic = 0xEF53, xfs_magic = 0x58465342;
   if (fs.f_type != ext_magic && fs.f_type != xfs_magic) {
     char hex[24];
     std::snprintf(hex, sizeof hex, "0x%lx", static_cast<unsigned long>(fs.f_type));
-    throw error(operation, path, std::string("the file system (magic ") + hex + ") is not ext2/3/4 or XFS, whose FIEMAP offsets are device offsets");
+    throw host::error(operation, path, std::string("the file system (magic ") + hex + ") is not ext2/3/4 or XFS, whose FIEMAP offsets are device offsets");
   }
   int fs_block = 0;
   if (ioctl(fd, FIGETBSZ, &fs_block) != 0) throw os_error("FIGETBSZ", path);
@@ -247,7 +247,7 @@ inline void check_file_identity(const extent_map& map, const std::string& path) 
   std::uint32_t logical_block = 0;
   if (!ec) {
     if (fsys::exists(real / "dm") || fsys::exists(real / "md")) {
-      throw error(operation, path, "the file system is on " + real.filename().string() +
+      throw host::error(operation, path, "the file system is on " + real.filename().string() +
                                        " (device-mapper or md): its offsets are not a namespace's; put it on a plain partition or whole namespace");
     }
     const bool is_partition = fsys::exists(real / "partition");
@@ -259,14 +259,14 @@ inline void check_file_identity(const extent_map& map, const std::string& path) 
       std::uint64_t sectors = 0;
       const auto [end, perr] = std::from_chars(start.data(), start.data() + start.size(), sectors);
       if (perr != std::errc{} || end != start.data() + start.size() || start.empty() || sectors > (~std::uint64_t{0} >> 9)) {
-        throw error(operation, path, "cannot read the partition start from " + (real / "start").string());
+        throw host::error(operation, path, "cannot read the partition start from " + (real / "start").string());
       }
       map.partition_offset_bytes = sectors << 9;
     }
     const std::string lbs = detail::read_sysfs_line(disk / "queue" / "logical_block_size");
     logical_block = static_cast<std::uint32_t>(std::strtoul(lbs.c_str(), nullptr, 10));
   } else if (!options.partition_offset_bytes || options.device_block_bytes == 0) {
-    throw error(operation, path, "no " + sys.string() + ": the file system is not on a block device this tool can name; give the partition offset and device block size");
+    throw host::error(operation, path, "no " + sys.string() + ": the file system is not on a block device this tool can name; give the partition offset and device block size");
   }
   if (options.partition_offset_bytes) {
     map.partition = "-";
@@ -274,7 +274,7 @@ inline void check_file_identity(const extent_map& map, const std::string& path) 
   }
   map.device_block_bytes = options.device_block_bytes != 0 ? options.device_block_bytes : logical_block;
   if (!std::has_single_bit(map.device_block_bytes) || map.device_block_bytes < 512) {
-    throw error(operation, path, "device block size " + std::to_string(map.device_block_bytes) + " is not a power of two of at least 512");
+    throw host::error(operation, path, "device block size " + std::to_string(map.device_block_bytes) + " is not a power of two of at least 512");
   }
 
   const std::vector<fiemap_record> records = detail::fiemap_all(fd, true, path);
@@ -301,11 +301,11 @@ inline void check_file_identity(const extent_map& map, const std::string& path) 
   if (fstat(fd, &last) != 0) throw os_error(operation, path);
   if (total != map.file_size || after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
       after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || detail::fiemap_all(fd, false, path) != records || detail::identity_of(fd, last) != *map.identity) {
-    throw error(operation, path, "the file changed while its map was taken: stop what writes it and take the map again");
+    throw host::error(operation, path, "the file changed while its map was taken: stop what writes it and take the map again");
   }
   validate_extent_map(map, operation, path);
   return map;
 }
 
-}  // namespace host
+}  // namespace loader
 CUNVME_NAMESPACE_END

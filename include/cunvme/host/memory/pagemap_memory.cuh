@@ -3,7 +3,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
-#include <cunvme/host/dma_memory.cuh>
+#include <cunvme/host/memory/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
 
 #include <algorithm>
