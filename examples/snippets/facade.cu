@@ -69,7 +69,7 @@ int load(const std::string& path, std::uint64_t file_bytes) {
   example::stream stream;
   cunvme::loader::loaded_tensors all = file.load({}, stream);  // enqueued; all.wait() throws for a failed read
   all.wait();
-  cunvme::loader::layer_streamer layers(file);  // or layer by layer, double buffered:
+  cunvme::loader::layer_streamer layers(file);  // or layer by layer, the next one read meanwhile:
   int seen = 0;
   while (auto layer = layers.next(stream)) {
     const auto* w = layer->find(std::string(layer->key) + ".w");

@@ -117,7 +117,7 @@ TEST_CASE("every tensor loads byte for byte, aligned or not") {
   }
 }
 
-TEST_CASE("layers stream double buffered: what the compute stream sees is the file") {
+TEST_CASE("layers stream with the next one read meanwhile: what the compute stream sees is the file") {
   const written w = write_model("/tmp/cunvme_loader_layers.safetensors", 9, 1024, false);
   cunvme::device dev("emu:file=" + w.path + ",readonly,lba=4096");
   loader::safetensors_file file(dev, loader::file_placement::contiguous(dev.block_bytes(), 0, w.bytes.size(), dev.ns().lba_count), w.path);
