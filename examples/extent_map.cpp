@@ -32,6 +32,7 @@
 #include <vector>
 
 namespace host = cunvme::host;
+namespace loader = cunvme::loader;
 
 namespace {
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 namespace host = cunvme::host;
+namespace loader = cunvme::loader;
 namespace spec = cunvme::spec;
 
 namespace {

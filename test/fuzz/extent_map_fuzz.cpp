@@ -11,6 +11,7 @@
 #include <string_view>
 
 namespace host = cunvme::host;
+namespace loader = cunvme::loader;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -312,12 +312,12 @@ inline void validate_extent_map(const extent_map& map, const std::string& operat
 /// Reads and parses the map file at `path` (at most `extent_map_max_file_bytes`).
 [[nodiscard]] inline extent_map read_extent_map_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw os_error("Read extent map", path);
+  if (!in) throw host::os_error("Read extent map", path);
   // In pieces, so that a small map costs little and a huge file stops one piece past the bound.
   std::string text;
   char piece[65536];
   while (text.size() <= extent_map_max_file_bytes && in.read(piece, sizeof piece).gcount() > 0) text.append(piece, static_cast<std::size_t>(in.gcount()));
-  if (in.bad()) throw os_error("Read extent map", path);
+  if (in.bad()) throw host::os_error("Read extent map", path);
   return parse_extent_map(text, path);
 }
 
@@ -328,12 +328,12 @@ inline void write_extent_map_file(const std::string& path, const extent_map& map
   const std::string partial = path + ".partial";
   {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    if (!out) throw os_error("Write extent map", partial);
+    if (!out) throw host::os_error("Write extent map", partial);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     out.flush();
-    if (!out) throw os_error("Write extent map", partial);
+    if (!out) throw host::os_error("Write extent map", partial);
   }
-  if (std::rename(partial.c_str(), path.c_str()) != 0) throw os_error("Write extent map", path);
+  if (std::rename(partial.c_str(), path.c_str()) != 0) throw host::os_error("Write extent map", path);
 }
 
 /// Reads the file `map` describes from namespace `nsid` through `qp` (host I/O, synchronous)
@@ -367,7 +367,7 @@ void read_by_extent_map(host::controller& ctrl, host::queue_pair& qp, std::uint3
   }
   const std::uint64_t dbs = map.device_block_bytes;
   const std::uint64_t chunk_blocks = std::max<std::uint64_t>(chunk_bytes / dbs, 1);
-  dma_buffer buffer = ctrl.memory().allocate(static_cast<std::size_t>(chunk_blocks * dbs), ctrl.page_bytes());
+  host::dma_buffer buffer = ctrl.memory().allocate(static_cast<std::size_t>(chunk_blocks * dbs), ctrl.page_bytes());
   const std::vector<std::byte> zeros(static_cast<std::size_t>(std::min<std::uint64_t>(chunk_blocks * dbs, map.file_size)));
   sha256 hash;
   std::uint64_t at = 0;  // file bytes handed to the sink

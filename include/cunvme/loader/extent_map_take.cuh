@@ -140,7 +140,7 @@ namespace detail {
     fm->fm_length = FIEMAP_MAX_OFFSET - start;
     fm->fm_flags = sync ? FIEMAP_FLAG_SYNC : 0;
     fm->fm_extent_count = batch;
-    if (ioctl(fd, FS_IOC_FIEMAP, fm) != 0) throw os_error("FIEMAP", path, "the file system must report extents (ext4, XFS)");
+    if (ioctl(fd, FS_IOC_FIEMAP, fm) != 0) throw host::os_error("FIEMAP", path, "the file system must report extents (ext4, XFS)");
     if (fm->fm_mapped_extents == 0) return out;
     for (std::uint32_t i = 0; i < fm->fm_mapped_extents; ++i) {
       const fiemap_extent& e = fm->fm_extents[i];
@@ -181,7 +181,7 @@ inline void check_file_identity(const extent_map& map, const std::string& path) 
   const std::string operation = "Check the file against its extent map";
   if (!map.identity) throw host::error(operation, path, "the map is of version 1 and records no file identity: take it again to check it");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw os_error(operation, path);
+  if (fd < 0) throw host::os_error(operation, path);
   struct stat st {};
   const bool stat_ok = fstat(fd, &st) == 0;
   const int e = errno;
@@ -189,7 +189,7 @@ inline void check_file_identity(const extent_map& map, const std::string& path) 
   ::close(fd);
   if (!stat_ok) {
     errno = e;
-    throw os_error(operation, path);
+    throw host::os_error(operation, path);
   }
   const file_identity& then = *map.identity;
   const auto differ = [&](const char* what, auto a, auto b, const char* meaning) {
@@ -217,16 +217,16 @@ inline void check_file_identity(const extent_map& map, const std::string& path) 
 [[nodiscard]] inline extent_map take_extent_map(const std::string& path, const take_options& options = {}) {
   const std::string operation = "Take extent map";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw os_error(operation, path);
+  if (fd < 0) throw host::os_error(operation, path);
   struct closer {
     int fd;
     ~closer() { ::close(fd); }
   } close_it{fd};
   struct stat before {};
-  if (fstat(fd, &before) != 0) throw os_error(operation, path);
+  if (fstat(fd, &before) != 0) throw host::os_error(operation, path);
   if (!S_ISREG(before.st_mode)) throw host::error(operation, path, "not a regular file");
   struct statfs fs {};
-  if (fstatfs(fd, &fs) != 0) throw os_error(operation, path);
+  if (fstatfs(fd, &fs) != 0) throw host::os_error(operation, path);
   constexpr long ext_magic = 0xEF53, xfs_magic = 0x58465342;
   if (fs.f_type != ext_magic && fs.f_type != xfs_magic) {
     char hex[24];
@@ -234,7 +234,7 @@ inline void check_file_identity(const extent_map& map, const std::string& path) 
     throw host::error(operation, path, std::string("the file system (magic ") + hex + ") is not ext2/3/4 or XFS, whose FIEMAP offsets are device offsets");
   }
   int fs_block = 0;
-  if (ioctl(fd, FIGETBSZ, &fs_block) != 0) throw os_error("FIGETBSZ", path);
+  if (ioctl(fd, FIGETBSZ, &fs_block) != 0) throw host::os_error("FIGETBSZ", path);
 
   extent_map map;
   map.file_size = static_cast<std::uint64_t>(before.st_size);
@@ -286,19 +286,19 @@ inline void check_file_identity(const extent_map& map, const std::string& path) 
   for (;;) {
     const ssize_t n = ::read(fd, chunk.data(), chunk.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw os_error(operation + ": read", path);
+    if (n < 0) throw host::os_error(operation + ": read", path);
     if (n == 0) break;
     hash.update(chunk.data(), static_cast<std::size_t>(n));
     total += static_cast<std::uint64_t>(n);
   }
   map.sha256 = sha256::hex(hash.finish());
   struct stat after {};
-  if (fstat(fd, &after) != 0) throw os_error(operation, path);
+  if (fstat(fd, &after) != 0) throw host::os_error(operation, path);
   // FIEMAP_FLAG_SYNC may itself change the status-change time (writeback): the identity is the
   // one after it, compared with the same taken again after the hash.
   map.identity = detail::identity_of(fd, after);
   struct stat last {};
-  if (fstat(fd, &last) != 0) throw os_error(operation, path);
+  if (fstat(fd, &last) != 0) throw host::os_error(operation, path);
   if (total != map.file_size || after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
       after.st_mtim.tv_nsec != before.st_mtim.tv_nsec || detail::fiemap_all(fd, false, path) != records || detail::identity_of(fd, last) != *map.identity) {
     throw host::error(operation, path, "the file changed while its map was taken: stop what writes it and take the map again");
