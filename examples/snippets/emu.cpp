@@ -152,8 +152,11 @@ int main() {
 
   expect(dma_space_round_trip(), "dma_space");
   emu::dma_space dma;
-  std::vector<std::byte> data(3 * 4096);
-  const std::uint64_t bus = dma.map(data.data(), data.size());
+  struct alignas(4096) page {
+    std::byte bytes[4096];
+  };
+  std::vector<page> data(3);  // page-aligned: PRP1 at a page's start, so PRP2 is the second page, not a list
+  const std::uint64_t bus = dma.map(data.data(), data.size() * sizeof(page));
   spec::submission_entry sqe{};
   sqe.prp1 = bus;
   sqe.prp2 = bus + 4096;
