@@ -27,14 +27,14 @@ emu::controller& emulator(host::controller& c) { return dynamic_cast<host::emu_b
 void* fake_gpu_address() { return reinterpret_cast<void*>(std::uintptr_t{1} << 40); }
 
 /// A file of `bytes` 'x' bytes under /tmp, removed when the guard goes.
-struct temp_file {
+struct image_file {
   std::string path;
-  explicit temp_file(const std::string& name, std::size_t bytes) : path("/tmp/cunvme-" + name + "-" + std::to_string(::getpid()) + ".bin") {
+  explicit image_file(const std::string& name, std::size_t bytes) : path("/tmp/cunvme-" + name + "-" + std::to_string(::getpid()) + ".bin") {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     const std::vector<char> data(bytes, 'x');
     f.write(data.data(), static_cast<std::streamsize>(data.size()));
   }
-  ~temp_file() { std::remove(path.c_str()); }
+  ~image_file() { std::remove(path.c_str()); }
 };
 
 }  // namespace
@@ -84,7 +84,7 @@ TEST_CASE("emu:file naming a file that does not exist is a host::error naming th
 }
 
 TEST_CASE("emu:pattern on a readonly file is refused as a host::error naming both options, and the file keeps its bytes") {
-  temp_file file("pattern-readonly", 8 * 512);
+  image_file file("pattern-readonly", 8 * 512);
   const std::string uri = "emu:file=" + file.path + ",readonly,pattern";
   CHECK_THROWS_WITH_AS((void)host::open(uri), doctest::Contains("pattern"), host::error);
   CHECK_THROWS_WITH_AS((void)host::open(uri), doctest::Contains("readonly"), host::error);

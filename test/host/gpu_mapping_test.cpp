@@ -22,14 +22,14 @@ namespace {
 constexpr std::size_t mapping_bytes = 192;  // three 64-byte lines: offsets reach both ends
 constexpr std::size_t guard = 64;           // on each side of the mapping
 constexpr std::size_t max_length = 64;
-constexpr std::byte guard_byte{0xa5};
+constexpr std::byte unwritten_byte{0xa5};
 
 std::byte pattern(std::size_t i, unsigned seed) { return static_cast<std::byte>((i * 131 + seed * 29 + 7) & 0xff); }
 
 /// The mapping's memory with guard bytes before and after it, 64-byte aligned like a page.
 struct arena {
   alignas(64) std::byte bytes[guard + mapping_bytes + guard];
-  arena() { std::memset(bytes, static_cast<int>(guard_byte), sizeof bytes); }
+  arena() { std::memset(bytes, static_cast<int>(unwritten_byte), sizeof bytes); }
   std::byte* mapped() { return bytes + guard; }
 };
 
@@ -70,7 +70,7 @@ TEST_CASE("copy_from reads exactly the range's bytes into the destination, at ev
   arena before = a;
   for_each_range([&](std::size_t offset, std::size_t length) {
     for (std::size_t dst_offset : {std::size_t{0}, std::size_t{5}, std::size_t{16}}) {
-      std::vector<std::byte> dst(guard + max_length + 16 + guard, guard_byte);
+      std::vector<std::byte> dst(guard + max_length + 16 + guard, unwritten_byte);
       std::vector<std::byte> expected = dst;
       std::memcpy(expected.data() + guard + dst_offset, a.mapped() + offset, length);
       const host::gpu_for_cpu_mapping m(a.mapped(), mapping_bytes, "test mapping");
@@ -86,7 +86,7 @@ TEST_CASE("streaming and plain loads read the same bytes at every alignment") {
   arena a;
   for (std::size_t i = 0; i < mapping_bytes; ++i) a.mapped()[i] = pattern(i, 2);
   for_each_range([&](std::size_t offset, std::size_t length) {
-    std::vector<std::byte> streamed(max_length, guard_byte), plain(max_length, guard_byte), expected(max_length, guard_byte);
+    std::vector<std::byte> streamed(max_length, unwritten_byte), plain(max_length, unwritten_byte), expected(max_length, unwritten_byte);
     std::memcpy(expected.data(), a.mapped() + offset, length);
     wc::copy_from_write_combined(streamed.data(), a.mapped() + offset, length, true);
     wc::copy_from_write_combined(plain.data(), a.mapped() + offset, length, false);

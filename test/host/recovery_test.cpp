@@ -42,7 +42,7 @@ host::controller_options short_timeout(int ms = 1000) {
 }
 
 /// Fills `buf` with words derived from `seed`.
-void fill(host::dma_buffer& buf, std::uint64_t seed) {
+void fill_words(host::dma_buffer& buf, std::uint64_t seed) {
   for (std::size_t i = 0; i < buf.size() / 8; ++i) reinterpret_cast<std::uint64_t*>(buf.data())[i] = seed * 0x9e3779b97f4a7c15ull + i;
 }
 
@@ -51,7 +51,7 @@ void fill(host::dma_buffer& buf, std::uint64_t seed) {
 bool round_trip(host::controller& ctrl, host::queue_pair& q, std::uint64_t lba, std::uint64_t seed) {
   auto out = ctrl.memory().allocate(4096);
   auto in = ctrl.memory().allocate(4096);
-  fill(out, seed);
+  fill_words(out, seed);
   if (q.write(1, lba, 8, out) != spec::status::successful_completion) return false;
   if (q.read(1, lba, 8, in) != spec::status::successful_completion) return false;
   return std::memcmp(in.data(), out.data(), 4096) == 0;

@@ -71,10 +71,21 @@ fi
 
 # Builds in $1, a copy made by kmod/'s own "make source-tree" (what DKMS builds from), so the
 # source tree stays clean and that copy is proven to build on its own; make rebuilds what changed.
-build() {
+# The guests run side by side (meson.build) and each builds the module first: one make at a
+# time in a directory, so that a guest starting while another builds waits and finds it built.
+locked() {
   local dir=$1
   shift
   mkdir -p "$dir"
+  ( flock 9 && "$@" ) 9>"$dir/.kmod_test.lock"
+}
+
+build() { locked "$1" build_unlocked "$@"; }
+build_exporter() { locked "$2" build_exporter_unlocked "$@"; }
+
+build_unlocked() {
+  local dir=$1
+  shift
   local log=$dir/build.log
   if ! make -s -C "$src" source-tree DEST="$(cd "$dir" && pwd)" >"$log" 2>&1; then
     cat "$log"
@@ -102,9 +113,8 @@ build() {
 }
 
 # Builds the test exporter from $1 in $2, with -Werror and no warnings.
-build_exporter() {
+build_exporter_unlocked() {
   local from=$1 dir=$2
-  mkdir -p "$dir"
   for f in Kbuild cunvme_test_exporter.c cunvme_test_exporter.h; do
     cmp -s "$from/$f" "$dir/$f" || cp "$from/$f" "$dir/$f"
   done
@@ -135,10 +145,13 @@ case "$mode" in
     command -v objcopy >/dev/null 2>&1 || { echo "skipped: missing objcopy (binutils)"; exit 77; }
     build "$out" || exit 1
     build_exporter "$exporter_src" "$out/exporter" || exit 1
-    guest_program=$out/exporter/kmod_dma_buf
+    # A directory of its own: the other dma-buf guest may be embedding at the same time.
+    guest_dir=$(mktemp -d "$out/exporter/guest.XXXXXX")
+    trap 'rm -rf "$guest_dir"' EXIT
+    guest_program=$guest_dir/kmod_dma_buf
     objcopy --add-section .cunvme_exporter_ko="$out/exporter/cunvme_test_exporter.ko" \
       --set-section-flags .cunvme_exporter_ko=noload,readonly "$program" "$guest_program"
-    exec "$run_guest" --kernel "$kernel" --module "$out/cunvme.ko" "$@" -- "$guest_program" @BDF@
+    "$run_guest" --kernel "$kernel" --module "$out/cunvme.ko" "$@" -- "$guest_program" @BDF@
     ;;
   build)
     build "$out" || exit 1
