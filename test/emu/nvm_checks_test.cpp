@@ -13,12 +13,12 @@ namespace checks = cunvme::emu::nvm_checks;
 
 namespace {
 
-constexpr auto ok = spec::status::successful_completion;
+constexpr auto success = spec::status::successful_completion;
 constexpr std::uint64_t u64_max = std::numeric_limits<std::uint64_t>::max();
 
 // Usable in constant expressions, so on the device as on the host.
 static_assert(checks::blocks_of(spec::make_rw(spec::nvm_opcode::read, 1, 7, 65536, 0)).blocks == 65536);
-static_assert(checks::check_lba_range(999, 1, 1000) == ok);
+static_assert(checks::check_lba_range(999, 1, 1000) == success);
 static_assert(checks::max_transfer_bytes(7, 4096) == 512 * 1024);
 
 }  // namespace
@@ -33,7 +33,7 @@ TEST_CASE("the blocks of a command are SLBA from CDW10-11 and NLB + 1 from CDW12
 
 TEST_CASE("a fused command or one with SGLs is Invalid Field in Command; a plain PRP command passes") {
   auto sqe = spec::make_rw(spec::nvm_opcode::read, 1, 0, 1, 0);
-  CHECK(checks::check_transfer_fields(sqe) == ok);
+  CHECK(checks::check_transfer_fields(sqe) == success);
   auto fused = sqe;
   fused.set_fuse(spec::fused_operation::first_command);
   CHECK(checks::check_transfer_fields(fused) == spec::status::invalid_field_in_command);
@@ -47,11 +47,11 @@ TEST_CASE("a fused command or one with SGLs is Invalid Field in Command; a plain
 }
 
 TEST_CASE("an LBA range must lie in the namespace, without wrapping, and may be empty at its end") {
-  CHECK(checks::check_lba_range(0, 1000, 1000) == ok);
-  CHECK(checks::check_lba_range(999, 1, 1000) == ok);
+  CHECK(checks::check_lba_range(0, 1000, 1000) == success);
+  CHECK(checks::check_lba_range(999, 1, 1000) == success);
   CHECK(checks::check_lba_range(999, 2, 1000) == spec::status::lba_out_of_range);
   CHECK(checks::check_lba_range(1000, 1, 1000) == spec::status::lba_out_of_range);
-  CHECK(checks::check_lba_range(1000, 0, 1000) == ok);  // an empty Dataset Management range
+  CHECK(checks::check_lba_range(1000, 0, 1000) == success);  // an empty Dataset Management range
   CHECK(checks::check_lba_range(1001, 0, 1000) == spec::status::lba_out_of_range);
   // slba + blocks wraps to a small number: still out of range.
   CHECK(checks::check_lba_range(u64_max, 2, 1000) == spec::status::lba_out_of_range);
@@ -72,7 +72,7 @@ TEST_CASE("MDTS is 2^MDTS minimum pages per command, no limit at 0 or where the 
 TEST_CASE("a read or write is checked for its namespace, then its LBA range, then its size against MDTS") {
   const checks::namespace_limits ns{true, 1000, 512};
   const std::uint64_t max = 16 * 1024;  // 32 blocks of 512 bytes
-  CHECK(checks::check_read_write({0, 32}, ns, max) == ok);
+  CHECK(checks::check_read_write({0, 32}, ns, max) == success);
   CHECK(checks::check_read_write({0, 33}, ns, max) == spec::status::invalid_field_in_command);
   CHECK(checks::check_read_write({990, 11}, ns, max) == spec::status::lba_out_of_range);
   // Precedence: a missing namespace before a bad range, a bad range before a size over MDTS.
@@ -81,7 +81,7 @@ TEST_CASE("a read or write is checked for its namespace, then its LBA range, the
   CHECK(checks::check_read_write({0, 1}, checks::namespace_limits{false, 1000, 512}, max) == spec::status::invalid_namespace_or_format);
   // Extended LBAs: the metadata each block carries in the data buffer counts against MDTS.
   CHECK(checks::check_read_write({0, 32}, checks::namespace_limits{true, 1000, 520}, max) == spec::status::invalid_field_in_command);
-  CHECK(checks::check_read_write({0, 65536}, checks::namespace_limits{true, 1u << 20, 4096}, u64_max) == ok);
+  CHECK(checks::check_read_write({0, 65536}, checks::namespace_limits{true, 1u << 20, 4096}, u64_max) == success);
 }
 
 TEST_CASE("the CPU emulator refuses each command with the status the shared checks give") {

@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include "fake_gpu_address.hpp"
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -17,8 +19,6 @@ namespace host = cunvme::host;
 
 namespace {
 
-/// A GPU address stand-in: the emulator's IOMMU maps a device range without touching it.
-void* fake_gpu_address() { return reinterpret_cast<void*>(std::uintptr_t{1} << 40); }
 
 }  // namespace
 

@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include "fake_gpu_address.hpp"
+
 #include <unistd.h>
 
 #include <cstdint>
@@ -23,8 +25,6 @@ namespace {
 
 emu::controller& emulator(host::controller& c) { return dynamic_cast<host::emu_backend&>(c.backend()).controller(); }
 
-/// A GPU address stand-in: the emulator's IOMMU maps a device range without touching it.
-void* fake_gpu_address() { return reinterpret_cast<void*>(std::uintptr_t{1} << 40); }
 
 /// A file of `bytes` 'x' bytes under /tmp, removed when the guard goes.
 struct image_file {
