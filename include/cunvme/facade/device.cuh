@@ -226,6 +226,24 @@ class device {
     return quarantine_.size();
   }
 
+  /// Runs `f()` on the device's GPU once every copy enqueued on the device has run, and
+  /// enqueues none until it returns: for CUDA calls that allocate or free memory (cudaMalloc,
+  /// cudaFree, cudaHostAlloc, cudaFreeHost), as the loader's buffers and the device's pinned
+  /// memory are made. CUDA orders those against every stream (implicit synchronization): GPU
+  /// work issued after one does not run beside a kernel launched before it. A copy's kernel waits
+  /// for its controller, and the emulator's controller moves data with CUDA copies of its own:
+  /// issued after another thread's allocation, they waited for the kernel, and its commands
+  /// timed out. Copies of other devices, and kernels of the caller's own, are the caller's to
+  /// keep apart from allocations. Returns what `f` returns; throws `host::error` where the
+  /// recovery of timed-out copies (see above) fails.
+  template <class F>
+  decltype(auto) between_copies(F&& f) {
+    const host::gpu_context_scope scope = make_current();
+    const std::lock_guard lock(mutex_);
+    settle();
+    return std::forward<F>(f)();
+  }
+
   /// Enqueues `launch(pages, offset, results)` on `stream` for `bytes` of GPU memory at `gpu`:
   /// the buffer's mapping, `warps` result slots and an event after the launch, all kept until
   /// the stream has passed it. For `copy_n`.
@@ -244,7 +262,7 @@ class device {
     std::shared_ptr<const detail::gpu_for_controller_mapping> mapping = cache_.find(a, address, bytes, [this](const host::gpu_window& w) { return map(w); });
     auto state = std::make_shared<detail::copy_state>(name, operation);
     state->gpu = gpu_;
-    state->results = pool_->take(warps * sizeof(io_result));
+    state->results = pool_->take(warps * sizeof(io_result), [this] { settle(); });
     state->warps = warps;
     check(cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming), "Create an event");
     // An error left by the caller's earlier CUDA calls would read as this launch's and free
@@ -293,6 +311,14 @@ class device {
   }
 
   void check(cudaError_t e, const char* what) const { host::cuda_check(e, what, ctrl_->name()); }
+
+  /// Waits until every copy enqueued so far has run, then drops them (`reap`). Under `mutex_`,
+  /// so no copy is enqueued meanwhile: what follows allocates or frees CUDA memory (see
+  /// `between_copies`). A failed kernel counts as run (its error is its own wait's to report).
+  void settle() {
+    for (const in_flight& f : in_flight_) (void)cudaEventSynchronize(f.state->done);
+    reap();
+  }
 
   /// Drops the copies the streams have passed: their mappings may be unmapped now, except
   /// those of copies with a timed-out command, which wait in the quarantine for `recover_timed_out`.
@@ -344,7 +370,7 @@ class device {
     ++mappings_made_;
     m->mapped = ctrl_->memory().map_gpu_range(reinterpret_cast<void*>(w.start), w.bytes);
     const host::gpu_page_table t = host::gpu_page_table::of(m->mapped, w, w.start, ctrl_->name());
-    m->table = pool_->take(t.pages.size() * sizeof(std::uint64_t));
+    m->table = pool_->take(t.pages.size() * sizeof(std::uint64_t), [this] { settle(); });
     std::copy(t.pages.begin(), t.pages.end(), m->table.as<std::uint64_t>());
     m->page_shift = t.page_shift;
     m->start = w.start;

@@ -67,8 +67,10 @@ class pinned_pool : public std::enable_shared_from_this<pinned_pool> {
     for (auto& [bytes, p] : free_) (void)cudaFreeHost(p);
   }
 
-  /// At least `bytes` of pinned, mapped memory. Throws `host::error` when CUDA has none.
-  [[nodiscard]] lease take(std::size_t bytes) {
+  /// At least `bytes` of pinned, mapped memory; `before_allocating()` runs first where the
+  /// pool has none to reuse and CUDA must allocate. Throws `host::error` when CUDA has none.
+  template <class Before>
+  [[nodiscard]] lease take(std::size_t bytes, Before&& before_allocating) {
     const std::size_t size = std::bit_ceil(std::max<std::size_t>(bytes, 256));
     {
       const std::lock_guard lock(mutex_);
@@ -78,6 +80,7 @@ class pinned_pool : public std::enable_shared_from_this<pinned_pool> {
         return lease(shared_from_this(), p, size);
       }
     }
+    before_allocating();
     void* p = nullptr;
     host::cuda_check(cudaHostAlloc(&p, size, cudaHostAllocMapped), "Allocate pinned memory", device_, std::to_string(size) + " bytes");
     return lease(shared_from_this(), p, size);

@@ -75,11 +75,13 @@ class gpu_buffer {
   gpu_buffer(device& dev, std::size_t bytes, const std::string& source) : dev_(dev), bytes_(bytes) {
     if (bytes_ == 0) return;
     const host::gpu_context_scope scope = dev_.make_current();  // on the device's GPU, from any thread
-    host::cuda_check(cudaMalloc(&data_, bytes_), "Allocate GPU memory for tensors", source);
+    // Between the device's copies: an allocation while another thread's copy runs would keep
+    // the emulator's data copies from that copy's kernel (device::between_copies).
+    dev_.between_copies([&] { host::cuda_check(cudaMalloc(&data_, bytes_), "Allocate GPU memory for tensors", source); });
     try {
       dev_.register_buffer(data_, bytes_);
     } catch (...) {
-      (void)cudaFree(data_);
+      free_memory();
       throw;
     }
   }
@@ -93,12 +95,22 @@ class gpu_buffer {
     } catch (...) {
       // Registered in the constructor; nothing else deregisters it.
     }
-    (void)cudaFree(data_);
+    free_memory();
   }
   [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
 
  private:
+  /// cudaFree waits for the whole GPU: between the device's copies, as the allocation was made.
+  /// Where the device cannot say (its recovery failed), freed all the same.
+  void free_memory() noexcept {
+    try {
+      dev_.between_copies([this] { (void)cudaFree(data_); });
+    } catch (...) {
+      (void)cudaFree(data_);
+    }
+  }
+
   device& dev_;
   std::size_t bytes_;
   void* data_ = nullptr;
