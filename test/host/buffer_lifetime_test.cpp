@@ -17,11 +17,6 @@
 
 namespace host = cunvme::host;
 
-namespace {
-
-
-}  // namespace
-
 TEST_CASE("an emulator's buffers released after their controller is destroyed free their memory and touch nothing else") {
   std::vector<host::dma_buffer> kept;
   std::vector<std::byte> foreign(8192 + 4096);
