@@ -145,7 +145,7 @@ TEST_CASE("a second process opening a sysfs controller in use is refused until t
   if (holder == 0) {
     try {
       static host::sysfs_backend held(bdf, sys.root.string());
-      (void)::write(ready[1], "x", 1);
+      if (::write(ready[1], "x", 1) != 1) ::_exit(4);  // the parent then sees no byte and fails
     } catch (...) {
       ::_exit(3);
     }
