@@ -9,10 +9,11 @@ reads and writes into numpy arrays through the host path and into GPU arrays (to
         out = np.empty_like(src)
         dev.read(0, 8, out)
 
-``Device(uri="emu", nsid=1, timeout=10.0, gpu=None)`` opens the controller ``uri`` names (the
+``Device(uri="emu", nsid=1, timeout=10.0, gpu=None, faults=None)`` opens the controller ``uri`` names (the
 C++ library's URIs: ``emu[:key=value,...]``, ``sysfs:BDF``, ``vfio:BDF``, ``kmod:BDF``). Where a
 CUDA GPU is found (and ``gpu`` is not False) it is opened for GPU threads, as ``cunvme::device``;
-otherwise for CPU threads only, and GPU arrays are refused.
+otherwise for CPU threads only, and GPU arrays are refused. ``faults`` (an ``emu`` device only):
+the emulator's fault injection, one rule or a list, as the URI's ``fault=`` key takes them.
 
 ``dev.read(lba, blocks, out, stream=None, sync=False)`` and ``dev.write(lba, blocks, src, ...)``:
 

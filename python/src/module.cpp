@@ -35,6 +35,7 @@
 #include <shared_mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace nb = nanobind;
 namespace host = cunvme::host;
@@ -87,9 +88,35 @@ class transfer {
   std::string operation_;
 };
 
+/// `uri` with the emulator's fault rules `faults` — one rule (str) or a sequence of them — as
+/// its `fault=` key, rules joined by '+'; the URI's own parser checks each rule. None: `uri`.
+std::string with_fault_rules(const std::string& uri, const nb::object& faults) {
+  if (faults.is_none()) return uri;
+  std::vector<std::string> rules;
+  if (nb::isinstance<nb::str>(faults)) {
+    rules.push_back(nb::cast<std::string>(faults));
+  } else if (PySequence_Check(faults.ptr()) != 0) {
+    for (nb::handle rule : faults) {
+      if (!nb::isinstance<nb::str>(rule)) throw nb::type_error("faults: every fault rule must be a str");
+      rules.push_back(nb::cast<std::string>(rule));
+    }
+  } else {
+    throw nb::type_error("faults must be a fault rule (str) or a list of them");
+  }
+  if (rules.empty()) return uri;
+  if (uri != "emu" && uri.rfind("emu:", 0) != 0) {
+    throw nb::value_error(("faults= is the emulator's fault injection; '" + uri + "' is not an emu device").c_str());
+  }
+  std::string joined;
+  for (const std::string& rule : rules) joined += (joined.empty() ? "" : "+") + rule;
+  return uri + (uri == "emu" ? ":" : ",") + "fault=" + joined;
+}
+
 class device {
  public:
-  device(const std::string& uri, std::uint32_t nsid, double timeout_seconds, std::optional<bool> use_gpu) : uri_(uri), nsid_(nsid) {
+  device(const std::string& given_uri, std::uint32_t nsid, double timeout_seconds, std::optional<bool> use_gpu, const nb::object& faults)
+      : uri_(with_fault_rules(given_uri, faults)), nsid_(nsid) {
+    const std::string& uri = uri_;
     if (!std::isfinite(timeout_seconds) || timeout_seconds <= 0 || timeout_seconds > 86400) {
       throw nb::value_error("timeout must be a number of seconds in (0, 86400]");
     }
@@ -308,10 +335,11 @@ NB_MODULE(_cunvme, m) {
 
   nb::class_<device>(m, "Device",
                      "An NVMe controller and one of its namespaces (see the package's docstring). Device(uri='emu', nsid=1, "
-                     "timeout=10.0, gpu=None): gpu=None opens it for GPU threads where CUDA finds a GPU, False never, True or "
-                     "DeviceError.")
-      .def(nb::init<const std::string&, std::uint32_t, double, std::optional<bool>>(), nb::arg("uri") = "emu", nb::arg("nsid") = 1,
-           nb::arg("timeout") = 10.0, nb::arg("gpu").none() = nb::none())
+                     "timeout=10.0, gpu=None, faults=None): gpu=None opens it for GPU threads where CUDA finds a GPU, False never, True or "
+                     "DeviceError. faults: the emulator's fault injection, one rule or a list of rules as the URI's fault= key takes "
+                     "them (e.g. 'read:status=0x281:nth=3'); ValueError for a device that is not emu.")
+      .def(nb::init<const std::string&, std::uint32_t, double, std::optional<bool>, const nb::object&>(), nb::arg("uri") = "emu",
+           nb::arg("nsid") = 1, nb::arg("timeout") = 10.0, nb::arg("gpu").none() = nb::none(), nb::arg("faults").none() = nb::none())
       .def_prop_ro("block_size", &device::block_size, "Bytes per block in a caller's array (data, and metadata with extended LBAs).")
       .def_prop_ro("blocks", &device::blocks, "Blocks in the namespace (NSZE).")
       .def_prop_ro("nsid", &device::nsid)

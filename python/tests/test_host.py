@@ -159,6 +159,38 @@ def test_a_malformed_fault_rule_raises_device_error_naming_the_rule(rule, messag
     assert "fault rule 1 ('" + rule + "')" in str(e.value)
 
 
+def test_the_faults_argument_injects_the_same_rules_as_the_uri():
+    out = np.zeros(512, dtype=np.uint8)
+    with cunvme.Device("emu:blocks=64", faults="read:status=0x281:nth=1:lba=8-15", gpu=False) as d:
+        assert d.uri == "emu:blocks=64,fault=read:status=0x281:nth=1:lba=8-15"
+        with pytest.raises(cunvme.NvmeError) as e:
+            d.read(8, 1, out)
+        assert e.value.status_code == 0x281
+    # A list of rules, on the bare scheme: each fires on its own commands.
+    with cunvme.Device("emu", faults=["read:status=0x281:nth=1", "write:status=0x280:nth=1"], gpu=False) as d:
+        assert d.uri == "emu:fault=read:status=0x281:nth=1+write:status=0x280:nth=1"
+        with pytest.raises(cunvme.NvmeError) as e:
+            d.write(0, 1, out)
+        assert e.value.status_code == 0x280
+        with pytest.raises(cunvme.NvmeError) as e:
+            d.read(0, 1, out)
+        assert e.value.status_code == 0x281
+    with cunvme.Device("emu:blocks=64", faults=[], gpu=False) as d:  # no rules: no faults
+        assert d.uri == "emu:blocks=64"
+        d.read(0, 1, out)
+
+
+def test_the_faults_argument_is_refused_where_it_cannot_apply():
+    with pytest.raises(ValueError, match="not an emu device"):
+        cunvme.Device("sysfs:0000:01:00.0", faults="read:status=0x281:nth=1", gpu=False)
+    with pytest.raises(TypeError, match="fault rule"):
+        cunvme.Device("emu", faults=3, gpu=False)
+    with pytest.raises(TypeError, match="must be a str"):
+        cunvme.Device("emu", faults=["read:status=0x281:nth=1", 3], gpu=False)
+    with pytest.raises(cunvme.DeviceError, match="needs an action"):
+        cunvme.Device("emu:blocks=64", faults="read:nth=1", gpu=False)
+
+
 def test_status_name_gives_the_specification_name():
     assert cunvme.status_name(0x080) == "LBA Out of Range"
     assert cunvme.status_name(0x002) == "Invalid Field in Command"
