@@ -86,8 +86,9 @@ struct gpu_for_controller_mapping {
 /// the library's one timeout policy (Abort for each timed-out command; where one does not
 /// abort, the controller stopped), then, this device owning the controller, `controller::reset()`
 /// where the policy stopped it (queues re-created). The mapping is released once the aborted
-/// commands' completions are in, or after the reset. While copies keep running the recovery waits. Keep such a buffer allocated until `quarantined_buffers()` is 0, and run no
-/// kernel of your own on the device's queues meanwhile (Abort names commands by CID); a reset
+/// commands' completions are in, or after the reset. While copies keep running the recovery
+/// waits. Keep such a buffer allocated until `quarantined_buffers()` is 0, and run no kernel of
+/// your own on the device's queues meanwhile (Abort names commands by CID); a reset
 /// also ends the commands of any other queue pair of `controller()`.
 ///
 /// The destructor waits for the copies still in flight (their streams must be able to reach

@@ -74,8 +74,8 @@ class gpu_buffer {
  public:
   gpu_buffer(device& dev, std::size_t bytes, const std::string& source) : dev_(dev), bytes_(bytes) {
     if (bytes_ == 0) return;
-    const host::gpu_context_scope scope = dev_.make_current();  // on the device's GPU, from any thread
-    // Between the device's copies: an allocation while another thread's copy runs would keep
+    // On the device's GPU from any thread (between_copies and register_buffer make its context
+    // current), and between the device's copies: an allocation while another thread's copy runs would keep
     // the emulator's data copies from that copy's kernel (device::between_copies).
     dev_.between_copies([&] { host::cuda_check(cudaMalloc(&data_, bytes_), "Allocate GPU memory for tensors", source); });
     try {
