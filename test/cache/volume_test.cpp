@@ -461,7 +461,7 @@ std::vector<emu::controller_config> device_memory_configs(unsigned n, std::atomi
   std::vector<emu::controller_config> configs;
   for (unsigned m = 0; m < n; ++m) {
     auto c = small_config();
-    c.memory.device_copy.copy = [&device_copies](void* dst, const void* src, std::uint64_t bytes, bool) {
+    c.memory.device_copy.copy = [&device_copies](void* dst, const void* src, std::uint64_t bytes, bool, int) {
       std::memcpy(dst, src, bytes);
       device_copies.fetch_add(1, std::memory_order_relaxed);
       return true;

@@ -82,7 +82,7 @@ TEST_CASE("device regions move through the installed copier, and fault without o
   CHECK_FALSE(dma.write(bus, &value, sizeof value));
   int copies = 0;
   int waits = 0;
-  dma.set_device_copier(emu::device_copier{[&](void* dst, const void* src, std::uint64_t n, bool) {
+  dma.set_device_copier(emu::device_copier{[&](void* dst, const void* src, std::uint64_t n, bool, int) {
                                              ++copies;
                                              std::memcpy(dst, src, n);
                                              return true;
@@ -91,6 +91,7 @@ TEST_CASE("device regions move through the installed copier, and fault without o
                                              ++waits;
                                              return true;
                                            },
+                                           {},
                                            {},
                                            {}});
   CHECK(dma.write(bus, &value, sizeof value));
@@ -101,6 +102,43 @@ TEST_CASE("device regions move through the installed copier, and fault without o
   CHECK(dma.pin().store32(bus, 7));
   CHECK(waits == 2);  // a 32-bit store completes the copies before it, then its own
   CHECK(dma.pin().finish_device_writes());
+}
+
+TEST_CASE("each device region's copies name the GPU its memory belongs to, asked once when it is mapped") {
+  // Several GPUs: the copier moves each GPU's bytes on that GPU's streams, so it must be told
+  // whose memory a region is; memory no GPU owns is refused as an IOMMU refuses an unbacked address.
+  emu::dma_space dma;
+  std::vector<std::byte> gpu0(4096), gpu3(4096), nobody(4096);
+  int asked = 0;
+  std::vector<int> copied_for;
+  emu::device_copier copier;
+  copier.copy = [&](void* dst, const void* src, std::uint64_t n, bool, int gpu) {
+    copied_for.push_back(gpu);
+    std::memcpy(dst, src, n);
+    return true;
+  };
+  copier.wait = [] { return true; };
+  copier.gpu_of = [&](const void* p) {
+    ++asked;
+    return p == gpu0.data() ? 0 : p == gpu3.data() ? 3 : -1;
+  };
+  dma.set_device_copier(copier);
+  const auto on0 = dma.map(gpu0.data(), gpu0.size(), emu::memory_kind::device);
+  const auto on3 = dma.map(gpu3.data(), gpu3.size(), emu::memory_kind::device);
+  CHECK_THROWS_WITH_AS((void)dma.map(nobody.data(), nobody.size(), emu::memory_kind::device), doctest::Contains("not GPU memory"), std::invalid_argument);
+  CHECK(asked == 3);
+  CHECK(dma.find(on3, 8)->gpu == 3);
+  const int value = 9;
+  CHECK(dma.write(on3, &value, sizeof value));
+  CHECK(dma.write(on0, &value, sizeof value));
+  int back = 0;
+  CHECK(dma.read(on3 + 8, &back, sizeof back));
+  CHECK(copied_for == std::vector<int>{3, 0, 3});
+  CHECK(asked == 3);  // never on the I/O path
+  // Host regions never ask.
+  std::vector<std::byte> host(4096);
+  (void)dma.map(host.data(), host.size());
+  CHECK(asked == 3);
 }
 
 TEST_CASE("dma_space::map with an alignment above 2 MiB returns a bus address congruent to the pointer modulo it") {
@@ -122,7 +160,7 @@ TEST_CASE("a 32-bit store to device memory lands after the thread's earlier devi
   std::vector<std::byte> fake_gpu(4096);
   const auto bus = dma.map(fake_gpu.data(), fake_gpu.size(), emu::memory_kind::device);
   std::vector<std::string> events;
-  dma.set_device_copier(emu::device_copier{[&](void* dst, const void* src, std::uint64_t n, bool) {
+  dma.set_device_copier(emu::device_copier{[&](void* dst, const void* src, std::uint64_t n, bool, int) {
                                              events.push_back("copy " + std::to_string(n));
                                              std::memcpy(dst, src, n);
                                              return true;
@@ -131,6 +169,7 @@ TEST_CASE("a 32-bit store to device memory lands after the thread's earlier devi
                                              events.push_back("wait");
                                              return true;
                                            },
+                                           {},
                                            {},
                                            {}});
   const std::uint32_t entry[3] = {1, 2, 3};

@@ -120,7 +120,7 @@ TEST_CASE("Get Log Page past the log page's end returns the log then zeros") {
 TEST_CASE("an exception thrown on an emulator thread makes the controller fatal, not the process") {
   const std::string result = in_child(1ull << 30, [] {
     auto config = small_config();
-    config.memory.device_copy.copy = [](void*, const void*, std::uint64_t, bool) { return false; };
+    config.memory.device_copy.copy = [](void*, const void*, std::uint64_t, bool, int) { return false; };
     config.memory.device_copy.thread_start = [] { throw std::runtime_error("no CUDA stream for this thread"); };
     emu::controller ctrl(config);
     test_host host(ctrl);
@@ -408,7 +408,7 @@ struct deferred_copier {
 
   emu::device_copier copier() {
     emu::device_copier c;
-    c.copy = [this](void* dst, const void* src, std::uint64_t bytes, bool to_device) {
+    c.copy = [this](void* dst, const void* src, std::uint64_t bytes, bool to_device, int) {
       if (!to_device) {
         std::memcpy(dst, src, bytes);
         return true;
@@ -491,7 +491,7 @@ TEST_CASE("a read into host memory after a held read in the same burst does not 
     auto config = small_config();
     config.namespaces = {emu::namespace_config::in_memory(512, 1024)};  // 512 KiB: chunks 0..7
     config.workers = 2;  // queue 1 on worker 0, queue 2 on worker 1
-    config.memory.device_copy.copy = [&](void* dst, const void* src, std::uint64_t bytes, bool) {
+    config.memory.device_copy.copy = [&](void* dst, const void* src, std::uint64_t bytes, bool, int) {
       if (!copying.exchange(true)) std::this_thread::sleep_for(300ms);  // read A holds stripe 1 meanwhile
       std::memcpy(dst, src, bytes);
       return true;
@@ -532,7 +532,7 @@ TEST_CASE("every controller thread runs the device copier's thread_end before it
   std::atomic<int> started{0}, ended{0};
   auto config = small_config();
   config.workers = 3;
-  config.memory.device_copy.copy = [](void*, const void*, std::uint64_t, bool) { return false; };
+  config.memory.device_copy.copy = [](void*, const void*, std::uint64_t, bool, int) { return false; };
   config.memory.device_copy.thread_start = [&] { started.fetch_add(1); };
   config.memory.device_copy.thread_end = [&] { ended.fetch_add(1); };
   {
@@ -553,7 +553,7 @@ TEST_CASE("a read whose own copies fail while it settles the burst mid-command c
   auto config = small_config();
   config.namespaces = {emu::namespace_config::in_memory(512, 8192).with_metadata(8, false)};
   config.mdts = 9;  // 2 MiB
-  config.memory.device_copy.copy = [](void* dst, const void* src, std::uint64_t bytes, bool) {
+  config.memory.device_copy.copy = [](void* dst, const void* src, std::uint64_t bytes, bool, int) {
     std::memcpy(dst, src, bytes);
     return true;
   };

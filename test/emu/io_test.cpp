@@ -596,7 +596,7 @@ struct device_copy_fixture {
   static emu::controller_config config(std::atomic<int>& waits, std::atomic<bool>& fail_waits) {
     emu::controller_config c;
     c.workers = 1;
-    c.memory.device_copy.copy = [](void* dst, const void* src, std::uint64_t n, bool) {
+    c.memory.device_copy.copy = [](void* dst, const void* src, std::uint64_t n, bool, int) {
       std::memcpy(dst, src, n);
       return true;
     };

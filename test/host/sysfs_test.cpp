@@ -356,7 +356,7 @@ alignas(4096) std::byte other_memory[3 * 4096];  // stands for another controlle
 }
 
 TEST_CASE("VFIO map_host refuses a null pointer, a start inside a page and zero bytes before asking the IOMMU") {
-  host::vfio_allocator memory(std::make_shared<const host::vfio_fd>(-1), bdf);
+  host::vfio_allocator memory(std::make_shared<const cunvme::detail::file_descriptor>(-1), bdf);
   CHECK_THROWS_WITH_AS((void)memory.map_host(nullptr, 4096), doctest::Contains("empty range"), host::error);
   CHECK_THROWS_WITH_AS((void)memory.map_host(other_memory + 8, 4096), doctest::Contains("4 KiB boundary"), host::error);
   CHECK_THROWS_WITH_AS((void)memory.map_host(other_memory, 0), doctest::Contains("empty range"), host::error);
@@ -365,7 +365,7 @@ TEST_CASE("VFIO map_host refuses a null pointer, a start inside a page and zero 
 
 TEST_CASE("VFIO map_host reports the IOMMU's refusal as a host::error naming the operation and the device") {
   // Container fd -1: VFIO_IOMMU_MAP_DMA fails (EBADF), as a refusal by the kernel would.
-  host::vfio_allocator memory(std::make_shared<const host::vfio_fd>(-1), bdf);
+  host::vfio_allocator memory(std::make_shared<const cunvme::detail::file_descriptor>(-1), bdf);
   CHECK_THROWS_WITH_AS((void)memory.map_host(other_memory, 5000), doctest::Contains("Map host memory into the IOMMU on 0000:00:04.0"), host::error);
 }
 

@@ -10,7 +10,7 @@ Layers, bottom to top: spec (0, beside it kmod: the kernel module's ioctl ABI, a
 header shared with kmod/) < detail (1: access.cuh, checked.cuh, write_combined.cuh) < policy (2) < io (3)
 < volume (4: several namespaces as one, over the readers) < cache (5: the page cache and arrays over a
 namespace or a volume) < host (6) < emu (7). Inside host/, its folders have an order of their own
-(HOST_ORDER): error.cuh, cuda_error.cuh < memory/ < backend/ < controller/ = queue/ < gpu/ < owners/ < open.cuh. A header may include its own layer and those below. The
+(HOST_ORDER): error.cuh, cuda_error.cuh < memory/ < backend/ < controller/ = queue/ < gpu/ < owners/ = sharing/ < open.cuh. A header may include its own layer and those below. The
 facade (8) sits beside them: it may include everything up to host, but not emu; the loader (9) may
 include the facade and what it may. config.cuh (macros
 and the ABI namespace) and cunvme.cuh (the umbrella) are exempt. A header in a folder not
@@ -46,6 +46,7 @@ HOST_ORDER = {
     'queue': 3,            # I/O queue pairs and the host's synchronous I/O
     'gpu': 4,              # GPU threads as drivers: contexts, reach, dma-bufs, queue pairs for kernels
     'owners': 5,           # host objects that own the memory of device-side structures
+    'sharing': 5,          # a controller shared by processes: its owner, and those attached to it
     'open.cuh': 6,         # one entry point for every way to reach a controller
 }
 

@@ -50,6 +50,9 @@
 #include <utility>
 #include <vector>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 CUNVME_NAMESPACE_BEGIN
 namespace emu {
 
@@ -77,7 +80,7 @@ class controller : private detail::admin_commands {
     open_namespaces();
     if (config_.memory.device_copy) dma_.set_device_copier(config_.memory.device_copy);
     bar_size_ = round_up(spec::bar_bytes_for_queues(config_.max_io_queues, config_.doorbell_stride), 4096);
-    bar_ = allocate(bar_size_);
+    bar_ = config_.shared_bar ? map_shared_bar() : allocate(bar_size_);
     try {
       if (config_.cmb_bytes != 0) cmb_ = allocate(config_.cmb_bytes);
       start();
@@ -86,7 +89,7 @@ class controller : private detail::admin_commands {
       stop_.store(true, std::memory_order_release);
       for (auto& t : threads_) t.join();
       if (cmb_ != nullptr) release(cmb_, config_.cmb_bytes);
-      release(bar_, bar_size_);
+      release_bar();
       throw;
     }
   }
@@ -104,11 +107,35 @@ class controller : private detail::admin_commands {
         // A destructor must not throw; flush() errors are reported by Flush and shutdown.
       }
     }
-    release(bar_, bar_size_);
+    release_bar();
     if (cmb_ != nullptr) release(cmb_, config_.cmb_bytes);
   }
 
  private:
+  /// BAR0 in a memory file other processes map: zeroed, page-aligned, shared.
+  [[nodiscard]] std::byte* map_shared_bar() {
+    bar_file_ = ::memfd_create("cunvme-emu-bar", MFD_CLOEXEC);
+    if (bar_file_ < 0) throw std::system_error(errno, std::generic_category(), "emu: memfd_create for a shared BAR0");
+    void* p = MAP_FAILED;
+    if (::ftruncate(bar_file_, static_cast<off_t>(bar_size_)) == 0) p = ::mmap(nullptr, bar_size_, PROT_READ | PROT_WRITE, MAP_SHARED, bar_file_, 0);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      ::close(bar_file_);
+      bar_file_ = -1;
+      throw std::system_error(e, std::generic_category(), "emu: map a shared BAR0 of " + std::to_string(bar_size_) + " bytes");
+    }
+    return static_cast<std::byte*>(p);
+  }
+  void release_bar() noexcept {
+    if (bar_file_ < 0) {
+      release(bar_, bar_size_);
+      return;
+    }
+    ::munmap(bar_, bar_size_);
+    ::close(bar_file_);
+    bar_file_ = -1;
+  }
+
   void start() {
     sqs_ = std::make_unique<sq_state[]>(config_.max_io_queues + 1u);
     cqs_ = std::make_unique<cq_state[]>(config_.max_io_queues + 1u);
@@ -140,6 +167,9 @@ class controller : private detail::admin_commands {
   /// keeps them, so a write to a read-only register is never visible); this memory's first
   /// 4 KiB are never read by the controller.
   [[nodiscard]] std::byte* bar() const noexcept { return bar_; }
+  /// The memory file holding BAR0 (`controller_config::shared_bar`), for other processes to
+  /// map; -1 without one. Owned by the controller: duplicate it to keep it.
+  [[nodiscard]] int bar_file() const noexcept { return bar_file_; }
   [[nodiscard]] std::size_t bar_size() const noexcept { return bar_size_; }
 
   /// A 32-bit MMIO read of BAR0 at `offset` (4-byte aligned, inside `bar_size()`): registers

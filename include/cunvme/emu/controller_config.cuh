@@ -84,6 +84,11 @@ struct memory_hooks {
   std::function<bool(void* pointer, std::size_t bytes, bool read_only)> register_host;
   /// Undoes a successful `register_host`, before the namespace's memory is unmapped.
   std::function<void(void* pointer, std::size_t bytes)> unregister_host;
+  /// Opens GPU memory another process exported (a 64-byte CUDA IPC handle) in this process, for
+  /// a controller shared with it (host/sharing/): its device address, nullptr where it cannot.
+  std::function<void*(const std::byte* handle)> open_exported_gpu;
+  /// Closes what `open_exported_gpu` opened, once no copy uses it.
+  std::function<void(void* pointer)> close_exported_gpu;
 };
 
 /// How worker threads wait when there is nothing to do.
@@ -115,6 +120,12 @@ struct controller_config {
   std::uint8_t abort_command_limit = 3;     ///< ACL, 0-based
   std::uint8_t async_event_request_limit = 3;  ///< AERL, 0-based
   std::uint16_t error_log_entries = 64;     ///< ELPE + 1
+
+  // ---- sharing ----------------------------------------------------------------------------
+  /// BAR0 in a memory file (memfd) that other processes map (`controller::bar_file()`): their
+  /// doorbell stores reach this controller, for a controller shared by several processes
+  /// (host/sharing/). The BAR is then never placed by `memory.allocate`.
+  bool shared_bar = false;
 
   // ---- controller memory buffer ------------------------------------------------------------
   std::uint64_t cmb_bytes = 0;              ///< 0: no CMB; else a multiple of 4 KiB

@@ -404,6 +404,7 @@ class controller_state {
   std::vector<namespace_state> namespaces_;
   dma_space dma_;
   std::byte* bar_ = nullptr;
+  int bar_file_ = -1;  ///< the memory file of a shared BAR0, else -1
   std::size_t bar_size_ = 0;
   std::byte* cmb_ = nullptr;
   std::unique_ptr<sq_state[]> sqs_;

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -39,50 +40,7 @@ class cuda_error : public host::error {
 
 namespace detail {
 
-/// The calling emulator thread's copy stream, if it made one.
-struct copy_stream_state {
-  cudaStream_t stream = nullptr;
-  bool created = false;
-};
-inline copy_stream_state& this_thread_copy_stream() {
-  thread_local copy_stream_state state;
-  return state;
-}
-
-/// One non-blocking stream per emulator thread, created when the thread starts (`thread_start`)
-/// and destroyed as it ends (`thread_end`, `release_copy_stream`).
-inline cudaStream_t copy_stream() {
-  copy_stream_state& s = this_thread_copy_stream();
-  if (!s.created) {
-    if (const auto e = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking); e != cudaSuccess) {
-      throw cuda_error(e, "Create the emulator's copy stream");
-    }
-    s.created = true;
-  }
-  return s.stream;
-}
-
-/// Destroys the calling thread's stream once its copies are done. Runs from the controller's
-/// threads as they end, which is in the controller's destructor, not at thread-local teardown:
-/// that can come after the CUDA runtime was torn down at process exit (then both calls fail
-/// with an error code, which is dropped: the driver frees the stream with the context).
-inline void release_copy_stream() noexcept {
-  copy_stream_state& s = this_thread_copy_stream();
-  if (!s.created) return;
-  const bool synced = cudaStreamSynchronize(s.stream) == cudaSuccess;
-  const bool destroyed = cudaStreamDestroy(s.stream) == cudaSuccess;
-  if (!synced || !destroyed) (void)cudaGetLastError();
-  s.stream = nullptr;
-  s.created = false;
-}
-
-/// Whether the calling thread queued host → device copies not yet waited for.
-inline bool& copies_queued() {
-  thread_local bool queued = false;
-  return queued;
-}
-
-/// The calling thread's host → device copies not yet handed to CUDA.
+/// The calling thread's host → device copies for one GPU not yet handed to CUDA.
 struct held_copies {
   std::vector<void*> dsts;
   std::vector<const void*> srcs;
@@ -95,23 +53,72 @@ struct held_copies {
     sizes.clear();
   }
 };
-inline held_copies& this_thread_held_copies() {
-  thread_local held_copies held;
-  return held;
+
+/// What an emulator thread keeps for copies to and from one GPU: a non-blocking stream of that
+/// GPU, made the first time (`thread_start` makes the current GPU's, before kernels run), and
+/// the copies it holds for it. A copy goes out on the stream of the GPU whose memory it
+/// touches, so the copies for several GPUs run on each GPU's own copy engines, side by side.
+struct gpu_copy_lane {
+  cudaStream_t stream = nullptr;
+  bool created = false;
+  bool queued = false;  ///< host → device copies queued since the last `wait`
+  held_copies held;
+};
+
+/// The calling thread's lanes, by CUDA ordinal (grown to the largest ordinal it copied for).
+inline std::vector<gpu_copy_lane>& this_thread_lanes() {
+  thread_local std::vector<gpu_copy_lane> lanes;
+  return lanes;
+}
+
+/// The calling thread's lane for GPU `gpu`, its stream created (on that GPU) if it was not.
+inline gpu_copy_lane& copy_lane(int gpu) {
+  if (gpu < 0) throw cuda_error(cudaErrorInvalidDevice, "Copy for GPU " + std::to_string(gpu));
+  std::vector<gpu_copy_lane>& lanes = this_thread_lanes();
+  if (lanes.size() <= static_cast<std::size_t>(gpu)) lanes.resize(static_cast<std::size_t>(gpu) + 1);
+  gpu_copy_lane& lane = lanes[static_cast<std::size_t>(gpu)];
+  if (!lane.created) {
+    // Streams belong to the GPU current when they are made; copies may be issued to them from
+    // any current GPU. The emulator thread's own current GPU is put back.
+    int current = 0;
+    if (const auto e = cudaGetDevice(&current); e != cudaSuccess) throw cuda_error(e, "Create the emulator's copy stream");
+    if (current != gpu) {
+      if (const auto e = cudaSetDevice(gpu); e != cudaSuccess) throw cuda_error(e, "Create the emulator's copy stream for GPU " + std::to_string(gpu));
+    }
+    const auto e = cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking);
+    if (current != gpu) (void)cudaSetDevice(current);
+    if (e != cudaSuccess) throw cuda_error(e, "Create the emulator's copy stream for GPU " + std::to_string(gpu));
+    lane.created = true;
+  }
+  return lane;
+}
+
+/// Destroys the calling thread's streams once their copies are done. Runs from the controller's
+/// threads as they end, which is in the controller's destructor, not at thread-local teardown:
+/// that can come after the CUDA runtime was torn down at process exit (then both calls fail
+/// with an error code, which is dropped: the driver frees the stream with the context).
+inline void release_copy_streams() noexcept {
+  for (gpu_copy_lane& lane : this_thread_lanes()) {
+    if (!lane.created) continue;
+    const bool synced = cudaStreamSynchronize(lane.stream) == cudaSuccess;
+    const bool destroyed = cudaStreamDestroy(lane.stream) == cudaSuccess;
+    if (!synced || !destroyed) (void)cudaGetLastError();
+  }
+  this_thread_lanes() = {};
 }
 
 /// Copies held before they are issued without waiting for `wait`: bounds the thread's lists
 /// (a burst of 64 commands with scattered PRPs can name thousands of pages).
 inline constexpr std::size_t max_held_copies = 1024;
 
-/// Hands the held copies to CUDA on `stream`, in one `cudaMemcpyBatchAsync`. A CUDA call per
-/// copy is what capped the emulator: those calls serialize in the driver, about 190 k copies/s
-/// for the whole process however many threads make them; 64 copies of 128 KiB in one batch
-/// run at the link's 54 GB/s (H100, bench/RESULTS.md P3). The batch's copies have no order
-/// among themselves, which `device_copier` allows until `wait`; their sources stay valid until
-/// then, so the driver may read them after this call returns.
-inline bool issue_held_copies(cudaStream_t stream) {
-  held_copies& held = this_thread_held_copies();
+/// Hands a lane's held copies to CUDA on its stream, in one `cudaMemcpyBatchAsync`. A CUDA call
+/// per copy is what capped the emulator: those calls serialize in the driver, about 190 k
+/// copies/s for the whole process however many threads make them; 64 copies of 128 KiB in one
+/// batch run at the link's 54 GB/s (H100, bench/RESULTS.md P3). The batch's copies have no
+/// order among themselves, which `device_copier` allows until `wait`; their sources stay valid
+/// until then, so the driver may read them after this call returns.
+inline bool issue_held_copies(gpu_copy_lane& lane) {
+  held_copies& held = lane.held;
   if (held.size() == 0) return true;
   bool ok = false;
 #if CUDART_VERSION >= 13000
@@ -119,7 +126,7 @@ inline bool issue_held_copies(cudaStream_t stream) {
     cudaMemcpyAttributes attributes{};
     attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
     std::size_t first_copy = 0;
-    ok = cudaMemcpyBatchAsync(held.dsts.data(), held.srcs.data(), held.sizes.data(), held.size(), &attributes, &first_copy, 1, stream) ==
+    ok = cudaMemcpyBatchAsync(held.dsts.data(), held.srcs.data(), held.sizes.data(), held.size(), &attributes, &first_copy, 1, lane.stream) ==
          cudaSuccess;
     // A driver without batches: one call per copy, as before.
     if (!ok) (void)cudaGetLastError();
@@ -128,12 +135,22 @@ inline bool issue_held_copies(cudaStream_t stream) {
   if (!ok) {
     ok = true;
     for (std::size_t i = 0; ok && i < held.size(); ++i) {
-      ok = cudaMemcpyAsync(held.dsts[i], held.srcs[i], held.sizes[i], cudaMemcpyHostToDevice, stream) == cudaSuccess;
+      ok = cudaMemcpyAsync(held.dsts[i], held.srcs[i], held.sizes[i], cudaMemcpyHostToDevice, lane.stream) == cudaSuccess;
     }
   }
   held.clear();
   held.failed |= !ok;
   return ok;
+}
+
+/// The GPU that owns device memory `pointer` (its CUDA ordinal); -1 where CUDA does not know it.
+inline int gpu_of(const void* pointer) noexcept {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged ? attributes.device : -1;
 }
 
 /// The machine's physical memory in bytes (0 when the system will not say).
@@ -211,66 +228,90 @@ inline void prepare_cuda_environment() {
   hooks.unregister_host = [](void* p, std::size_t) {
     if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
   };
-  hooks.device_copy.copy = [](void* dst, const void* src, std::uint64_t bytes, bool to_device) {
-    cudaStream_t stream = nullptr;
+  // A region of GPU memory is copied on its GPU's streams; memory CUDA cannot place is refused
+  // when it is mapped (a bus range whose copies would all fail).
+  hooks.device_copy.gpu_of = [](const void* pointer) { return detail::gpu_of(pointer); };
+  hooks.device_copy.copy = [](void* dst, const void* src, std::uint64_t bytes, bool to_device, int gpu) {
+    detail::gpu_copy_lane* lane = nullptr;
     try {
-      stream = detail::copy_stream();
+      lane = &detail::copy_lane(gpu);
     } catch (const cuda_error&) {
       return false;  // the command fails with Data Transfer Error; the worker thread lives on
     }
-    detail::held_copies& held = detail::this_thread_held_copies();
+    detail::held_copies& held = lane->held;
     if (!to_device) {
       // After the held copies, in stream order: a read of device memory sees this thread's
       // earlier writes to it (a failure of theirs is `wait`'s to report).
-      (void)detail::issue_held_copies(stream);
-      return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
-             cudaStreamSynchronize(stream) == cudaSuccess;
+      (void)detail::issue_held_copies(*lane);
+      return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, lane->stream) == cudaSuccess &&
+             cudaStreamSynchronize(lane->stream) == cudaSuccess;
     }
     // Host → device copies of a burst are held and go out together in `wait`, which runs
     // before any of their commands' completions is posted.
-    detail::copies_queued() = true;
+    lane->queued = true;
     if (held.sizes.capacity() < detail::max_held_copies) {
-      try {  // once per thread; the lists never grow past it, so the pushes below cannot throw
+      try {  // once per lane; the lists never grow past it, so the pushes below cannot throw
         held.dsts.reserve(detail::max_held_copies);
         held.srcs.reserve(detail::max_held_copies);
         held.sizes.reserve(detail::max_held_copies);
       } catch (const std::bad_alloc&) {
-        (void)detail::issue_held_copies(stream);
+        (void)detail::issue_held_copies(*lane);
         return false;  // this copy's command fails with Data Transfer Error
       }
     }
     held.dsts.push_back(dst);
     held.srcs.push_back(src);
     held.sizes.push_back(static_cast<std::size_t>(bytes));
-    if (held.size() == detail::max_held_copies) (void)detail::issue_held_copies(stream);  // a failure is `wait`'s to report
+    if (held.size() == detail::max_held_copies) (void)detail::issue_held_copies(*lane);  // a failure is `wait`'s to report
     return true;
   };
-  // Called for every read: with nothing queued (data in host memory) no CUDA call is made.
+  // Called for every read: with nothing queued (data in host memory) no CUDA call is made. The
+  // copies of every GPU the thread queued for go out before it waits for any of them.
   hooks.device_copy.wait = [] {
-    if (!detail::copies_queued()) return true;
-    detail::copies_queued() = false;
-    try {
-      const cudaStream_t stream = detail::copy_stream();
-      (void)detail::issue_held_copies(stream);
-      const bool synced = cudaStreamSynchronize(stream) == cudaSuccess;
-      const bool failed = std::exchange(detail::this_thread_held_copies().failed, false);
-      return synced && !failed;
-    } catch (const cuda_error&) {
-      detail::this_thread_held_copies().clear();
-      detail::this_thread_held_copies().failed = false;
-      return false;
+    std::vector<detail::gpu_copy_lane>& lanes = detail::this_thread_lanes();
+    bool any = false;
+    for (detail::gpu_copy_lane& lane : lanes) {
+      if (!lane.queued) continue;
+      any = true;
+      (void)detail::issue_held_copies(lane);
     }
+    if (!any) return true;
+    bool ok = true;
+    for (detail::gpu_copy_lane& lane : lanes) {
+      if (!lane.queued) continue;
+      lane.queued = false;
+      const bool synced = cudaStreamSynchronize(lane.stream) == cudaSuccess;
+      const bool failed = std::exchange(lane.held.failed, false);
+      ok = ok && synced && !failed;
+    }
+    return ok;
   };
   hooks.device_copy.thread_start = [] {
     try {
-      (void)detail::copy_stream();
+      int current = 0;
+      if (cudaGetDevice(&current) == cudaSuccess) {
+        (void)detail::copy_lane(current);
+      } else {
+        (void)cudaGetLastError();
+      }
     } catch (const cuda_error&) {
       // Left to the first copy, which then fails its command with Data Transfer Error.
     }
   };
-  hooks.device_copy.thread_end = [] {
-    detail::release_copy_stream();
-    detail::this_thread_held_copies() = {};
+  hooks.device_copy.thread_end = [] { detail::release_copy_streams(); };
+  // Another process's GPU memory, for a controller this process shares with it.
+  hooks.open_exported_gpu = [](const std::byte* exported) -> void* {
+    cudaIpcMemHandle_t handle{};
+    std::memcpy(&handle, exported, sizeof handle);
+    void* p = nullptr;
+    if (cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return p;
+  };
+  hooks.close_exported_gpu = [](void* p) {
+    if (cudaIpcCloseMemHandle(p) != cudaSuccess) (void)cudaGetLastError();
   };
   return hooks;
 }

@@ -38,6 +38,7 @@ struct dma_region {
   std::byte* pointer = nullptr;  ///< host address, or device address for `memory_kind::device`
   std::uint64_t bytes = 0;
   memory_kind kind = memory_kind::host;
+  int gpu = -1;  ///< the CUDA ordinal of a `memory_kind::device` region's GPU (`device_copier::gpu_of`)
 
   [[nodiscard]] bool contains(std::uint64_t address, std::uint64_t length) const noexcept {
     return address >= bus && length <= bytes && address - bus <= bytes - length;
@@ -54,13 +55,19 @@ struct dma_region {
 /// controller thread before it serves any queue: per-thread setup (a CUDA stream) made there,
 /// before kernels run, is not made on the I/O path while a kernel waits for that I/O;
 /// `thread_end` undoes it.
+///
+/// Several GPUs: a region of device memory is asked `gpu_of` once, when it is mapped, and each
+/// of its copies names that GPU (`gpu`), so a copier moves each GPU's bytes on that GPU's own
+/// streams. Without `gpu_of` every device region is GPU 0's.
 struct device_copier {
-  std::function<bool(void* dst, const void* src, std::uint64_t bytes, bool to_device)> copy;
+  std::function<bool(void* dst, const void* src, std::uint64_t bytes, bool to_device, int gpu)> copy;
   std::function<bool()> wait;
   std::function<void()> thread_start;
   /// If set, runs once on each controller thread as it ends (after its last copy): releases
   /// what `thread_start` made.
   std::function<void()> thread_end;
+  /// The GPU that owns device memory at `pointer`, or -1 where it is none (the region is refused).
+  std::function<int(const void* pointer)> gpu_of;
   [[nodiscard]] explicit operator bool() const noexcept { return static_cast<bool>(copy); }
 };
 
@@ -95,6 +102,8 @@ class dma_space {
       throw std::invalid_argument("dma_space::map: alignment " + std::to_string(alignment) + " is not a power of two up to 2^61");
     }
     alignment = std::max(alignment, bus_granule);
+    // Asked before the lock: a CUDA query may take a while, and accesses wait on the lock.
+    const int gpu = kind == memory_kind::device ? gpu_owning(pointer) : -1;
     std::unique_lock lock(mutex_);
     const std::uint64_t offset = reinterpret_cast<std::uintptr_t>(pointer) % alignment;
     if (bytes > max_bus_address - offset - 2 * alignment) {
@@ -119,7 +128,7 @@ class dma_space {
     }
     const std::uint64_t bus = start + offset;
     next_bus_ = start + span;
-    regions_.emplace(bus, dma_region{bus, static_cast<std::byte*>(pointer), bytes, kind});
+    regions_.emplace(bus, dma_region{bus, static_cast<std::byte*>(pointer), bytes, kind, gpu});
     return bus;
   }
 
@@ -212,12 +221,12 @@ class dma_space {
 
     /// Copies between a region found through this view and host memory.
     [[nodiscard]] bool copy_out(const dma_region& r, std::uint64_t offset, void* dst, std::uint64_t length) const {
-      if (r.kind == memory_kind::device) return space_->device_copy(dst, r.pointer + offset, length, false);
+      if (r.kind == memory_kind::device) return space_->device_copy(dst, r.pointer + offset, length, false, r.gpu);
       std::memcpy(dst, r.pointer + offset, length);
       return true;
     }
     [[nodiscard]] bool copy_in(const dma_region& r, std::uint64_t offset, const void* src, std::uint64_t length) const {
-      if (r.kind == memory_kind::device) return space_->device_copy(r.pointer + offset, src, length, true);
+      if (r.kind == memory_kind::device) return space_->device_copy(r.pointer + offset, src, length, true, r.gpu);
       std::memcpy(r.pointer + offset, src, length);
       return true;
     }
@@ -251,10 +260,20 @@ class dma_space {
   [[nodiscard]] std::uint64_t faults() const noexcept { return faults_.load(std::memory_order_relaxed); }
 
  private:
-  [[nodiscard]] bool device_copy(void* dst, const void* src, std::uint64_t length, bool to_device) const {
-    if (copier_ && copier_.copy(dst, src, length, to_device)) return true;
+  [[nodiscard]] bool device_copy(void* dst, const void* src, std::uint64_t length, bool to_device, int gpu) const {
+    if (copier_ && copier_.copy(dst, src, length, to_device, gpu)) return true;
     faults_.fetch_add(1, std::memory_order_relaxed);
     return false;
+  }
+
+  /// The GPU of a device region about to be mapped: GPU 0 without a `gpu_of` (one GPU, or a
+  /// test's copier); memory the copier places on no GPU is refused, as an IOMMU refuses an
+  /// address nothing backs.
+  [[nodiscard]] int gpu_owning(const void* pointer) const {
+    if (!copier_.gpu_of) return 0;
+    const int gpu = copier_.gpu_of(pointer);
+    if (gpu < 0) throw std::invalid_argument("dma_space::map: " + hex(reinterpret_cast<std::uintptr_t>(pointer)) + " is not GPU memory CUDA knows");
+    return gpu;
   }
 
   static std::string hex(std::uint64_t v) {

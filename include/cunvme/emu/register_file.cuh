@@ -78,16 +78,23 @@ class register_file : public controller_state {
   }
   void store64(spec::register_offset r, std::uint64_t value) noexcept {
     const auto off = spec::to_underlying(r);
-    register_word(off).store(static_cast<std::uint32_t>(value), std::memory_order_release);
-    register_word(off + 4).store(static_cast<std::uint32_t>(value >> 32), std::memory_order_release);
+    set_register_word(off, static_cast<std::uint32_t>(value));
+    set_register_word(off + 4, static_cast<std::uint32_t>(value >> 32));
   }
   [[nodiscard]] std::uint32_t load(spec::register_offset r) const noexcept {
     return register_word(spec::to_underlying(r)).load(std::memory_order_acquire);
   }
   void store(spec::register_offset r, std::uint32_t v) noexcept {
-    register_word(spec::to_underlying(r)).store(v, std::memory_order_release);
+    set_register_word(spec::to_underlying(r), v);
   }
   [[nodiscard]] std::atomic<std::uint32_t>& register_word(std::uint32_t offset) const noexcept { return registers_[offset / 4]; }
+  /// The one way a register changes. A shared BAR0 (`controller_config::shared_bar`) also
+  /// shows it in the BAR memory, where attached processes read it (and never write it: their
+  /// backend refuses); the controller itself goes by its own copy only.
+  void set_register_word(std::uint32_t offset, std::uint32_t value) const noexcept {
+    register_word(offset).store(value, std::memory_order_release);
+    if (config_.shared_bar && bar_ != nullptr) store32(offset, value);
+  }
 
   void write_capability_registers() {
     cap_ = spec::cap_register{}
@@ -126,11 +133,11 @@ class register_file : public controller_state {
       // Every 1 → 0 write of EN is a reset (3.7.2), even if EN is set again before the admin
       // thread looks: it counts them, it does not sample EN.
       if (before.en() && !spec::cc_register{value}.en()) cc_disables_.fetch_add(1, std::memory_order_acq_rel);
-      register_word(offset).store(value, std::memory_order_release);
+      set_register_word(offset, value);
     } else if (is(register_offset::aqa) || is(register_offset::asq, 2) || is(register_offset::acq, 2)) {
-      register_word(offset).store(value, std::memory_order_release);
+      set_register_word(offset, value);
     } else if (is(register_offset::cmbmsc, 2) && cmb_ != nullptr) {
-      register_word(offset).store(value, std::memory_order_release);
+      set_register_word(offset, value);
       // CRE makes CMBLOC/CMBSZ readable at once (NVMe 1.4 CMBMSC); the mapping at CBA is the
       // admin thread's (handle_cmb).
       const bool cre = spec::cmbmsc_register{load64(register_offset::cmbmsc)}.cre();

@@ -36,6 +36,9 @@
 CUNVME_NAMESPACE_BEGIN
 
 struct device_options {
+  /// The GPU (CUDA ordinal, as the process sees them) whose kernels and memory the device
+  /// serves; -1: the GPU current on the thread that constructs it.
+  int gpu = -1;
   std::uint32_t nsid = 1;
   std::uint32_t queue_entries = 1024;
   std::chrono::nanoseconds timeout = std::chrono::seconds(10);
@@ -94,10 +97,13 @@ struct gpu_for_controller_mapping {
 /// The destructor waits for the copies still in flight (their streams must be able to reach
 /// them), deletes the queues (which ends their commands), then unmaps every buffer.
 ///
-/// Threads: a device serves the GPU current on the thread that constructs it (`gpu()`). Its
-/// calls may come from any thread — one that never made a CUDA call included: each makes that
-/// GPU's context current for its duration (`make_current()`, `host::gpu_context_scope`) and
-/// leaves the thread's own as it found it.
+/// GPUs: a device serves one GPU (`device_options::gpu`, by default the one current on the
+/// constructing thread; `gpu()`): its queue pairs, kernels and buffers are that GPU's. Several
+/// GPUs share a controller through one device each over it (`shared_controller()`).
+///
+/// Threads: a device's calls may come from any thread, one that never made a CUDA call
+/// included: each makes its GPU's context current for its duration (`make_current()`,
+/// `host::gpu_context_scope`) and leaves the thread's own as it found it.
 class device {
  public:
   using queue_bundle = queue_policies<slots::warp_aggregated, completion::cooperative>;
@@ -114,20 +120,25 @@ class device {
     [[nodiscard]] __device__ Io at(std::uint64_t warp) const { return Io(views[warp % count], ns); }
   };
 
-  explicit device(std::string_view uri = "emu", device_options options = {})
-      : device(host::open(uri, options.controller, host::gpu_reach()), std::move(options)) {}
+  explicit device(std::string_view uri = "emu", device_options options = {}) : device(open_for(uri, options), std::move(options)) {}
 
   /// Over a controller opened for GPU threads (`host::open(uri, options, host::gpu_reach())`, or
   /// an emulator configured with `gpu_reach().configure`); `options.controller` is not used.
-  explicit device(std::unique_ptr<host::controller> ctrl, device_options options = {})
-      : ctrl_(present(std::move(ctrl))),
-        tuning_(options.tuning ? *options.tuning : current_tuning()),
+  /// The controller may serve other devices too — one per GPU, say (`shared_controller()` of
+  /// one of them): each device has queue pairs of its own on it, made on its GPU, and maps its
+  /// GPU's buffers for it; the controller is shut down when the last of them goes.
+  explicit device(std::shared_ptr<host::controller> ctrl, device_options options = {})
+      : gpu_(resolve_gpu(options.gpu, ctrl ? ctrl->name() : std::string("cunvme::device"))),
+        ctrl_(present(std::move(ctrl))),
+        tuning_(options.tuning ? *options.tuning : tuning_for(gpu_)),
         pool_(std::make_shared<detail::pinned_pool>(ctrl_->name())),
         cache_(options.cached_buffers, gpu_page, ctrl_->name()) {
     if (!tuning_.valid()) {
       throw host::error("Open", ctrl_->name(), "device_options::tuning: warps_per_block must be 1.." + std::to_string(copy_tuning::max_warps_per_block) +
                                                       ", commands_per_warp at least 1, queues 1.." + std::to_string(max_queues));
     }
+    // Queues, bookkeeping and mappings are made in the GPU's own context: GPU memory lands on it.
+    const host::gpu_context_scope scope(gpu_, ctrl_->name());
     // GPU memory through the kernel module: a dma-buf where the module imports them (NVIDIA's
     // open kernel modules), else its nvidia_p2p pins; other backends refuse GPU memory, saying which can.
     (void)host::use_gpu_dma_buf(*ctrl_);
@@ -157,6 +168,8 @@ class device {
   [[nodiscard]] host::gpu_context_scope make_current() const { return host::gpu_context_scope(gpu_, ctrl_->name()); }
 
   [[nodiscard]] host::controller& controller() noexcept { return *ctrl_; }
+  /// The controller, to open a device for another GPU on it (`device(dev.shared_controller(), {.gpu = 1})`).
+  [[nodiscard]] std::shared_ptr<host::controller> shared_controller() const noexcept { return ctrl_; }
   /// The first queue pair (examples that launch their own kernels use this one).
   [[nodiscard]] host::io_queue& queue() noexcept { return *queues_.front(); }
   [[nodiscard]] std::uint32_t queue_count() const noexcept { return static_cast<std::uint32_t>(queues_.size()); }
@@ -296,14 +309,33 @@ class device {
     std::shared_ptr<const detail::gpu_for_controller_mapping> mapping;
   };
 
-  [[nodiscard]] static std::unique_ptr<host::controller> present(std::unique_ptr<host::controller> ctrl) {
+  [[nodiscard]] static std::shared_ptr<host::controller> present(std::shared_ptr<host::controller> ctrl) {
     if (ctrl == nullptr) throw host::error("Open", "cunvme::device", "no controller given");
     return ctrl;
   }
 
-  [[nodiscard]] static copy_tuning current_tuning() {
-    int gpu = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&gpu) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu) != cudaSuccess ||
+  /// `gpu`, checked against the GPUs this process sees; -1: the thread's current GPU.
+  [[nodiscard]] static int resolve_gpu(int gpu, const std::string& name) {
+    if (gpu == -1) return host::gpu_context_scope::current_gpu();
+    int count = 0;
+    if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) host::cuda_check(e, "Find GPU " + std::to_string(gpu), name);
+    if (gpu < 0 || gpu >= count) {
+      throw host::error("Open", name, "device_options::gpu = " + std::to_string(gpu) + ": this process sees " + std::to_string(count) +
+                                          " GPU(s), ordinals 0.." + std::to_string(count - 1) + " (CUDA_VISIBLE_DEVICES applies), or -1 for the current one");
+    }
+    return gpu;
+  }
+
+  /// The emulator (or a real controller's registrations) opened in `options.gpu`'s context.
+  [[nodiscard]] static std::shared_ptr<host::controller> open_for(std::string_view uri, const device_options& options) {
+    const std::string name(uri);
+    const host::gpu_context_scope scope(resolve_gpu(options.gpu, name), name);
+    return host::open(uri, options.controller, host::gpu_reach());
+  }
+
+  [[nodiscard]] static copy_tuning tuning_for(int gpu) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu) != cudaSuccess ||
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, gpu) != cudaSuccess) {
       (void)cudaGetLastError();
       return copy_tuning_for(0);
@@ -352,6 +384,13 @@ class device {
       reset_due_ = outcome.needs_reset();
     }
     if (reset_due_) {
+      // A reset re-creates every queue pair of the controller, and ends the commands of each:
+      // only safe while none runs, which a device knows of its own queues only.
+      if (ctrl_.use_count() > 1) {
+        throw host::error("Recover timed-out copies", ctrl_->name(),
+                          "a command did not abort and the controller was stopped; it is shared with " + std::to_string(ctrl_.use_count() - 1) +
+                              " other owner(s) (devices of other GPUs): call controller().reset() once none of them runs I/O");
+      }
       ctrl_->reset();  // throws, leaving reset_due_ set, where the controller cannot be brought back
       reset_due_ = false;
       quarantine_.clear();
@@ -388,9 +427,9 @@ class device {
     return set;
   }
 
+  int gpu_;
   // Declared first, destroyed last: mappings unmap through the controller.
-  std::unique_ptr<host::controller> ctrl_;
-  int gpu_ = host::gpu_context_scope::current_gpu();
+  std::shared_ptr<host::controller> ctrl_;
   // Before the queues, so destroyed after them: deleting a queue ends its commands (or stops
   // the controller) before a quarantined buffer is unmapped.
   std::vector<std::shared_ptr<const detail::gpu_for_controller_mapping>> quarantine_;

@@ -3,6 +3,8 @@
 //   sysfs:0000:01:00.0      BAR0 through sysfs resource0, DMA through pagemap (root, no IOMMU)
 //   vfio:0000:01:00.0       VFIO: BAR mapping and DMA through the IOMMU
 //   kmod:0000:01:00.0       the cunvme kernel module
+//   attach:PATH             a controller another process owns and serves at socket PATH
+//                           (host/sharing/; the owner: `emu:shared` and sharing::controller_owner)
 #pragma once
 
 #include <cunvme/config.cuh>
@@ -13,6 +15,7 @@
 #include <cunvme/host/backend/sysfs_backend.cuh>
 #include <cunvme/host/backend/uri_options.cuh>
 #include <cunvme/host/backend/vfio_backend.cuh>
+#include <cunvme/host/sharing/attached.cuh>
 #include <cunvme/spec/registers.cuh>
 
 #include <algorithm>
@@ -51,11 +54,17 @@ namespace detail {
   const std::string_view scheme = uri.substr(0, colon);
   const std::string_view rest = colon == std::string_view::npos ? std::string_view{} : uri.substr(colon + 1);
   const host_registrar& gpu = reach.registrar();
-  if (scheme == "emu") return std::make_unique<controller>(open_emulator(rest, uri, reach), options, gpu);
+  if (scheme == "emu") {
+    auto backend = open_emulator(rest, uri, reach);
+    // Shadow doorbells would live in the owner's memory, where attached processes cannot ring them.
+    if (backend->controller().config().shared_bar) options.shadow_doorbells = false;
+    return std::make_unique<controller>(std::move(backend), options, gpu);
+  }
+  if (scheme == "attach") return sharing::attach(std::string(rest), options, gpu, reach.exporter());
   if (scheme == "sysfs") return std::make_unique<controller>(std::make_unique<sysfs_backend>(detail::parse_bdf(rest, uri)), options, gpu);
   if (scheme == "vfio") return std::make_unique<controller>(std::make_unique<vfio_backend>(detail::parse_bdf(rest, uri)), options, gpu);
   if (scheme == "kmod") return std::make_unique<controller>(std::make_unique<kmod_backend>(detail::parse_bdf(rest, uri)), options, gpu);
-  throw error("Open", std::string(uri), "unknown device URI: use emu:, sysfs:BDF, vfio:BDF or kmod:BDF");
+  throw error("Open", std::string(uri), "unknown device URI: use emu:, sysfs:BDF, vfio:BDF, kmod:BDF or attach:PATH");
 }
 
 }  // namespace host

@@ -7,6 +7,7 @@
 #include <cunvme/emu/controller_config.cuh>
 #include <cunvme/emu/timing_model.cuh>
 #include <cunvme/host/error.cuh>
+#include <cunvme/host/memory/gpu_export.cuh>
 #include <cunvme/host/memory/host_registration.cuh>
 #include <cunvme/host/backend/register_backend.cuh>
 #include <cunvme/host/backend/uri_options.cuh>
@@ -155,10 +156,11 @@ class memory_reach {
   /// Reach through the emulator's memory hooks `make` returns (called once per emulated
   /// controller opened with this reach), and through `registrar` for what a backend maps
   /// that GPU threads cannot use yet (`register_backend::needs_gpu_registration`).
-  [[nodiscard]] static memory_reach for_gpu(std::function<emu::memory_hooks()> make, host_registrar registrar) {
+  [[nodiscard]] static memory_reach for_gpu(std::function<emu::memory_hooks()> make, host_registrar registrar, gpu_exporter exporter = {}) {
     memory_reach r;
     r.make_ = std::move(make);
     r.registrar_ = std::move(registrar);
+    r.exporter_ = std::move(exporter);
     return r;
   }
 
@@ -172,10 +174,13 @@ class memory_reach {
   }
   /// What registers host mappings for GPU threads; empty for the CPU-only reach.
   [[nodiscard]] const host_registrar& registrar() const noexcept { return registrar_; }
+  /// What exports GPU memory to the owner of a shared controller; empty for the CPU-only reach.
+  [[nodiscard]] const gpu_exporter& exporter() const noexcept { return exporter_; }
 
  private:
   std::function<emu::memory_hooks()> make_;
   host_registrar registrar_;
+  gpu_exporter exporter_;
 };
 
 /// An emulated controller in this process, driven through its BAR like any other.
@@ -353,7 +358,8 @@ namespace detail {
 /// `emu::controller_config::move_data`, for command-rate measurements); ms=0..4096 (metadata
 /// bytes per block, LBAF.MS) with mset=1 (extended LBAs: metadata at the end of each block) or
 /// mset=0 (the default: a separate metadata buffer through MPTR), as QEMU's nvme-ns options;
-/// fault=RULE[+RULE…] (`parse_fault_rule`) with fault_seed=N (default 1).
+/// fault=RULE[+RULE…] (`parse_fault_rule`) with fault_seed=N (default 1); shared (BAR0 in a
+/// memory file, for a controller other processes attach to: host/sharing/).
 [[nodiscard]] inline emu::controller_config parse_emu(std::string_view options, std::string_view uri, bool& fill_pattern) {
   constexpr std::uint64_t max = ~std::uint64_t{0};
   uri_options o(options, uri);
@@ -385,6 +391,7 @@ namespace detail {
   }
   fill_pattern = o.flag("pattern");
   config.move_data = !o.flag("nodata");
+  config.shared_bar = o.flag("shared");
   ns.read_only = o.flag("readonly");
   // The pattern is written into the namespace when it opens: a read-only file cannot take it.
   if (fill_pattern && ns.read_only) o.refuse("pattern", "'pattern' writes the namespace, which 'readonly' forbids");

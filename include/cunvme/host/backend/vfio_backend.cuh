@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/file_descriptor.cuh>
 #include <cunvme/host/memory/dma_memory.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/memory/iova_space.cuh>
@@ -34,34 +35,6 @@
 CUNVME_NAMESPACE_BEGIN
 namespace host {
 
-/// An owned file descriptor (closed when dropped).
-class vfio_fd {
- public:
-  vfio_fd() = default;
-  explicit vfio_fd(int fd) noexcept : fd_(fd) {}
-  vfio_fd(vfio_fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  vfio_fd& operator=(vfio_fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  vfio_fd(const vfio_fd&) = delete;
-  vfio_fd& operator=(const vfio_fd&) = delete;
-  ~vfio_fd() { reset(); }
-
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  [[nodiscard]] explicit operator bool() const noexcept { return fd_ >= 0; }
-  void reset() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
 /// DMA memory mapped into a VFIO container: anonymous host memory at IOVAs from a
 /// `iova_space`, so each buffer is one contiguous bus range whatever its physical pages
 /// (`pages()[i] == bus(0) + 4096·i`). VFIO pins the pages while they are mapped.
@@ -70,7 +43,7 @@ class vfio_fd {
 /// unmaps its IOVA range from the right container, never from a descriptor number reused since.
 class vfio_allocator final : public dma_allocator {
  public:
-  vfio_allocator(std::shared_ptr<const vfio_fd> container, std::string device, std::vector<iova_range> valid = {})
+  vfio_allocator(std::shared_ptr<const cunvme::detail::file_descriptor> container, std::string device, std::vector<iova_range> valid = {})
       : container_(std::move(container)), device_(std::move(device)), iovas_(std::move(valid)) {}
 
   /// Maps `bytes` of a BAR mapping at `host` into the IOMMU at `iova` (peer-to-peer: VFIO
@@ -190,7 +163,7 @@ class vfio_allocator final : public dma_allocator {
  private:
   static constexpr std::size_t page = 4096;
   static constexpr const char* memlock_hint = "VFIO pins mapped pages against RLIMIT_MEMLOCK: raise it (ulimit -l) to cover all DMA buffers";
-  std::shared_ptr<const vfio_fd> container_;
+  std::shared_ptr<const cunvme::detail::file_descriptor> container_;
   std::string device_;
   iova_space iovas_;
 };
@@ -294,7 +267,7 @@ class vfio_backend final : public register_backend {
   }
 
   void open_container() {
-    vfio_fd container(::open("/dev/vfio/vfio", O_RDWR | O_CLOEXEC));
+    cunvme::detail::file_descriptor container(::open("/dev/vfio/vfio", O_RDWR | O_CLOEXEC));
     if (!container) {
       throw os_error("Open /dev/vfio/vfio", bdf_, errno == ENOENT ? "load the vfio-pci module (modprobe vfio-pci)" : "needs permission on /dev/vfio/vfio");
     }
@@ -307,7 +280,7 @@ class vfio_backend final : public register_backend {
     if (type < 0) throw error("Open VFIO", bdf_, "the kernel offers no type-1 IOMMU (VFIO_TYPE1v2_IOMMU or VFIO_TYPE1_IOMMU)");
 
     const std::string group_path = "/dev/vfio/" + group_number_;
-    group_ = vfio_fd(::open(group_path.c_str(), O_RDWR | O_CLOEXEC));
+    group_ = cunvme::detail::file_descriptor(::open(group_path.c_str(), O_RDWR | O_CLOEXEC));
     if (!group_) {
       const int e = errno;
       std::string hint = "needs permission on " + group_path + " (chown it to this user or run as root)";
@@ -342,9 +315,9 @@ class vfio_backend final : public register_backend {
     }
     std::vector<iova_range> ranges = iova_ranges(container.get());
 
-    device_ = vfio_fd(::ioctl(group_.get(), VFIO_GROUP_GET_DEVICE_FD, bdf_.c_str()));
+    device_ = cunvme::detail::file_descriptor(::ioctl(group_.get(), VFIO_GROUP_GET_DEVICE_FD, bdf_.c_str()));
     if (!device_) throw os_error("Get the VFIO device", bdf_, "the device is not bound to vfio-pci");
-    memory_ = std::make_unique<vfio_allocator>(std::make_shared<const vfio_fd>(std::move(container)), bdf_, std::move(ranges));
+    memory_ = std::make_unique<vfio_allocator>(std::make_shared<const cunvme::detail::file_descriptor>(std::move(container)), bdf_, std::move(ranges));
   }
 
   /// The IOVA ranges the IOMMU translates (VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, Linux 5.4+);
@@ -458,8 +431,8 @@ class vfio_backend final : public register_backend {
   static constexpr std::uint64_t page = 4096;
   std::string bdf_;
   std::string group_number_;
-  vfio_fd group_;
-  vfio_fd device_;
+  cunvme::detail::file_descriptor group_;
+  cunvme::detail::file_descriptor device_;
   std::unique_ptr<vfio_allocator> memory_;
   bar_window bar0_;
   bar_window cmb_;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/host/controller/admin_link.cuh>
 #include <cunvme/host/controller/admin_queue.cuh>
 #include <cunvme/host/controller/controller_options.cuh>
 #include <cunvme/host/memory/dma_memory.cuh>
@@ -41,6 +42,9 @@ namespace host {
 
 class queue_pair;
 class io_queue;
+namespace sharing {
+class controller_owner;
+}
 struct timeout_outcome;  // recovery.cuh
 
 /// A controller brought up over a register backend.
@@ -81,6 +85,30 @@ class controller {
       if (!halt()) keep_forever();
       throw;
     }
+  }
+
+  /// Attaches to a controller whose admin queue another process owns (`owner`): nothing is
+  /// configured; the identity and namespaces are read through the owner; queue pairs are made
+  /// as for an owned controller, their identifiers and their Create/Delete commands going
+  /// through the owner. `reset()` is the owner's alone; `shutdown()` only lets go.
+  controller(std::unique_ptr<register_backend> backend, std::unique_ptr<admin_link> owner, controller_options options = {}, const host_registrar& gpu = {})
+      : backend_(std::move(backend)), options_(options), owner_(std::move(owner)) {
+    if (!backend_) throw error("Attach", "(none)", "no register backend");
+    name_ = backend_->name();
+    if (!owner_) throw error("Attach", name_, "no owner of the admin queue");
+    options_.check(name_);
+    if (gpu && backend_->needs_gpu_registration()) {
+      gpu_ = gpu;
+      gpu_bar_ = gpu(backend_->bar(), backend_->bar_size(), backend_->bar_is_io_memory(), "the BAR (doorbells)", name_);
+      gpu_memory_ = std::make_unique<registering_allocator>(backend_->memory(), gpu, name_);
+    }
+    cap_ = spec::cap_register{backend_->read64(spec::to_underlying(spec::register_offset::cap))};
+    vs_ = spec::version_register{backend_->read32(spec::to_underlying(spec::register_offset::vs))};
+    ready_timeout_ = options_.ready_timeout.count() != 0 ? options_.ready_timeout : std::chrono::milliseconds(cap_.timeout_ms());
+    page_shift_ = owner_->page_shift();
+    require_ready("Attach to " + owner_->owner());
+    identify_all();
+    granted_ = owner_->queue_pairs_granted();
   }
 
   controller(const controller&) = delete;
@@ -127,6 +155,8 @@ class controller {
   [[nodiscard]] std::uint16_t io_queue_pairs_granted() const noexcept { return granted_; }
   [[nodiscard]] bool shadow_doorbells() const noexcept { return static_cast<bool>(shadow_); }
   [[nodiscard]] const controller_options& options() const noexcept { return options_; }
+  /// Whether another process owns the admin queue (the attaching constructor).
+  [[nodiscard]] bool attached() const noexcept { return owner_ != nullptr; }
 
   /// Whether cunvme stopped the controller (CC.EN = 0) after a command that would not end and
   /// no `reset()` ran since. `require_running` then throws for `operation` before anything is
@@ -141,6 +171,10 @@ class controller {
   /// which its caller is about to release: the controller is stopped (CC.EN = 0) first, as a
   /// driver resets a controller whose admin queue stopped answering; `reset()` brings it back.
   spec::completion_entry admin_command(spec::submission_entry sqe, const std::string& operation) {
+    if (owner_) {
+      require_running(operation);
+      return owner_->admin(sqe, operation);
+    }
     std::scoped_lock lock(admin_mutex_);
     require_ready(operation);
     const auto cqe = admin_.execute(sqe, options_.admin_command_timeout(), unexpected_completions_);
@@ -198,6 +232,7 @@ class controller {
 
  private:
   friend class io_queue;
+  friend class sharing::controller_owner;  // hands queue identifiers to attached processes
   /// Both `create_queue_pair`s, with the bookkeeping and PRP lists where `hooks` put them
   /// and every wait of the queue's I/O bounded by `timeout`.
   [[nodiscard]] std::unique_ptr<queue_pair> make_queue_pair(std::uint32_t entries, queue_placement placement, dma_buffer provided_sq,
@@ -281,6 +316,10 @@ class controller {
 
   /// No-throw: a reset that found fewer queues granted may have shrunk the table.
   void release_queue_id(std::uint16_t qid) noexcept {
+    if (owner_) {
+      owner_->release_queue_id(qid);
+      return;
+    }
     std::scoped_lock lock(admin_mutex_);
     if (qid < used_qids_.size()) used_qids_[qid] = false;
   }
@@ -444,6 +483,7 @@ class controller {
   }
 
   [[nodiscard]] std::uint16_t take_queue_id() {
+    if (owner_) return owner_->take_queue_id("Create I/O queue pair");
     std::scoped_lock lock(admin_mutex_);
     for (std::size_t q = 1; q < used_qids_.size(); ++q) {
       if (!used_qids_[q]) {
@@ -472,6 +512,7 @@ class controller {
   std::uint16_t granted_ = 0;
   std::vector<bool> used_qids_;
   std::unique_ptr<dma_buffer> shadow_, event_index_;
+  std::unique_ptr<admin_link> owner_;  ///< the admin queue's owner where this process attached
   std::atomic<std::uint64_t> mmio_doorbell_writes_{0}, skipped_doorbell_writes_{0}, unexpected_completions_{0};
   std::size_t cmb_used_ = 0;
   bool shut_down_ = false;

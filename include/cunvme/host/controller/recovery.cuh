@@ -147,6 +147,7 @@ inline timeout_outcome queue_pair::end_timed_out() {
 inline void controller::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (owner_) return;  // the owner shuts the controller down; its queue pairs went already
   const auto cc_off = spec::to_underlying(spec::register_offset::cc);
   if (csts().rdy() && !csts().cfs()) {
     backend_->write32(cc_off, spec::cc_register{backend_->read32(cc_off)}.set_shn(spec::shutdown_notification::normal).raw);
@@ -177,6 +178,9 @@ inline void controller::require_running(const std::string& operation) const {
 }
 
 inline bool controller::halt() noexcept {
+  // Attached: CC.EN is the owner's, which stops the controller where its admin commands end
+  // without completion; until then, memory given to the controller stays given.
+  if (owner_) return false;
   try {
     disable();
     stopped_.store(true, std::memory_order_release);
@@ -193,6 +197,7 @@ inline void controller::keep_forever() noexcept {
 }
 
 inline void controller::reset() {
+  if (owner_) throw error("Reset", name_, "attached to a controller owned by " + owner_->owner() + ": only the owner resets it");
   std::unique_lock state(state_mutex_);
   if (shut_down_) throw error("Reset", name_, "the controller was shut down");
   std::scoped_lock live_lock(live_mutex_);

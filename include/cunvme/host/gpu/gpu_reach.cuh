@@ -11,11 +11,15 @@
 #include <cunvme/emu/cuda_memory.cuh>
 #include <cunvme/host/backend/emu_backend.cuh>
 #include <cunvme/host/cuda_error.cuh>
+#include <cunvme/host/gpu/gpu_allocation.cuh>
+#include <cunvme/host/gpu/gpu_context.cuh>
 #include <cunvme/host/memory/host_registration.cuh>
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 CUNVME_NAMESPACE_BEGIN
@@ -49,10 +53,33 @@ namespace host {
   };
 }
 
+/// Exports GPU memory to the owner of a shared controller (host/sharing/): a CUDA IPC handle
+/// of the allocation holding the range (cudaIpcGetMemHandle takes an allocation's base) and
+/// the range's offset in it.
+[[nodiscard]] inline gpu_exporter gpu_ipc_exporter() {
+  return [](void* gpu, std::size_t bytes, const std::string& device) {
+    const gpu_allocation_range range = gpu_allocation_range_of(gpu, device);
+    const std::uint64_t offset = reinterpret_cast<std::uintptr_t>(gpu) - range.base;
+    if (bytes > range.bytes - offset) {
+      throw error("Export GPU memory", device, std::to_string(bytes) + " bytes run past the end of their GPU allocation");
+    }
+    const gpu_context_scope scope(range.gpu, device);
+    cudaIpcMemHandle_t handle{};
+    cuda_check(cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(range.base)), "Export GPU memory", device,
+               "cudaIpcGetMemHandle (memory from cudaMalloc can be exported; a pool or VMM allocation cannot)");
+    gpu_export e;
+    static_assert(sizeof handle == sizeof e.handle);
+    std::memcpy(e.handle, &handle, sizeof handle);
+    e.offset = offset;
+    return e;
+  };
+}
+
 /// GPU threads store to the controller's doorbells, use its queues and its DMA reaches GPU
 /// memory: an emulated controller gets `emu::cuda_memory()`'s hooks, a real controller's BAR
-/// and DMA memory are registered (`gpu_registrar`).
-[[nodiscard]] inline memory_reach gpu_reach() { return memory_reach::for_gpu(&emu::cuda_memory, gpu_registrar()); }
+/// and DMA memory are registered (`gpu_registrar`), and a controller another process owns is
+/// sent this process's GPU memory as CUDA IPC exports (`gpu_ipc_exporter`).
+[[nodiscard]] inline memory_reach gpu_reach() { return memory_reach::for_gpu(&emu::cuda_memory, gpu_registrar(), gpu_ipc_exporter()); }
 
 /// `gpu_reach` for an emulated controller made to take the real backends' path: its BAR and
 /// DMA memory plain host memory registered by `gpu_registrar` (the BAR without the I/O

@@ -1,0 +1,276 @@
+// Several processes on one controller: an owner of the admin queue (sharing::controller_owner
+// over `emu:shared`) and processes attached to it (`host::open("attach:PATH")`), each with
+// queue pairs of its own. The processes are this test program run again (posix_spawn of
+// /proc/self/exe, selecting the "(child process)" case), so each is a process of its own with
+// its own memory, as under torch.distributed.
+#include <cunvme/host/open.cuh>
+#include <cunvme/host/queue/queue_pair.cuh>
+#include <cunvme/host/sharing/controller_owner.cuh>
+#include <cunvme/spec/command_fields.cuh>
+
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+using namespace cunvme;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint32_t sharing_block = 512;
+constexpr std::uint64_t sharing_blocks_per_thread = 256;  // each thread's own range
+constexpr std::uint64_t sharing_blocks_per_command = 32;
+constexpr unsigned sharing_threads = 2;                   // one queue pair each
+
+/// What block `lba` holds after round `round` of process `index`.
+std::uint64_t sharing_word(unsigned index, unsigned round, std::uint64_t lba, std::size_t word) {
+  return (std::uint64_t{index} << 56) ^ (std::uint64_t{round} << 40) ^ (lba << 8) ^ word;
+}
+
+std::uint64_t sharing_first_lba(unsigned index, unsigned thread) {
+  return (std::uint64_t{index} * sharing_threads + thread) * sharing_blocks_per_thread;
+}
+
+std::string sharing_env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+std::string sharing_socket_path(const char* what) {
+  static std::atomic<int> n{0};
+  return "/tmp/cunvme-sharing-" + std::to_string(::getpid()) + "-" + what + "-" + std::to_string(n++) + ".sock";
+}
+
+/// One run of this program as an attached process.
+pid_t spawn_sharing_child(const std::string& socket, unsigned index, unsigned rounds, const std::string& progress) {
+  std::vector<std::string> args = {"/proc/self/exe", "--test-case=(child process)*", "--no-skip", "--source-file=*sharing_test*", "--no-intro",
+                                   "--no-version"};
+  std::vector<std::string> env = {"CUNVME_SHARING_SOCKET=" + socket, "CUNVME_SHARING_INDEX=" + std::to_string(index),
+                                  "CUNVME_SHARING_ROUNDS=" + std::to_string(rounds), "CUNVME_SHARING_PROGRESS=" + progress};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "CUNVME_SHARING_", 15) != 0) env.emplace_back(*e);
+  }
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  REQUIRE(::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data()) == 0);
+  return pid;
+}
+
+/// Waits (bounded) for `pid`; its wait status, or -1 after `limit` (it is then killed).
+int wait_for_sharing_child(pid_t pid, std::chrono::seconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(10ms);
+  }
+  ::kill(pid, SIGKILL);
+  (void)::waitpid(pid, &status, 0);
+  return -1;
+}
+
+bool sharing_exists(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+template <class Predicate>
+bool sharing_eventually(Predicate p, std::chrono::milliseconds limit = 20s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!p()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+/// The owner's side of every case: an emulator with a shared BAR0, served at a fresh path.
+struct sharing_owner {
+  explicit sharing_owner(const char* what, std::uint16_t queue_pairs = 64)
+      : path(sharing_socket_path(what)),
+        ctrl(host::open("emu:shared,blocks=65536", [&] {
+          host::controller_options o;
+          o.io_queue_pairs = queue_pairs;
+          return o;
+        }())),
+        owner(*ctrl, path) {}
+  std::string path;
+  std::unique_ptr<host::controller> ctrl;
+  host::sharing::controller_owner owner;
+};
+
+}  // namespace
+
+TEST_CASE("(child process) attached to a shared controller, each thread writes and reads back its own blocks on its own queue pair" *
+          doctest::skip()) {
+  const std::string socket = sharing_env("CUNVME_SHARING_SOCKET");
+  REQUIRE_MESSAGE(!socket.empty(), "run by the sharing tests only");
+  const unsigned index = static_cast<unsigned>(std::stoul(sharing_env("CUNVME_SHARING_INDEX")));
+  const unsigned rounds = static_cast<unsigned>(std::stoul(sharing_env("CUNVME_SHARING_ROUNDS")));
+  const std::string progress = sharing_env("CUNVME_SHARING_PROGRESS");
+  auto ctrl = host::open("attach:" + socket);
+  REQUIRE(ctrl->attached());
+  const std::uint32_t nsid = ctrl->namespaces().front().nsid;
+  std::vector<std::unique_ptr<host::queue_pair>> queues;
+  for (unsigned t = 0; t < sharing_threads; ++t) queues.push_back(ctrl->create_queue_pair(64));
+  std::atomic<unsigned> failures{0};
+  std::atomic<unsigned> first_rounds{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < sharing_threads; ++t) {
+    threads.emplace_back([&, t] {
+      host::dma_buffer out = ctrl->memory().allocate(sharing_blocks_per_command * sharing_block);
+      host::dma_buffer in = ctrl->memory().allocate(sharing_blocks_per_command * sharing_block);
+      const std::size_t words = sharing_blocks_per_command * sharing_block / 8;
+      for (unsigned round = 0; round < rounds; ++round) {
+        for (std::uint64_t at = 0; at < sharing_blocks_per_thread; at += sharing_blocks_per_command) {
+          const std::uint64_t lba = sharing_first_lba(index, t) + at;
+          auto* o = reinterpret_cast<std::uint64_t*>(out.data());
+          for (std::size_t w = 0; w < words; ++w) o[w] = sharing_word(index, round, lba + w / (sharing_block / 8), w % (sharing_block / 8));
+          if (queues[t]->write(nsid, lba, sharing_blocks_per_command, out) != spec::status::successful_completion) ++failures;
+          std::memset(in.data(), 0, in.size());
+          if (queues[t]->read(nsid, lba, sharing_blocks_per_command, in) != spec::status::successful_completion) ++failures;
+          if (std::memcmp(in.data(), out.data(), words * 8) != 0) ++failures;
+        }
+        if (round == 0 && ++first_rounds == sharing_threads && !progress.empty()) std::ofstream(progress) << "running\n";
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(failures == 0);
+}
+
+TEST_CASE("processes attached to one emulator drive their own queue pairs; one killed mid-I/O is reclaimed and the others finish, verified") {
+  sharing_owner o("kill");
+  const unsigned processes = 3, victim = 1, rounds = 40;
+  std::vector<pid_t> pids;
+  std::vector<std::string> progress;
+  for (unsigned i = 0; i < processes; ++i) {
+    progress.push_back(o.path + ".progress" + std::to_string(i));
+    // The victim runs until killed; the others a fixed number of rounds.
+    pids.push_back(spawn_sharing_child(o.path, i, i == victim ? 100000 : rounds, progress.back()));
+  }
+  // Killed once it has verified a round, with its commands still going.
+  REQUIRE(sharing_eventually([&] { return sharing_exists(progress[victim]); }, 60s));
+  CHECK(o.owner.queue_ids_held() >= sharing_threads);
+  REQUIRE(::kill(pids[victim], SIGKILL) == 0);
+  for (unsigned i = 0; i < processes; ++i) {
+    CAPTURE(i);
+    const int status = wait_for_sharing_child(pids[i], 120s);
+    if (i == victim) {
+      CHECK((status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+    } else {
+      CHECK((status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    }
+  }
+  for (const auto& p : progress) ::unlink(p.c_str());
+  // Every process is gone and reclaimed; the victim's queues were deleted by the owner.
+  CHECK(sharing_eventually([&] { return o.owner.processes_reclaimed() == processes; }));
+  CHECK(o.owner.queues_reclaimed() == sharing_threads);
+  CHECK(o.owner.queue_ids_held() == 0);
+  CHECK(o.owner.processes() == 0);
+
+  // The survivors' last round is on the namespace, read by the owner's own queue pair.
+  auto q = o.ctrl->create_queue_pair(64);
+  host::dma_buffer in = o.ctrl->memory().allocate(sharing_blocks_per_thread * sharing_block);
+  for (unsigned i = 0; i < processes; ++i) {
+    if (i == victim) continue;
+    for (unsigned t = 0; t < sharing_threads; ++t) {
+      const std::uint64_t first = sharing_first_lba(i, t);
+      REQUIRE(q->read(o.ctrl->namespaces().front().nsid, first, sharing_blocks_per_thread, in) == spec::status::successful_completion);
+      const auto* words = reinterpret_cast<const std::uint64_t*>(in.data());
+      std::size_t wrong = 0;
+      for (std::size_t w = 0; w < sharing_blocks_per_thread * sharing_block / 8; ++w) {
+        wrong += words[w] != sharing_word(i, rounds - 1, first + w / (sharing_block / 8), w % (sharing_block / 8));
+      }
+      CAPTURE(t);
+      CHECK(wrong == 0);
+    }
+  }
+  q.reset();
+  // The victim's queue identifiers can be handed out again: every pair the owner does not use.
+  auto again = host::open("attach:" + o.path);
+  std::vector<std::unique_ptr<host::queue_pair>> all;
+  for (std::uint16_t n = 0; n < o.ctrl->io_queue_pairs_granted(); ++n) all.push_back(again->create_queue_pair(16));
+  CHECK(all.size() == o.ctrl->io_queue_pairs_granted());
+}
+
+TEST_CASE("a process asking for more queue pairs than remain is told how many are free and who holds the rest, at once") {
+  sharing_owner o("exhaust", 4);
+  auto first = host::open("attach:" + o.path);
+  auto second = host::open("attach:" + o.path);
+  CHECK(first->io_queue_pairs_granted() == 4);
+  auto a = first->create_queue_pair(16);
+  auto b = first->create_queue_pair(16);
+  auto c = second->create_queue_pair(16);
+  auto d = o.ctrl->create_queue_pair(16);  // the owner's own
+  const auto started = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS((void)second->create_queue_pair(16), doctest::Contains("no I/O queue pair left: 0 of 4 free"), host::error);
+  CHECK_THROWS_WITH_AS((void)second->create_queue_pair(16), doctest::Contains("holds 1, other processes 2, the owner the rest"), host::error);
+  CHECK(std::chrono::steady_clock::now() - started < 2s);
+  a.reset();  // given back: the next one gets it
+  CHECK_NOTHROW((void)second->create_queue_pair(16));
+}
+
+TEST_CASE("an attached process keeps to its own queues: the owner refuses its register writes, others' queues and owner-only admin commands") {
+  sharing_owner o("refuse");
+  auto mine = host::open("attach:" + o.path);
+  auto other = host::open("attach:" + o.path);
+  auto theirs = other->create_queue_pair(16);
+  // Registers below the doorbells are the owner's.
+  CHECK_THROWS_WITH_AS(mine->backend().write32(spec::to_underlying(spec::register_offset::cc), 0), doctest::Contains("is the owner's"), host::error);
+  // Another process's queue.
+  CHECK_THROWS_WITH_AS((void)mine->admin_command(spec::make_delete_io_sq(theirs->id()), "Delete I/O SQ"), doctest::Contains("is not process"),
+                       host::error);
+  // Set Features changes the controller for everybody.
+  CHECK_THROWS_WITH_AS((void)mine->admin_command(spec::make_set_number_of_queues(1, 1), "Set Features"), doctest::Contains("is the owner's alone"),
+                       host::error);
+  // Memory the owner cannot see.
+  std::vector<std::byte> own(8192);
+  CHECK_THROWS_WITH_AS((void)mine->memory().map_host(own.data(), 4096), doctest::Contains("memory().allocate"), host::error);
+  // Only the owner resets.
+  CHECK_THROWS_WITH_AS(mine->reset(), doctest::Contains("only the owner resets it"), host::error);
+  // The other process's queue still works.
+  host::dma_buffer buf = other->memory().allocate(4096);
+  CHECK(theirs->read(other->namespaces().front().nsid, 0, 8, buf) == spec::status::successful_completion);
+}
+
+TEST_CASE("sharing is refused clearly where it cannot work: nobody at the path, a private BAR0, a second owner at one path") {
+  CHECK_THROWS_WITH_AS((void)host::open("attach:/tmp/cunvme-no-such-owner.sock"), doctest::Contains("no owner serves this socket"), host::error);
+  auto private_bar = host::open("emu");
+  CHECK_THROWS_WITH_AS(host::sharing::controller_owner(*private_bar, sharing_socket_path("private")), doctest::Contains("emu:shared"), host::error);
+  sharing_owner o("twice");
+  auto another = host::open("emu:shared");
+  CHECK_THROWS_WITH_AS(host::sharing::controller_owner(*another, o.path), doctest::Contains("the path exists"), host::error);
+}
+
+TEST_CASE("an owner that stops serving reclaims the queues of the processes still attached, and they are told it is gone") {
+  auto o = std::make_unique<sharing_owner>("stop");
+  auto attached = host::open("attach:" + o->path);
+  auto q = attached->create_queue_pair(16);
+  CHECK(o->owner.queue_ids_held() == 1);
+  std::unique_ptr<host::controller> owner_ctrl = std::move(o->ctrl);
+  // The owner object goes, the controller stays (the owner's destructor deletes the queues).
+  o.reset();
+  CHECK_THROWS_WITH_AS((void)attached->create_queue_pair(16), doctest::Contains("is gone"), host::error);
+}
