@@ -1,0 +1,214 @@
+// Several GPUs on one controller: one process with a device per GPU over one emulator, and one
+// process per GPU attached to an emulator another process owns (host/sharing/), each reading
+// straight into its own GPU's memory; a process killed mid-run is reclaimed and the others go
+// on. Every byte read is checked against the namespace's pattern. Written for any number of
+// GPUs; with one GPU the cases run on it alone (their GPU count is 1), with none they skip.
+//
+// The processes per GPU are this program run again (posix_spawn of /proc/self/exe with the
+// "(child process)" case selected), as torch.distributed runs one process per GPU.
+#include <cunvme/facade/copy.cuh>
+#include <cunvme/facade/device.cuh>
+#include <cunvme/host/backend/uri_options.cuh>
+#include <cunvme/host/gpu/gpu_reach.cuh>
+#include <cunvme/host/open.cuh>
+#include <cunvme/host/sharing/controller_owner.cuh>
+
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+using namespace cunvme;
+using namespace std::chrono_literals;
+
+namespace {
+
+int gpu_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+/// Reads `blocks` at `lba` into a fresh buffer on `dev`'s GPU and counts the words that are not
+/// the pattern; -1 where the copy itself failed.
+long long read_and_count_wrong(device& dev, std::uint64_t lba, std::uint64_t blocks) {
+  const auto scope = dev.make_current();
+  const std::size_t bytes = blocks * dev.block_bytes();
+  void* gpu = nullptr;
+  if (cudaMalloc(&gpu, bytes) != cudaSuccess) return -1;
+  // Registered, so that its mapping (for an attached process: the owner's opening of its CUDA IPC
+  // export) is gone before the memory is freed.
+  dev.register_buffer(gpu, bytes);
+  cudaStream_t stream = nullptr;
+  (void)cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  const io_result r = copy_n(dev, lba, blocks, static_cast<std::byte*>(gpu), stream).wait();
+  std::vector<std::uint64_t> words(bytes / 8);
+  const bool back = cudaMemcpy(words.data(), gpu, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+  dev.deregister_buffer(gpu);
+  (void)cudaStreamDestroy(stream);
+  (void)cudaFree(gpu);
+  if (!r || !back) return -1;
+  long long wrong = 0;
+  for (std::size_t w = 0; w < words.size(); ++w) wrong += words[w] != host::pattern_word(lba * dev.block_bytes() + 8 * w);
+  return wrong;
+}
+
+std::string env_of(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+pid_t spawn_gpu_child(const std::string& socket, int gpu, unsigned rounds, const std::string& progress) {
+  std::vector<std::string> args = {"/proc/self/exe", "--test-case=(child process)*", "--no-skip", "--no-intro", "--no-version"};
+  std::vector<std::string> env = {"CUNVME_MULTI_SOCKET=" + socket, "CUNVME_MULTI_GPU=" + std::to_string(gpu),
+                                  "CUNVME_MULTI_ROUNDS=" + std::to_string(rounds), "CUNVME_MULTI_PROGRESS=" + progress};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "CUNVME_MULTI_", 13) != 0) env.emplace_back(*e);
+  }
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  REQUIRE(::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data()) == 0);
+  return pid;
+}
+
+int wait_bounded(pid_t pid, std::chrono::seconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(10ms);
+  }
+  ::kill(pid, SIGKILL);
+  (void)::waitpid(pid, &status, 0);
+  return -1;
+}
+
+bool exists(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+constexpr std::uint64_t blocks_per_read = 2048;  // 1 MiB of 512-byte blocks
+
+}  // namespace
+
+TEST_CASE("one process: a device per GPU over one emulator, each with its own queue pairs, all reading into their own GPU at once") {
+  const int gpus = gpu_count();
+  if (gpus == 0) return;
+  MESSAGE(gpus << " GPU(s)");
+  std::vector<std::unique_ptr<device>> devices;
+  devices.push_back(std::make_unique<device>("emu:pattern,blocks=1048576,workers=4", device_options{.gpu = 0}));
+  for (int g = 1; g < gpus; ++g) devices.push_back(std::make_unique<device>(devices.front()->shared_controller(), device_options{.gpu = g}));
+  for (int g = 0; g < gpus; ++g) CHECK(devices[g]->gpu() == g);
+  std::vector<long long> wrong(gpus, 0);
+  std::vector<std::thread> threads;
+  for (int g = 0; g < gpus; ++g) {
+    threads.emplace_back([&, g] {
+      for (unsigned round = 0; round < 16 && wrong[g] == 0; ++round) {
+        wrong[g] = read_and_count_wrong(*devices[g], (static_cast<std::uint64_t>(g) * 16 + round) * blocks_per_read, blocks_per_read);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int g = 0; g < gpus; ++g) {
+    CAPTURE(g);
+    CHECK(wrong[g] == 0);
+  }
+  // Their queues are their own: every device's queue pairs have distinct identifiers.
+  std::vector<int> ids;
+  for (auto& d : devices) ids.push_back(d->queue().view().qid);
+  std::sort(ids.begin(), ids.end());
+  CHECK(std::unique(ids.begin(), ids.end()) == ids.end());
+  // A GPU that does not exist is named.
+  CHECK_THROWS_WITH_AS(device(devices.front()->shared_controller(), device_options{.gpu = gpus}), doctest::Contains("device_options::gpu"), host::error);
+}
+
+TEST_CASE("(child process) attached to a shared emulator, reads into its GPU until told or killed" * doctest::skip()) {
+  const std::string socket = env_of("CUNVME_MULTI_SOCKET");
+  REQUIRE_MESSAGE(!socket.empty(), "run by the multi-process case only");
+  const int gpu = std::stoi(env_of("CUNVME_MULTI_GPU"));
+  const unsigned rounds = static_cast<unsigned>(std::stoul(env_of("CUNVME_MULTI_ROUNDS")));
+  const std::string progress = env_of("CUNVME_MULTI_PROGRESS");
+  device dev("attach:" + socket, device_options{.gpu = gpu});
+  REQUIRE(dev.controller().attached());
+  for (unsigned round = 0; round < rounds; ++round) {
+    const long long wrong = read_and_count_wrong(dev, (static_cast<std::uint64_t>(gpu) * 64 + round % 64) * blocks_per_read, blocks_per_read);
+    REQUIRE(wrong == 0);
+    if (round == 0) std::ofstream(progress) << "running\n";
+  }
+}
+
+TEST_CASE("one process per GPU attached to an emulator another process owns: every read verified, a process killed mid-run reclaimed") {
+  const int gpus = gpu_count();
+  if (gpus == 0) return;
+  // The owner: this process, with an emulator whose DMA reaches the children's GPU memory.
+  const std::string path = "/tmp/cunvme-multi-gpu-" + std::to_string(::getpid()) + ".sock";
+  auto ctrl = host::open("emu:shared,pattern,blocks=1048576,workers=4", {}, host::gpu_reach());
+  host::sharing::controller_owner owner(*ctrl, path);
+  // One process per GPU, and one more on GPU 0 that is killed once it has read.
+  const unsigned rounds = 32;
+  std::vector<pid_t> pids;
+  std::vector<std::string> progress;
+  for (int g = 0; g <= gpus; ++g) {
+    progress.push_back(path + ".progress" + std::to_string(g));
+    pids.push_back(spawn_gpu_child(path, g == gpus ? 0 : g, g == gpus ? 1000000 : rounds, progress.back()));
+  }
+  const std::size_t victim = pids.size() - 1;
+  const auto until = std::chrono::steady_clock::now() + 120s;
+  while (!exists(progress[victim]) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  REQUIRE(exists(progress[victim]));
+  REQUIRE(::kill(pids[victim], SIGKILL) == 0);
+  for (std::size_t i = 0; i < pids.size(); ++i) {
+    CAPTURE(i);
+    const int status = wait_bounded(pids[i], 180s);
+    if (i == victim) {
+      CHECK((status != -1 && WIFSIGNALED(status)));
+    } else {
+      CHECK((status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    }
+  }
+  for (const auto& p : progress) ::unlink(p.c_str());
+  const auto reclaimed_by = std::chrono::steady_clock::now() + 30s;
+  while (owner.processes_reclaimed() < pids.size() && std::chrono::steady_clock::now() < reclaimed_by) std::this_thread::sleep_for(10ms);
+  CHECK(owner.processes_reclaimed() == pids.size());
+  CHECK(owner.queue_ids_held() == 0);
+  CHECK(owner.queues_reclaimed() >= 1);  // the victim's, deleted by the owner
+}
+
+int main(int argc, char** argv) {
+  // The emulator's workers need the driver settings of host::prepare_cuda_environment before
+  // the first CUDA call (the children are this program too).
+  host::prepare_cuda_environment();
+  if (gpu_count() == 0) {
+    std::puts("no CUDA GPU: skipped");
+    return 77;
+  }
+  doctest::Context context(argc, argv);
+  return context.run();
+}
