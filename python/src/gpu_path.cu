@@ -36,9 +36,10 @@ class pending final : public gpu_copy {
 
 class device_path final : public gpu_path {
  public:
-  device_path(std::unique_ptr<cunvme::host::controller> ctrl, cunvme::device_options options) : dev_(std::move(ctrl), std::move(options)) {}
+  device_path(std::string_view uri, cunvme::device_options options) : dev_(uri, std::move(options)) {}
 
   [[nodiscard]] cunvme::host::controller& controller() override { return dev_.controller(); }
+  [[nodiscard]] int gpu() const override { return dev_.gpu(); }
 
   [[nodiscard]] std::unique_ptr<gpu_copy> read(std::uint64_t lba, std::uint64_t blocks, void* gpu, std::size_t capacity,
                                                std::uintptr_t stream) override {
@@ -69,14 +70,16 @@ std::string gpu_unavailable_reason() {
 }
 
 std::unique_ptr<gpu_path> open_gpu_path(std::string_view uri, std::uint32_t nsid, std::chrono::nanoseconds timeout,
-                                        const cunvme::host::controller_options& controller) {
+                                        const cunvme::host::controller_options& controller, int gpu) {
   // As many queue pairs as copy_n may use, and one for the host path.
   cunvme::host::controller_options with_queues = controller;
   with_queues.io_queue_pairs = cunvme::copy_tuning::max_queues + 1;
   cunvme::device_options options;
+  options.gpu = gpu;
   options.nsid = nsid;
   options.timeout = timeout;
-  return std::make_unique<device_path>(cunvme::host::open(uri, with_queues, cunvme::host::gpu_reach()), std::move(options));
+  options.controller = with_queues;
+  return std::make_unique<device_path>(uri, std::move(options));
 }
 
 }  // namespace cunvme_python

@@ -34,6 +34,8 @@ class gpu_path {
   virtual ~gpu_path() = default;
   /// The controller the device owns: the host path opens its own queue pair on it.
   [[nodiscard]] virtual cunvme::host::controller& controller() = 0;
+  /// The GPU (CUDA ordinal) it serves.
+  [[nodiscard]] virtual int gpu() const = 0;
   /// `copy_n(dev, lba, blocks, gpu, stream)`, the request checked against `capacity` bytes.
   [[nodiscard]] virtual std::unique_ptr<gpu_copy> read(std::uint64_t lba, std::uint64_t blocks, void* gpu, std::size_t capacity,
                                                        std::uintptr_t stream) = 0;
@@ -47,9 +49,9 @@ class gpu_path {
 /// CPU threads only.
 [[nodiscard]] std::string gpu_unavailable_reason();
 
-/// `cunvme::device(host::open(uri, controller, host::gpu_reach()), {nsid, timeout})`. Throws
-/// `host::error`.
+/// `cunvme::device(uri, {gpu, nsid, timeout, controller})`: GPU `gpu` (-1: the current one).
+/// Throws `host::error`.
 [[nodiscard]] std::unique_ptr<gpu_path> open_gpu_path(std::string_view uri, std::uint32_t nsid, std::chrono::nanoseconds timeout,
-                                                      const cunvme::host::controller_options& controller);
+                                                      const cunvme::host::controller_options& controller, int gpu);
 
 }  // namespace cunvme_python

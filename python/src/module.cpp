@@ -10,6 +10,7 @@
 #include <cunvme/config.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/open.cuh>
+#include <cunvme/host/sharing/controller_owner.cuh>
 #include <cunvme/host/queue/queue_pair.cuh>
 #include <cunvme/io/io_result.cuh>
 #include <cunvme/io/request_plan.cuh>
@@ -114,8 +115,21 @@ std::string with_fault_rules(const std::string& uri, const nb::object& faults) {
 
 class device {
  public:
-  device(const std::string& given_uri, std::uint32_t nsid, double timeout_seconds, std::optional<bool> use_gpu, const nb::object& faults)
+  device(const std::string& given_uri, std::uint32_t nsid, double timeout_seconds, const nb::object& gpu, const nb::object& faults)
       : uri_(with_fault_rules(given_uri, faults)), nsid_(nsid) {
+    // gpu: None (where CUDA finds one), False, True (the current GPU) or a CUDA ordinal.
+    std::optional<bool> use_gpu;
+    int ordinal = -1;
+    if (nb::isinstance<nb::bool_>(gpu)) {
+      use_gpu = nb::cast<bool>(gpu);
+    } else if (nb::isinstance<nb::int_>(gpu)) {
+      const long long asked = nb::cast<long long>(gpu);
+      if (asked < 0 || asked > 1 << 20) throw nb::value_error("gpu must be None, True, False or a GPU ordinal (0, 1, …)");
+      use_gpu = true;
+      ordinal = static_cast<int>(asked);
+    } else if (!gpu.is_none()) {
+      throw nb::type_error("gpu must be None, True, False or a GPU ordinal (int)");
+    }
     const std::string& uri = uri_;
     if (!std::isfinite(timeout_seconds) || timeout_seconds <= 0 || timeout_seconds > 86400) {
       throw nb::value_error("timeout must be a number of seconds in (0, 86400]");
@@ -127,7 +141,7 @@ class device {
     gpu_reason_ = use_gpu == false ? "the device was opened with gpu=False" : gpu_unavailable_reason();
     if (use_gpu == true && !gpu_reason_.empty()) throw device_failure{"Open " + uri + " with gpu=True: " + gpu_reason_};
     if (gpu_reason_.empty()) {
-      gpu_ = open_gpu_path(uri, nsid, timeout, options);
+      gpu_ = open_gpu_path(uri, nsid, timeout, options, ordinal);
       ctrl_ = &gpu_->controller();
     } else {
       own_ = host::open(uri, options);
@@ -152,6 +166,39 @@ class device {
     return gpu_ != nullptr;
   }
   [[nodiscard]] const std::string& gpu_unavailable() const { return gpu_reason_; }
+  /// The GPU (CUDA ordinal) the GPU path serves; None on the host path.
+  [[nodiscard]] std::optional<int> gpu_ordinal() const {
+    const std::shared_lock life(life_);
+    return gpu_ != nullptr ? std::optional<int>(gpu_->gpu()) : std::nullopt;
+  }
+
+  /// Serves this device's controller to other processes at socket `path`
+  /// (host::sharing::controller_owner): they open Device("attach:" + path, gpu=their GPU).
+  void serve(const std::string& path) {
+    nb::gil_scoped_release release;
+    const std::unique_lock life(life_);
+    host::controller& c = open();
+    if (owner_ != nullptr) throw device_failure{"Serve at " + path + ": the device serves at " + owner_->path() + " already"};
+    owner_ = std::make_unique<host::sharing::controller_owner>(c, path);
+  }
+  /// Stops serving: the processes still attached are let go (their queues deleted).
+  void stop_serving() {
+    nb::gil_scoped_release release;
+    const std::unique_lock life(life_);
+    owner_.reset();
+  }
+  /// What the owner serves: the socket, processes attached, queue identifiers they hold, processes reclaimed.
+  nb::object serving() const {
+    const std::shared_lock life(life_);
+    if (owner_ == nullptr) return nb::none();
+    nb::dict d;
+    d["path"] = owner_->path();
+    d["processes"] = owner_->processes();
+    d["queue_ids_held"] = owner_->queue_ids_held();
+    d["processes_reclaimed"] = owner_->processes_reclaimed();
+    d["queues_reclaimed"] = owner_->queues_reclaimed();
+    return d;
+  }
   [[nodiscard]] bool closed() const {
     const std::shared_lock life(life_);
     return ctrl_ == nullptr;
@@ -215,6 +262,7 @@ class device {
   void close() {
     nb::gil_scoped_release release;
     const std::unique_lock life(life_);
+    owner_.reset();  // attached processes let go before the controller goes
     bounce_ = host::dma_buffer{};
     qp_.reset();
     ctrl_ = nullptr;
@@ -303,6 +351,7 @@ class device {
   // there is one, `own_` where there is not.
   std::unique_ptr<gpu_path> gpu_;
   std::unique_ptr<host::controller> own_;
+  std::unique_ptr<host::sharing::controller_owner> owner_;  // before the controller goes (close())
   host::controller* ctrl_ = nullptr;
   host::namespace_info ns_{};
   std::uint64_t chunk_blocks_ = 1;
@@ -335,10 +384,11 @@ NB_MODULE(_cunvme, m) {
 
   nb::class_<device>(m, "Device",
                      "An NVMe controller and one of its namespaces (see the package's docstring). Device(uri='emu', nsid=1, "
-                     "timeout=10.0, gpu=None, faults=None): gpu=None opens it for GPU threads where CUDA finds a GPU, False never, True or "
-                     "DeviceError. faults: the emulator's fault injection, one rule or a list of rules as the URI's fault= key takes "
+                     "timeout=10.0, gpu=None, faults=None): gpu=None opens it for GPU threads where CUDA finds a GPU, False never, True "
+                     "(the current GPU) or a GPU ordinal (that GPU) or DeviceError. uri 'attach:PATH' opens a controller another process "
+                     "serves (Device.serve), with queue pairs of this process's own. faults: the emulator's fault injection, one rule or a list of rules as the URI's fault= key takes "
                      "them (e.g. 'read:status=0x281:nth=3'); ValueError for a device that is not emu.")
-      .def(nb::init<const std::string&, std::uint32_t, double, std::optional<bool>, const nb::object&>(), nb::arg("uri") = "emu",
+      .def(nb::init<const std::string&, std::uint32_t, double, const nb::object&, const nb::object&>(), nb::arg("uri") = "emu",
            nb::arg("nsid") = 1, nb::arg("timeout") = 10.0, nb::arg("gpu").none() = nb::none(), nb::arg("faults").none() = nb::none())
       .def_prop_ro("block_size", &device::block_size, "Bytes per block in a caller's array (data, and metadata with extended LBAs).")
       .def_prop_ro("blocks", &device::blocks, "Blocks in the namespace (NSZE).")
@@ -347,6 +397,14 @@ NB_MODULE(_cunvme, m) {
       .def_prop_ro("name", &device::name, "The controller's name (the URI's device).")
       .def_prop_ro("gpu", &device::gpu, "Whether GPU arrays are taken (a CUDA GPU was found and gpu was not False).")
       .def_prop_ro("gpu_unavailable_reason", &device::gpu_unavailable, "Why there is no GPU path, or ''.")
+      .def_prop_ro("gpu_ordinal", &device::gpu_ordinal, "The GPU (CUDA ordinal) the GPU path serves; None on the host path.")
+      .def("serve", &device::serve, nb::arg("path"),
+           "Serves this controller to other processes at Unix socket `path` (this process owns its admin queue): they open "
+           "Device('attach:' + path, gpu=their GPU) with queue pairs of their own; one that exits or is killed has its queues "
+           "deleted before its memory is let go. The emulator must be opened with 'shared' (emu:shared,...).")
+      .def("stop_serving", &device::stop_serving, "Stops serving; the processes still attached are let go (their queues deleted).")
+      .def_prop_ro("serving", &device::serving,
+                   "None, or a dict: path, processes (attached now), queue_ids_held, processes_reclaimed, queues_reclaimed.")
       .def("info", &device::info, "Identify data: model, serial, firmware, MDTS and every namespace.")
       .def("read", &device::read, nb::arg("lba"), nb::arg("blocks"), nb::arg("out"), nb::arg("stream").none() = nb::none(),
            nb::arg("sync") = false, nb::keep_alive<0, 1>(),

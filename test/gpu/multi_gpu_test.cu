@@ -122,9 +122,17 @@ TEST_CASE("one process: a device per GPU over one emulator, each with its own qu
   const int gpus = gpu_count();
   if (gpus == 0) return;
   MESSAGE(gpus << " GPU(s)");
+  // Four queue pairs per GPU out of the 64 the controller grants (8 GPUs fit).
+  device_options options;
+  options.controller.io_queue_pairs = 64;
+  options.tuning = copy_tuning{4, 32, 4};
   std::vector<std::unique_ptr<device>> devices;
-  devices.push_back(std::make_unique<device>("emu:pattern,blocks=1048576,workers=4", device_options{.gpu = 0}));
-  for (int g = 1; g < gpus; ++g) devices.push_back(std::make_unique<device>(devices.front()->shared_controller(), device_options{.gpu = g}));
+  options.gpu = 0;
+  devices.push_back(std::make_unique<device>("emu:pattern,blocks=1048576,workers=4", options));
+  for (int g = 1; g < gpus; ++g) {
+    options.gpu = g;
+    devices.push_back(std::make_unique<device>(devices.front()->shared_controller(), options));
+  }
   for (int g = 0; g < gpus; ++g) CHECK(devices[g]->gpu() == g);
   std::vector<long long> wrong(gpus, 0);
   std::vector<std::thread> threads;
@@ -155,7 +163,10 @@ TEST_CASE("(child process) attached to a shared emulator, reads into its GPU unt
   const int gpu = std::stoi(env_of("CUNVME_MULTI_GPU"));
   const unsigned rounds = static_cast<unsigned>(std::stoul(env_of("CUNVME_MULTI_ROUNDS")));
   const std::string progress = env_of("CUNVME_MULTI_PROGRESS");
-  device dev("attach:" + socket, device_options{.gpu = gpu});
+  device_options options;
+  options.gpu = gpu;
+  options.tuning = copy_tuning{4, 32, 4};
+  device dev("attach:" + socket, options);
   REQUIRE(dev.controller().attached());
   for (unsigned round = 0; round < rounds; ++round) {
     const long long wrong = read_and_count_wrong(dev, (static_cast<std::uint64_t>(gpu) * 64 + round % 64) * blocks_per_read, blocks_per_read);
@@ -169,7 +180,9 @@ TEST_CASE("one process per GPU attached to an emulator another process owns: eve
   if (gpus == 0) return;
   // The owner: this process, with an emulator whose DMA reaches the children's GPU memory.
   const std::string path = "/tmp/cunvme-multi-gpu-" + std::to_string(::getpid()) + ".sock";
-  auto ctrl = host::open("emu:shared,pattern,blocks=1048576,workers=4", {}, host::gpu_reach());
+  host::controller_options controller;
+  controller.io_queue_pairs = 64;
+  auto ctrl = host::open("emu:shared,pattern,blocks=1048576,workers=4", controller, host::gpu_reach());
   host::sharing::controller_owner owner(*ctrl, path);
   // One process per GPU, and one more on GPU 0 that is killed once it has read.
   const unsigned rounds = 32;
