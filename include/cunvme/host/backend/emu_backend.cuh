@@ -191,6 +191,8 @@ class emu_backend final : public register_backend {
   [[nodiscard]] std::string name() const override { return "emu"; }
   [[nodiscard]] std::byte* bar() const override { return ctrl_.bar(); }
   [[nodiscard]] std::size_t bar_size() const override { return ctrl_.bar_size(); }
+  /// The BAR's memory file where the emulator was built with a shared BAR0 (`emu:shared`).
+  [[nodiscard]] shareable_bar bar_for_other_processes() const override { return {ctrl_.bar_file(), 0, ctrl_.bar_size()}; }
   // Registers go through the emulator's register file (read-only ones never show a write);
   // doorbells land in bar(), where GPU threads store them too.
   // An offset outside BAR0 or not 4-byte aligned is the emulator's std::out_of_range,

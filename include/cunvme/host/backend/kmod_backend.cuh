@@ -286,6 +286,8 @@ class kmod_backend final : public register_backend {
 
   [[nodiscard]] std::string name() const override { return bdf_; }
   [[nodiscard]] std::byte* bar() const override { return bar_; }
+  /// The module's file at BAR0's mmap offset, for processes attached to this one (host/sharing/).
+  [[nodiscard]] shareable_bar bar_for_other_processes() const override { return {fd_, kmod::bar_mmap_offset(0), info_.bar_size[0]}; }
   [[nodiscard]] std::size_t bar_size() const override { return info_.bar_size[0]; }
   [[nodiscard]] std::byte* cmb() const override { return cmb_.data(); }
   [[nodiscard]] std::size_t cmb_size() const override { return cmb_.size(); }

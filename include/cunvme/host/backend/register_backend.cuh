@@ -50,6 +50,15 @@ class bar_window {
   std::uint64_t offset_ = 0, bytes_ = 0, bus_ = 0;
 };
 
+/// How another process maps BAR0, for a controller shared by several processes (host/sharing/):
+/// `bytes` of the file `fd` at `offset`, MAP_SHARED. `fd` is -1 where the backend cannot hand its
+/// BAR on; it stays the backend's (the owner sends a duplicate).
+struct shareable_bar {
+  int fd = -1;
+  std::uint64_t offset = 0;
+  std::size_t bytes = 0;
+};
+
 /// A controller's BAR0 and DMA memory, as one backend reaches them.
 ///
 /// Registers are accessed as aligned 32-bit words only: 64-bit registers are written as two
@@ -74,6 +83,8 @@ class register_backend {
   virtual void map_cmb(unsigned bar_index, std::uint64_t offset, std::uint64_t bytes) = 0;
   /// DMA memory for this controller.
   [[nodiscard]] virtual dma_allocator& memory() = 0;
+  /// BAR0 as another process maps it (`shareable_bar`); none by default.
+  [[nodiscard]] virtual shareable_bar bar_for_other_processes() const { return {}; }
 
   /// Whether GPU threads reach bar() and memory() only once they are registered for them
   /// (`host_registrar`): true for mmap'ed BARs and pinned pages; false where they were made

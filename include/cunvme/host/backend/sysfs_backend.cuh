@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/file_descriptor.cuh>
 #include <cunvme/detail/file_lock.cuh>
 #include <cunvme/host/error.cuh>
 #include <cunvme/host/memory/pagemap_memory.cuh>
@@ -81,6 +82,8 @@ class sysfs_backend final : public register_backend {
   [[nodiscard]] std::string name() const override { return bdf_; }
   [[nodiscard]] std::byte* bar() const override { return bar0_.data(); }
   [[nodiscard]] std::size_t bar_size() const override { return bar0_.size(); }
+  /// resource0, kept open read-write for processes attached to this one (host/sharing/).
+  [[nodiscard]] shareable_bar bar_for_other_processes() const override { return {bar0_file_.get(), 0, bar0_.size()}; }
   [[nodiscard]] std::byte* cmb() const override { return cmb_.data(); }
   [[nodiscard]] std::size_t cmb_size() const override { return cmb_.size(); }
   [[nodiscard]] std::uint64_t cmb_bus_address() const override { return cmb_.bus(); }
@@ -171,7 +174,7 @@ class sysfs_backend final : public register_backend {
   }
 
   /// mmaps `resource<index>` whole; `size` is its length (sysfs reports the BAR's size).
-  [[nodiscard]] std::byte* map_resource(unsigned index, std::size_t& size) const {
+  [[nodiscard]] std::byte* map_resource(unsigned index, std::size_t& size) {
     const std::string operation = "Map BAR " + std::to_string(index);
     const auto path = (dir_ / ("resource" + std::to_string(index))).string();
     const int fd = ::open(path.c_str(), O_RDWR | O_SYNC | O_CLOEXEC);
@@ -187,7 +190,12 @@ class sysfs_backend final : public register_backend {
     size = static_cast<std::size_t>(st.st_size);
     void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int e = errno;
-    ::close(fd);  // the mapping stays valid without the descriptor
+    // The mapping stays valid without the descriptor; BAR0's is kept for attached processes.
+    if (index == 0 && p != MAP_FAILED) {
+      bar0_file_ = cunvme::detail::file_descriptor(fd);
+    } else {
+      ::close(fd);
+    }
     if (p == MAP_FAILED) {
       errno = e;
       throw os_error(operation, bdf_, e == EACCES || e == EPERM ? "needs root (CAP_SYS_ADMIN) to map " + path : std::string{});
@@ -217,6 +225,7 @@ class sysfs_backend final : public register_backend {
   // Holds the flock on resource0 (`claim`): closed last, after the BARs are unmapped, and on a
   // constructor's throw.
   cunvme::detail::file_claim claim_;
+  cunvme::detail::file_descriptor bar0_file_;
   pagemap_allocator memory_;
   bar_window bar0_;
   bar_window cmb_;

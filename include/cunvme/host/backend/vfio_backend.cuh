@@ -207,6 +207,8 @@ class vfio_backend final : public register_backend {
   [[nodiscard]] std::string name() const override { return bdf_; }
   [[nodiscard]] std::byte* bar() const override { return bar0_.data(); }
   [[nodiscard]] std::size_t bar_size() const override { return bar0_.size(); }
+  /// The VFIO device file at BAR0's region, for processes attached to this one (host/sharing/).
+  [[nodiscard]] shareable_bar bar_for_other_processes() const override { return {device_.get(), bar0_offset_, bar0_.size()}; }
   [[nodiscard]] dma_allocator& memory() override { return *memory_; }
   [[nodiscard]] std::byte* cmb() const override { return cmb_.data(); }
   [[nodiscard]] std::size_t cmb_size() const override { return cmb_.size(); }
@@ -377,6 +379,7 @@ class vfio_backend final : public register_backend {
     void* p = ::mmap(nullptr, region.size, PROT_READ | PROT_WRITE, MAP_SHARED, device_.get(), static_cast<off_t>(region.offset));
     if (p == MAP_FAILED) throw os_error("Map BAR0", bdf_);
     bar0_.assign(static_cast<std::byte*>(p), region.size, 0, region.size, 0);
+    bar0_offset_ = region.offset;
   }
 
   /// Memory Space (bit 1) and Bus Master (bit 2) on, Interrupt Disable (bit 10) on since the host
@@ -435,6 +438,7 @@ class vfio_backend final : public register_backend {
   cunvme::detail::file_descriptor device_;
   std::unique_ptr<vfio_allocator> memory_;
   bar_window bar0_;
+  std::uint64_t bar0_offset_ = 0;  ///< BAR0's region in the device file
   bar_window cmb_;
   std::uint64_t cmb_iommu_iova_ = 0, cmb_iommu_bytes_ = 0;  // the CMB's pages in the IOMMU
 };

@@ -46,8 +46,8 @@ class owner_connection {
                                        ": no owner serves this socket (start one: cunvme_share, or host::sharing::controller_owner)");
     }
     const timeval tv{static_cast<time_t>(wait.count() / 1000), static_cast<suseconds_t>(wait.count() % 1000 * 1000)};
-    (void)::setsockopt(socket_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     wait_ = wait;
+    (void)::setsockopt(socket_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     request hello{request_kind::hello};
     hello.a = wire_version;
     int bar = -1;
@@ -55,6 +55,8 @@ class owner_connection {
     bar_file_ = cunvme::detail::file_descriptor(bar);
     if (!bar_file_) throw error("Attach", name_, "the owner sent no BAR0 file");
     bar_bytes_ = static_cast<std::size_t>(r.a);
+    bar_is_io_memory_ = (r.b >> 24 & 1) != 0;
+    bar_offset_ = r.c;
     granted_ = static_cast<std::uint16_t>(r.b & 0xffff);
     page_shift_ = static_cast<unsigned>((r.b >> 16) & 0xff);
     owner_pid_ = static_cast<std::uint32_t>(r.b >> 32);
@@ -64,6 +66,9 @@ class owner_connection {
   [[nodiscard]] std::string owner() const { return "process " + std::to_string(owner_pid_) + " at " + path_; }
   [[nodiscard]] int bar_file() const noexcept { return bar_file_.get(); }
   [[nodiscard]] std::size_t bar_bytes() const noexcept { return bar_bytes_; }
+  [[nodiscard]] bool bar_is_io_memory() const noexcept { return bar_is_io_memory_; }
+  /// Where BAR0 starts in `bar_file()`.
+  [[nodiscard]] std::uint64_t bar_offset() const noexcept { return bar_offset_; }
   [[nodiscard]] std::uint16_t granted() const noexcept { return granted_; }
   [[nodiscard]] unsigned page_shift() const noexcept { return page_shift_; }
 
@@ -90,6 +95,8 @@ class owner_connection {
   cunvme::detail::file_descriptor socket_, bar_file_;
   std::chrono::milliseconds wait_{};
   std::size_t bar_bytes_ = 0;
+  std::uint64_t bar_offset_ = 0;
+  bool bar_is_io_memory_ = false;
   std::uint16_t granted_ = 0;
   unsigned page_shift_ = 12;
   std::uint32_t owner_pid_ = 0;
@@ -139,14 +146,28 @@ class attached_allocator final : public dma_allocator {
     request q{request_kind::map_memory};
     q.a = rounded;
     q.b = alignment;
-    std::uint64_t bus = 0;
+    std::vector<std::uint64_t> pages;
+    std::size_t page_size = 4096;
     try {
-      bus = owner_->call(q, "Allocate DMA memory", file.get()).a;
+      int list = -1;
+      const reply r = owner_->call(q, "Allocate DMA memory", file.get(), &list);
+      const cunvme::detail::file_descriptor page_file(list);
+      if (page_file) {
+        // Pages scattered on the bus (the owner's backend pins physical pages): their list.
+        if (r.b == 0 || r.b > rounded / 4096 || r.c < 4096 || r.b * r.c < rounded) throw error("Allocate DMA memory", owner_->name(), "the owner sent a page list that does not cover the buffer");
+        pages.resize(static_cast<std::size_t>(r.b));
+        const auto want = static_cast<ssize_t>(pages.size() * sizeof(std::uint64_t));
+        if (::pread(page_file.get(), pages.data(), static_cast<std::size_t>(want), 0) != want) throw error("Allocate DMA memory", owner_->name(), "the owner's page list is short");
+        page_size = static_cast<std::size_t>(r.c);
+      } else {
+        pages = pages_of(r.a, rounded);
+      }
     } catch (...) {
       ::munmap(p, rounded);
       throw;
     }
-    return dma_buffer(static_cast<std::byte*>(p), nullptr, bytes, 4096, pages_of(bus, rounded), memory_location::pinned_host,
+    const std::uint64_t bus = pages.front();
+    return dma_buffer(static_cast<std::byte*>(p), nullptr, bytes, page_size, std::move(pages), memory_location::pinned_host,
                       [o = owner_, bus, p, rounded] {
                         unmap_quietly(*o, bus);  // the owner's controller lets go first …
                         ::munmap(p, rounded);    // … then the memory goes
@@ -174,13 +195,13 @@ class attached_allocator final : public dma_allocator {
   gpu_exporter exporter_;
 };
 
-/// BAR0 of a shared controller as an attached process sees it: the owner's register page,
-/// mapped from its memory file. Doorbells are this process's to ring (its own queues'); the
+/// BAR0 of a shared controller as an attached process sees it, mapped from the file the owner
+/// sent (the emulator's memory file, resource0, the VFIO device, the module's file). Doorbells are this process's to ring (its own queues'); the
 /// registers below them are the owner's, and a write to one is refused.
 class attached_backend final : public register_backend {
  public:
   attached_backend(std::shared_ptr<owner_connection> owner, gpu_exporter exporter) : owner_(std::move(owner)), memory_(owner_, std::move(exporter)) {
-    void* p = ::mmap(nullptr, owner_->bar_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, owner_->bar_file(), 0);
+    void* p = ::mmap(nullptr, owner_->bar_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, owner_->bar_file(), static_cast<off_t>(owner_->bar_offset()));
     if (p == MAP_FAILED) throw error("Attach", owner_->name(), std::system_error(errno, std::generic_category(), "map BAR0").what());
     bar_ = static_cast<std::byte*>(p);
   }
@@ -195,8 +216,8 @@ class attached_backend final : public register_backend {
     throw error("Map CMB", owner_->name(), "the CMB of a shared controller is its owner's");
   }
   [[nodiscard]] dma_allocator& memory() override { return memory_; }
-  /// Shared memory, not device MMIO: GPU threads reach it once it is registered.
-  [[nodiscard]] bool bar_is_io_memory() const override { return false; }
+  /// The emulator's BAR is memory; a real controller's is MMIO (cudaHostRegisterIoMemory).
+  [[nodiscard]] bool bar_is_io_memory() const override { return owner_->bar_is_io_memory(); }
   void write32(std::uint32_t offset, std::uint32_t value) const override {
     if (offset < spec::to_underlying(spec::register_offset::doorbells)) {
       throw error("Write register", owner_->name(), "register " + std::to_string(offset) + " is the owner's (" + owner_->owner() + "); an attached process rings doorbells only");

@@ -4,11 +4,14 @@
 // (exit, crash, SIGKILL: its socket closes), deletes its queues, which ends its commands and
 // their DMA, before its memory leaves the controller's reach. The others keep running.
 //
-// Served today: an emulated controller built with a shared BAR0 (`emu:shared` /
-// `emu::controller_config::shared_bar`). A real controller needs its owner to map other
-// processes' memory for its DMA — the kernel module's job (kmod:), not yet done; `sysfs:` and
-// `vfio:` have one process per controller (sysfs: an exclusive lock on resource0; VFIO: one
-// container per group), so processes cannot share them.
+// Any backend that can hand its BAR0 to another process serves (`register_backend::
+// bar_for_other_processes`): the emulator built with a shared BAR0 (`emu:shared`), `vfio:` (the
+// device file), `sysfs:` (resource0) and `kmod:` (the module's file). An attached process's
+// memory is a memory file the owner maps and gives to its own backend (`dma_allocator::
+// map_host`: the emulator's IOMMU, a VFIO IOVA range, pinned physical pages), so the owner's
+// backend decides how the controller reaches it; its GPU memory (CUDA IPC) reaches an emulated
+// controller only. The owner is a process, not the kernel module: were it killed, the attached
+// processes' queues would go with its controller.
 //
 // Isolation: the owner keeps processes to their own queue identifiers, queues and admin
 // commands. A command a process submits on its own queue may still name any bus address the
@@ -46,20 +49,18 @@
 CUNVME_NAMESPACE_BEGIN
 namespace host::sharing {
 
-/// Serves `ctrl` (brought up by this process, over an emulator with a shared BAR0) to other
-/// processes at socket `path` until destroyed. Usage: tools/cunvme_share.cpp; test/host/sharing_test.cpp.
+/// Serves `ctrl` (brought up by this process) to other processes at socket `path` until destroyed. Usage: tools/cunvme_share.cpp; test/host/sharing_test.cpp.
 class controller_owner {
  public:
   controller_owner(controller& ctrl, std::string path) : ctrl_(ctrl), path_(std::move(path)) {
-    auto* emu = dynamic_cast<emu_backend*>(&ctrl_.backend());
-    if (emu == nullptr) {
-      throw error("Share", ctrl_.name(),
-                  "only an emulated controller can be shared by this process today; for a real one the kernel module must own the admin queue "
-                  "(kmod:, not yet), and sysfs:/vfio: give one process the controller");
-    }
-    emu_ = &emu->controller();
-    if (emu_->bar_file() < 0) throw error("Share", ctrl_.name(), "the emulator's BAR0 is private: open it with emu:shared (controller_config::shared_bar)");
     if (ctrl_.attached()) throw error("Share", ctrl_.name(), "this process attached to the controller; only its owner serves it");
+    bar_ = ctrl_.backend().bar_for_other_processes();
+    if (auto* emu = dynamic_cast<emu_backend*>(&ctrl_.backend())) emu_ = &emu->controller();
+    if (bar_.fd < 0) {
+      throw error("Share", ctrl_.name(),
+                  emu_ != nullptr ? "the emulator's BAR0 is private: open it with emu:shared (controller_config::shared_bar)"
+                                  : "this backend cannot hand its BAR0 to another process");
+    }
     if (ctrl_.shadow_doorbells()) {
       throw error("Share", ctrl_.name(), "shadow doorbells are in effect (in the owner's memory): open the controller with shadow_doorbells off to share it");
     }
@@ -121,8 +122,9 @@ class controller_owner {
   /// pages stay while the controller may reach them, whatever happens to the process.
   struct region {
     std::uint64_t bus = 0, bytes = 0;
-    void* reservation = nullptr;  ///< the owner's mapping (host memory) or the opened GPU export
-    std::size_t reserved = 0;     ///< bytes of `reservation` for host memory; 0 for GPU memory
+    std::shared_ptr<dma_buffer> mapped;  ///< the owner's backend's mapping: released first
+    void* reservation = nullptr;         ///< the owner's mapping (host memory) or the opened GPU export
+    std::size_t reserved = 0;            ///< bytes of `reservation` for host memory; 0 for GPU memory
   };
   struct attached_process {
     cunvme::detail::file_descriptor socket;
@@ -161,9 +163,10 @@ class controller_owner {
       const receive_status status = receive_message(p.socket.get(), q, fd);
       if (status == receive_status::closed) break;
       cunvme::detail::file_descriptor file(fd);
-      reply r = status == receive_status::message ? answer(p, q, file) : reply::refusal("malformed request");
-      int send_fd = -1;
-      if (status == receive_status::message && q.kind == request_kind::hello && r.failed == 0) send_fd = emu_->bar_file();
+      cunvme::detail::file_descriptor reply_file;  // a page list that goes with the reply
+      reply r = status == receive_status::message ? answer(p, q, file, reply_file) : reply::refusal("malformed request");
+      int send_fd = reply_file.get();
+      if (status == receive_status::message && q.kind == request_kind::hello && r.failed == 0) send_fd = bar_.fd;
       if (!send_message(p.socket.get(), r, send_fd)) break;
     }
     reclaim(p);
@@ -171,17 +174,19 @@ class controller_owner {
 
   [[nodiscard]] std::string who(const attached_process& p) const { return "process " + std::to_string(p.pid); }
 
-  reply answer(attached_process& p, const request& q, cunvme::detail::file_descriptor& file) {
+  reply answer(attached_process& p, const request& q, cunvme::detail::file_descriptor& file, cunvme::detail::file_descriptor& reply_file) {
     try {
       switch (q.kind) {
         case request_kind::hello: {
           if (q.a != wire_version) return reply::refusal("wire version " + std::to_string(q.a) + " is not the owner's " + std::to_string(wire_version));
           reply r;
-          r.a = emu_->bar_size();
-          r.b = std::uint64_t{ctrl_.io_queue_pairs_granted()} | std::uint64_t{ctrl_.page_shift()} << 16 | std::uint64_t(static_cast<std::uint32_t>(::getpid())) << 32;
+          r.a = bar_.bytes;
+          r.b = std::uint64_t{ctrl_.io_queue_pairs_granted()} | std::uint64_t{ctrl_.page_shift()} << 16 |
+                std::uint64_t{ctrl_.backend().bar_is_io_memory()} << 24 | std::uint64_t(static_cast<std::uint32_t>(::getpid())) << 32;
+          r.c = bar_.offset;
           return r;
         }
-        case request_kind::map_memory: return map_memory(p, q, file);
+        case request_kind::map_memory: return map_memory(p, q, file, reply_file);
         case request_kind::map_gpu: return map_gpu(p, q);
         case request_kind::unmap_memory: {
           region gone;
@@ -210,49 +215,76 @@ class controller_owner {
     }
   }
 
-  reply map_memory(attached_process& p, const request& q, const cunvme::detail::file_descriptor& file) {
+  reply map_memory(attached_process& p, const request& q, const cunvme::detail::file_descriptor& file, cunvme::detail::file_descriptor& page_file) {
     if (!file) return reply::refusal("no memory file came with the request");
     const std::uint64_t bytes = q.a, alignment = q.b;
     struct stat st{};
     if (::fstat(file.get(), &st) != 0 || bytes == 0 || bytes % 4096 != 0 || static_cast<std::uint64_t>(st.st_size) < bytes) {
       return reply::refusal("the memory file does not hold " + std::to_string(bytes) + " bytes in whole 4 KiB pages");
     }
-    if (alignment < 4096 || (alignment & (alignment - 1)) != 0 || alignment > (std::uint64_t{1} << 30)) {
-      return reply::refusal("alignment " + std::to_string(alignment) + " is not a power of two from 4 KiB to 1 GiB");
+    if (alignment < 4096 || (alignment & (alignment - 1)) != 0 || alignment > (std::uint64_t{2} << 20)) {
+      return reply::refusal("alignment " + std::to_string(alignment) + " is not a power of two from 4 KiB to 2 MiB");
     }
-    // The owner's mapping starts on `alignment`, so the bus address does (dma_space keeps the
-    // offset within the alignment): a reservation that much larger, the file mapped inside it.
+    // The owner's mapping starts on `alignment`, so the bus address does where the backend keeps
+    // the offset within it (the emulator's IOMMU and VFIO IOVAs do): a reservation that much
+    // larger, the file mapped inside it.
     const std::size_t reserved = static_cast<std::size_t>(bytes + alignment);
     void* reservation = ::mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (reservation == MAP_FAILED) return reply::refusal(std::system_error(errno, std::generic_category(), "reserve address space").what());
     const std::uintptr_t at = (reinterpret_cast<std::uintptr_t>(reservation) + alignment - 1) / alignment * alignment;
-    if (::mmap(reinterpret_cast<void*>(at), static_cast<std::size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, file.get(), 0) == MAP_FAILED) {
+    // MAP_POPULATE: every page is there before the backend translates or pins it.
+    if (::mmap(reinterpret_cast<void*>(at), static_cast<std::size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, file.get(), 0) ==
+        MAP_FAILED) {
       const int e = errno;
       ::munmap(reservation, reserved);
       return reply::refusal(std::system_error(e, std::generic_category(), "map the memory file").what());
     }
-    region r{0, bytes, reservation, reserved};
+    region r{0, bytes, nullptr, reservation, reserved};
     try {
-      r.bus = emu_->dma().map(reinterpret_cast<void*>(at), bytes, emu::memory_kind::host, alignment);
+      r.mapped = std::make_shared<dma_buffer>(ctrl_.backend().memory().map_host(reinterpret_cast<void*>(at), static_cast<std::size_t>(bytes)));
     } catch (const std::exception& e) {
       ::munmap(reservation, reserved);
       return reply::refusal(e.what());
     }
-    const std::scoped_lock lock(mutex_);
-    p.regions.emplace(r.bus, r);
     reply out;
-    out.a = r.bus;
+    const std::vector<std::uint64_t>& pages = r.mapped->pages();
+    const std::uint64_t page = r.mapped->page_size();
+    bool contiguous = !pages.empty();
+    for (std::size_t i = 1; contiguous && i < pages.size(); ++i) contiguous = pages[i] == pages[0] + i * page;
+    if (contiguous && r.mapped->bus() % alignment == 0) {
+      out.a = r.mapped->bus();
+    } else if (!pages.empty() && pages[0] % alignment == 0) {
+      // Pages scattered on the bus (pinned physical pages): their addresses in a file of their own.
+      page_file = cunvme::detail::file_descriptor(::memfd_create("cunvme-pages", MFD_CLOEXEC));
+      const std::size_t list = pages.size() * sizeof(std::uint64_t);
+      if (!page_file || ::pwrite(page_file.get(), pages.data(), list, 0) != static_cast<ssize_t>(list)) {
+        page_file.reset();
+        release(r);
+        return reply::refusal(std::system_error(errno, std::generic_category(), "write the page list").what());
+      }
+      out.a = pages[0];
+      out.b = pages.size();
+      out.c = page;
+    } else {
+      release(r);
+      return reply::refusal("the controller cannot reach this memory on a " + std::to_string(alignment) + "-byte boundary");
+    }
+    r.bus = pages[0];
+    const std::scoped_lock lock(mutex_);
+    p.regions.emplace(r.bus, std::move(r));
     return out;
   }
 
   reply map_gpu(attached_process& p, const request& q) {
+    if (emu_ == nullptr) return reply::refusal("an attached process's GPU memory reaches an emulated controller only (" + ctrl_.name() + " is not one)");
     const emu::memory_hooks& hooks = emu_->config().memory;
     if (!hooks.open_exported_gpu) return reply::refusal("the owner's emulator has no GPU reach (open it for GPU threads) to open another process's GPU memory");
     void* base = hooks.open_exported_gpu(q.handle);
     if (base == nullptr) return reply::refusal("CUDA could not open the exported GPU memory in the owner's process");
-    region r{0, q.a, base, 0};
+    region r{0, q.a, nullptr, base, 0};
     try {
-      r.bus = emu_->dma().map(static_cast<std::byte*>(base) + q.b, q.a, emu::memory_kind::device);
+      r.mapped = std::make_shared<dma_buffer>(ctrl_.backend().memory().map_gpu_range(static_cast<std::byte*>(base) + q.b, static_cast<std::size_t>(q.a)));
+      r.bus = r.mapped->bus();
     } catch (const std::exception& e) {
       hooks.close_exported_gpu(base);
       return reply::refusal(e.what());
@@ -266,11 +298,11 @@ class controller_owner {
 
   /// Takes `r` off the bus (waiting for the controller's accesses to it to end), then lets go
   /// of the owner's mapping.
-  void release(const region& r) noexcept {
-    (void)emu_->dma().try_unmap(r.bus);
+  void release(region& r) noexcept {
+    r.mapped.reset();  // off the bus first (the emulator waits for its accesses to end)
     if (r.reserved != 0) {
       ::munmap(r.reservation, r.reserved);
-    } else if (emu_->config().memory.close_exported_gpu) {
+    } else if (emu_ != nullptr && emu_->config().memory.close_exported_gpu) {
       emu_->config().memory.close_exported_gpu(r.reservation);
     }
   }
@@ -295,13 +327,22 @@ class controller_owner {
     const std::scoped_lock lock(mutex_);
     return p.qids.count(qid) != 0;
   }
-  /// Whether [bus, bus + bytes) lies in memory `p` placed on the bus.
+  /// Whether [bus, bus + bytes) lies in memory `p` placed on the bus (within one page where its
+  /// pages are scattered).
   [[nodiscard]] bool owns_memory(const attached_process& p, std::uint64_t bus, std::uint64_t bytes) const {
     const std::scoped_lock lock(mutex_);
-    auto it = p.regions.upper_bound(bus);
-    if (it == p.regions.begin()) return false;
-    const region& r = std::prev(it)->second;
-    return bus >= r.bus && bytes <= r.bytes && bus - r.bus <= r.bytes - bytes;
+    for (const auto& [first, r] : p.regions) {
+      const std::uint64_t page = r.mapped->page_size();
+      const std::vector<std::uint64_t>& pages = r.mapped->pages();
+      if (pages.size() * page == r.bytes && pages.back() == pages.front() + (pages.size() - 1) * page) {
+        if (bus >= first && bytes <= r.bytes && bus - first <= r.bytes - bytes) return true;
+        continue;
+      }
+      for (const std::uint64_t at : pages) {
+        if (bus >= at && bytes <= page && bus - at <= page - bytes) return true;
+      }
+    }
+    return false;
   }
 
   /// Runs the admin commands a process may send, on its own queues and memory; refuses the rest.
@@ -375,13 +416,17 @@ class controller_owner {
       ctrl_.release_queue_id(qid);
     }
     if (stopped_dma) {
-      for (const auto& [bus, r] : regions) release(r);
+      for (auto& [bus, r] : regions) release(r);
+    } else {
+      // The controller may still write them: the owner keeps them mapped for good.
+      for (auto& [bus, r] : regions) new region(std::move(r));
     }
     reclaimed_.fetch_add(1, std::memory_order_release);
   }
 
   controller& ctrl_;
-  emu::controller* emu_ = nullptr;
+  emu::controller* emu_ = nullptr;  ///< where the backend is the emulator (GPU memory of attached processes)
+  shareable_bar bar_;
   std::string path_;
   cunvme::detail::file_descriptor listener_;
   mutable std::mutex mutex_;

@@ -27,8 +27,10 @@ namespace host::sharing {
 inline constexpr std::uint32_t wire_version = 1;
 
 enum class request_kind : std::uint32_t {
-  hello = 1,         ///< version in `a`; reply: BAR0's size in `a`, granted pairs and page shift in `b`, BAR0's file
-  map_memory = 2,    ///< with a memory file: `a` bytes, bus alignment `b`; reply: the bus address in `a`
+  hello = 1,         ///< version in `a`; reply: BAR0's size in `a`; in `b` granted pairs (bits 0-15), page shift (16-23),
+                     ///< BAR0 is MMIO (24), the owner's pid (32-63); BAR0's file (at offset `c`)
+  map_memory = 2,    ///< with a memory file: `a` bytes, bus alignment `b`; reply: the bus address in `a`, or (not one bus
+                     ///< range) a file of `b` page addresses of `c` bytes each
   unmap_memory = 3,  ///< the region at bus address `a` leaves the controller's reach
   take_queue_id = 4,     ///< reply: the identifier in `a`
   release_queue_id = 5,  ///< identifier `a`, its queues deleted
@@ -47,7 +49,7 @@ struct request {
 struct reply {
   std::int32_t failed = 0;  ///< 0: done; else `text` says why
   std::uint32_t reserved = 0;
-  std::uint64_t a = 0, b = 0;
+  std::uint64_t a = 0, b = 0, c = 0;
   spec::completion_entry cqe{};
   char text[400]{};
 
