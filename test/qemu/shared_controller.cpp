@@ -158,6 +158,9 @@ int main(int argc, char** argv) {
   results.run("the owner brings the controller up and serves it", [&] {
     host::controller_options options;
     options.shadow_doorbells = false;  // they would live in the owner's memory
+    // Eight pairs: through sysfs every DMA buffer of an attached process is a 2 MiB huge page,
+    // and the check below takes every pair.
+    options.io_queue_pairs = 8;
     ctrl = host::open(uri, options);
     l.block = ctrl->namespaces().front().lba_size;
   });

@@ -204,6 +204,12 @@ class dma_allocator {
     return true;
   }
 
+  /// Whether memory another process shares with this allocator's process (a memory file, for a
+  /// controller shared by processes: host/sharing/) must be in 2 MiB huge pages to be mapped:
+  /// where DMA goes to physical pages only a lock holds (the pagemap backend), the page cache
+  /// may move a shared file's small pages.
+  [[nodiscard]] virtual bool shared_memory_needs_huge_pages() const { return false; }
+
  protected:
   /// What every backend's `map_host` checks before it asks the kernel: a non-null start on a
   /// 4 KiB boundary, at least one byte, and whole pages that neither wrap the address space nor

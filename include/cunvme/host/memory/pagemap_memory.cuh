@@ -91,6 +91,9 @@ class pagemap_allocator final : public dma_allocator {
     std::vector<std::uint64_t> pages = translate(static_cast<const std::byte*>(host), mapped / page);
     return dma_buffer(static_cast<std::byte*>(host), nullptr, bytes, page, std::move(pages), memory_location::pinned_host, nullptr);
   }
+  /// Shared small pages are the page cache's to move (`check_stays_put`); huge ones stay.
+  [[nodiscard]] bool shared_memory_needs_huge_pages() const override { return true; }
+
   [[nodiscard]] dma_buffer map_gpu(void*, std::size_t) override {
     throw error("Map GPU memory", device_,
                 "sysfs: reaches pinned host memory only (tier 1); peer-to-peer DMA to GPU memory (tiers 2 and 3) needs the cunvme "

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include <linux/memfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -56,6 +57,7 @@ class owner_connection {
     if (!bar_file_) throw error("Attach", name_, "the owner sent no BAR0 file");
     bar_bytes_ = static_cast<std::size_t>(r.a);
     bar_is_io_memory_ = (r.b >> 24 & 1) != 0;
+    huge_pages_ = (r.b >> 25 & 1) != 0;
     bar_offset_ = r.c;
     granted_ = static_cast<std::uint16_t>(r.b & 0xffff);
     page_shift_ = static_cast<unsigned>((r.b >> 16) & 0xff);
@@ -67,6 +69,8 @@ class owner_connection {
   [[nodiscard]] int bar_file() const noexcept { return bar_file_.get(); }
   [[nodiscard]] std::size_t bar_bytes() const noexcept { return bar_bytes_; }
   [[nodiscard]] bool bar_is_io_memory() const noexcept { return bar_is_io_memory_; }
+  /// Whether memory given to the owner must be 2 MiB huge pages (`dma_allocator::shared_memory_needs_huge_pages`).
+  [[nodiscard]] bool huge_pages() const noexcept { return huge_pages_; }
   /// Where BAR0 starts in `bar_file()`.
   [[nodiscard]] std::uint64_t bar_offset() const noexcept { return bar_offset_; }
   [[nodiscard]] std::uint16_t granted() const noexcept { return granted_; }
@@ -97,6 +101,7 @@ class owner_connection {
   std::size_t bar_bytes_ = 0;
   std::uint64_t bar_offset_ = 0;
   bool bar_is_io_memory_ = false;
+  bool huge_pages_ = false;
   std::uint16_t granted_ = 0;
   unsigned page_shift_ = 12;
   std::uint32_t owner_pid_ = 0;
@@ -135,14 +140,21 @@ class attached_allocator final : public dma_allocator {
 
   [[nodiscard]] dma_buffer allocate_aligned(std::size_t bytes, std::size_t alignment) override {
     if (bytes == 0) throw error("Allocate DMA memory", owner_->name(), "0 bytes asked for");
-    const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
+    // Whole 2 MiB huge pages where the owner's backend reaches shared memory only in those.
+    const std::size_t unit = owner_->huge_pages() ? std::size_t{2} << 20 : 4096;
+    const std::size_t rounded = (bytes + unit - 1) / unit * unit;
     if (rounded < bytes) throw error("Allocate DMA memory", owner_->name(), std::to_string(bytes) + " bytes do not fit the address space");
-    cunvme::detail::file_descriptor file(::memfd_create("cunvme-dma", MFD_CLOEXEC));
+    cunvme::detail::file_descriptor file(::memfd_create("cunvme-dma", MFD_CLOEXEC | (owner_->huge_pages() ? MFD_HUGETLB | MFD_HUGE_2MB : 0u)));
     if (!file || ::ftruncate(file.get(), static_cast<off_t>(rounded)) != 0) {
-      throw error("Allocate DMA memory", owner_->name(), std::system_error(errno, std::generic_category(), "memory file of " + std::to_string(rounded) + " bytes").what());
+      throw error("Allocate DMA memory", owner_->name(),
+                  std::string(std::system_error(errno, std::generic_category(), "memory file of " + std::to_string(rounded) + " bytes").what()) +
+                      (owner_->huge_pages() ? ": the owner's controller reaches shared memory in 2 MiB huge pages only (raise /proc/sys/vm/nr_hugepages)" : ""));
     }
-    void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED, file.get(), 0);
-    if (p == MAP_FAILED) throw error("Allocate DMA memory", owner_->name(), std::system_error(errno, std::generic_category(), "mmap").what());
+    void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, file.get(), 0);
+    if (p == MAP_FAILED) {
+      throw error("Allocate DMA memory", owner_->name(),
+                  std::string(std::system_error(errno, std::generic_category(), "mmap").what()) + (owner_->huge_pages() ? " (no 2 MiB huge page left?)" : ""));
+    }
     request q{request_kind::map_memory};
     q.a = rounded;
     q.b = alignment;

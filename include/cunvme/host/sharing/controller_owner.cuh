@@ -182,7 +182,8 @@ class controller_owner {
           reply r;
           r.a = bar_.bytes;
           r.b = std::uint64_t{ctrl_.io_queue_pairs_granted()} | std::uint64_t{ctrl_.page_shift()} << 16 |
-                std::uint64_t{ctrl_.backend().bar_is_io_memory()} << 24 | std::uint64_t(static_cast<std::uint32_t>(::getpid())) << 32;
+                std::uint64_t{ctrl_.backend().bar_is_io_memory()} << 24 | std::uint64_t{ctrl_.backend().memory().shared_memory_needs_huge_pages()} << 25 |
+                std::uint64_t(static_cast<std::uint32_t>(::getpid())) << 32;
           r.c = bar_.offset;
           return r;
         }
@@ -228,10 +229,15 @@ class controller_owner {
     // The owner's mapping starts on `alignment`, so the bus address does where the backend keeps
     // the offset within it (the emulator's IOMMU and VFIO IOVAs do): a reservation that much
     // larger, the file mapped inside it.
-    const std::size_t reserved = static_cast<std::size_t>(bytes + alignment);
+    // A huge-page file maps on its page size (st_blksize: 2 MiB for hugetlbfs, 4 KiB otherwise).
+    const std::uint64_t map_alignment = std::max<std::uint64_t>(alignment, static_cast<std::uint64_t>(std::max<blksize_t>(st.st_blksize, 4096)));
+    if (bytes % static_cast<std::uint64_t>(std::max<blksize_t>(st.st_blksize, 4096)) != 0) {
+      return reply::refusal("the memory file's " + std::to_string(bytes) + " bytes are not whole pages of " + std::to_string(st.st_blksize) + " bytes");
+    }
+    const std::size_t reserved = static_cast<std::size_t>(bytes + map_alignment);
     void* reservation = ::mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (reservation == MAP_FAILED) return reply::refusal(std::system_error(errno, std::generic_category(), "reserve address space").what());
-    const std::uintptr_t at = (reinterpret_cast<std::uintptr_t>(reservation) + alignment - 1) / alignment * alignment;
+    const std::uintptr_t at = (reinterpret_cast<std::uintptr_t>(reservation) + map_alignment - 1) / map_alignment * map_alignment;
     // MAP_POPULATE: every page is there before the backend translates or pins it.
     if (::mmap(reinterpret_cast<void*>(at), static_cast<std::size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, file.get(), 0) ==
         MAP_FAILED) {

@@ -28,7 +28,8 @@ inline constexpr std::uint32_t wire_version = 1;
 
 enum class request_kind : std::uint32_t {
   hello = 1,         ///< version in `a`; reply: BAR0's size in `a`; in `b` granted pairs (bits 0-15), page shift (16-23),
-                     ///< BAR0 is MMIO (24), the owner's pid (32-63); BAR0's file (at offset `c`)
+                     ///< BAR0 is MMIO (24), memory must be 2 MiB huge pages (25), the owner's pid (32-63); BAR0's file
+                     ///< (at offset `c`)
   map_memory = 2,    ///< with a memory file: `a` bytes, bus alignment `b`; reply: the bus address in `a`, or (not one bus
                      ///< range) a file of `b` page addresses of `c` bytes each
   unmap_memory = 3,  ///< the region at bus address `a` leaves the controller's reach
