@@ -509,6 +509,7 @@ void open_drives(const options& o, target& t) {
 struct result {
   counts c{};
   double seconds = 0, cpu = 0;
+  unsigned sms_busy = 0, sm_count = 0;  ///< SMs the I/O kernel's blocks occupied, of the GPU's
   u64 emulator_commands = 0;
   u64 doorbell_errors = 0, dma_faults = 0, completions_dropped = 0;  ///< the emulators' own view of trouble
   bench::queue_stages stages;  ///< --probe: summed over the probed queue pairs and snapshots
@@ -675,6 +676,21 @@ result run_io(const options& o, target& t) {
   const double cpu_before = bench::process_cpu_seconds();
   check(cudaEventRecord(begin, work), "record an event");
   const unsigned grid = (o.threads + o.block_threads - 1) / o.block_threads;
+  // The GPU time a user pays for the I/O: the SMs the kernel's blocks occupy, busy for the whole
+  // kernel (its threads submit and poll; they do nothing else).
+  result r;
+  {
+    int device = 0, sms = 0, per_sm = 0;
+    check(cudaGetDevice(&device), "find the GPU");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "count the SMs");
+    if (o.on_volume()) {
+      check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, io_kernel<decltype(by_volume)>, static_cast<int>(o.block_threads), 0), "occupancy");
+    } else {
+      check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, io_kernel<decltype(by_queue)>, static_cast<int>(o.block_threads), 0), "occupancy");
+    }
+    r.sm_count = static_cast<unsigned>(sms);
+    r.sms_busy = std::min<unsigned>(r.sm_count, (grid + static_cast<unsigned>(std::max(per_sm, 1)) - 1) / static_cast<unsigned>(std::max(per_sm, 1)));
+  }
   if (o.on_volume()) {
     io_kernel<<<grid, o.block_threads, 0, work>>>(by_volume, p, out, progress);
   } else {
@@ -691,7 +707,6 @@ result run_io(const options& o, target& t) {
     }
   }
   check(cudaEventSynchronize(end), "run the I/O kernel");
-  result r;
   if (prober) prober->report_into(r);
   r.cpu = bench::process_cpu_seconds() - cpu_before;
   float ms = 0;
@@ -745,6 +760,8 @@ result pick(const options& o, target& t) {
 bench::cunvme_bench::measurement measured(const result& r, const target& t, u64 timer_step_ns) {
   bench::cunvme_bench::measurement m;
   m.seconds = r.seconds;
+  m.sms_busy = r.sms_busy;
+  m.sm_count = r.sm_count;
   m.cpu_seconds = r.cpu;
   m.ops = r.c.ops;
   m.bytes = r.c.bytes;
@@ -796,6 +813,7 @@ int run_benchmark(const options& o) {
     if (failed.empty()) {
       std::printf("  %llu ops in %.3f s: IOPS=%.4g, BW=%.3f GB/s, errors=0, mismatches=0%s\n", static_cast<unsigned long long>(m.ops), m.seconds, m.iops(),
                   m.gb_per_s(), o.verify ? " (every read checked)" : "");
+      std::printf("  GPU time on I/O: %u of %u SMs for the whole kernel, %.3f SM-µs per command\n", m.sms_busy, m.sm_count, m.sm_us_per_command());
       std::printf("  lat (ns): p50=%.0f p99=%.0f p99.9=%.0f mean=%.0f max=%llu (globaltimer step %llu ns; histogram ±3%%)\n", m.latency.p50, m.latency.p99,
                   m.latency.p999, m.latency.mean, static_cast<unsigned long long>(m.max_ns), static_cast<unsigned long long>(timer_ns));
       if (m.probe_samples != 0) {

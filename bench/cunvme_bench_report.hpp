@@ -41,7 +41,14 @@ struct measurement {
   unsigned probed_queues = 0, queues = 0;
   std::string probe_error;             ///< why the probe stopped ("" when it did not)
 
+  /// The GPU time the I/O took: `sms_busy` SMs (those the I/O kernel's blocks occupied, of
+  /// `sm_count`) for the kernel's whole run, over the commands: an upper bound of what a user
+  /// pays in SM time per command (the null controller's own SMs are the drive's, not counted).
+  unsigned sms_busy = 0, sm_count = 0;
+
   [[nodiscard]] double iops() const { return ops / seconds; }
+  [[nodiscard]] double sm_seconds() const { return seconds * sms_busy; }
+  [[nodiscard]] double sm_us_per_command() const { return ops != 0 ? sm_seconds() / static_cast<double>(ops) * 1e6 : 0; }
   [[nodiscard]] double gb_per_s() const { return bytes / seconds / 1e9; }
   [[nodiscard]] double cpu_s_per_million_ios() const { return emulator_commands != 0 ? cpu_seconds / (emulator_commands / 1e6) : 0; }
   /// The mean commands of one probed queue pair in each stage.
@@ -127,6 +134,10 @@ namespace detail {
     r["cpu_seconds"] = rounded(m.cpu_seconds, 4);
     r["emulator_commands"] = m.emulator_commands;
     r["cpu_s_per_million_ios"] = rounded(m.cpu_s_per_million_ios(), 4);
+    r["sms_busy"] = m.sms_busy;
+    r["sm_count"] = m.sm_count;
+    r["sm_seconds"] = rounded(m.sm_seconds(), 6);
+    r["sm_us_per_command"] = rounded(m.sm_us_per_command(), 4);
   }
   r["first_error"] = m.first_error;
   r["emulator_doorbell_errors"] = m.emulator_doorbell_errors;

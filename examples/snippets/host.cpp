@@ -17,6 +17,7 @@
 #include <cunvme/host/owners/page_cache_memory.cuh>
 #include <cunvme/host/memory/pagemap_memory.cuh>
 #include <cunvme/host/queue/queue_pair.cuh>
+#include <cunvme/host/sharing/controller_owner.cuh>
 #include <cunvme/loader/sha256.cuh>
 #include <cunvme/host/backend/sysfs_backend.cuh>
 #include <cunvme/host/backend/uri_options.cuh>
@@ -31,6 +32,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 namespace host = cunvme::host;
 namespace loader = cunvme::loader;
@@ -197,6 +200,22 @@ std::string sha256_of(const void* data, std::size_t n) {
   return loader::sha256::hex(h.finish());
 }
 
+/// `sharing::controller_owner` and `attach:` (host/sharing/): one process owns the controller's
+/// admin queue and serves it; another (here the same one, for the snippet) attaches and gets
+/// queue pairs of its own.
+bool share_controller() {
+  auto ctrl = host::open("emu:shared,pattern");  // or vfio:BDF, sysfs:BDF, kmod:BDF
+  const std::string path = "/tmp/cunvme-snippet-" + std::to_string(::getpid()) + ".sock";
+  host::sharing::controller_owner owner(*ctrl, path);
+  auto attached = host::open("attach:" + path);  // in another process, typically one per GPU
+  auto qp = attached->create_queue_pair(64);
+  host::dma_buffer buf = attached->memory().allocate(4096);
+  const bool read = qp->read(1, 0, 8, buf) == spec::status::successful_completion;
+  std::uint64_t first = 0;
+  std::memcpy(&first, buf.data(), 8);
+  return read && first == host::pattern_word(0) && owner.processes() == 1;
+}
+
 // ---- the real backends: compiled here, run only where a controller is handed over ----------------
 
 /// `sysfs_backend`: echo 0000:01:00.0 > /sys/bus/pci/devices/0000:01:00.0/driver/unbind (as root).
@@ -271,6 +290,7 @@ int main(int argc, char** argv) {
   }
   expect(page_cache_reads(), "page_cache");
   expect(striped_volume(), "volume");
+  expect(share_controller(), "controller_owner");
   expect(sha256_of("abc", 3) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "sha256");
   return snippet::finish("host");
 }

@@ -17,7 +17,8 @@ namespace fp = bench::file_peers;
 namespace {
 
 /// The fields that are figures: a failed run's record holds none of them.
-const std::vector<std::string> bench_figures = {"seconds", "ops", "iops", "gb_per_s", "lat_ns", "timer_step_ns", "cpu_seconds", "cpu_s_per_million_ios", "hist"};
+const std::vector<std::string> bench_figures = {"seconds", "ops", "iops", "gb_per_s", "lat_ns", "timer_step_ns", "cpu_seconds", "cpu_s_per_million_ios",
+                                                "sm_seconds", "sm_us_per_command", "hist"};
 
 cb::options verified_reads() {
   cb::options o;
@@ -40,6 +41,8 @@ cb::measurement clean_run() {
   m.emulated = true;
   m.cpu_seconds = 0.25;
   m.emulator_commands = 1000;
+  m.sms_busy = 4;
+  m.sm_count = 132;
   return m;
 }
 
@@ -90,6 +93,11 @@ TEST_CASE("a clean run's record holds the fields sweep.py and plot.py read") {
   CHECK(r["lat_ns"]["mean"] == 16001);
   CHECK(r["lat_ns"]["max"] == 40000);
   CHECK(r["cpu_s_per_million_ios"] == 250.0);
+  // The GPU time the I/O took: 4 SMs for 0.5 s over 1000 commands.
+  CHECK(r["sms_busy"] == 4);
+  CHECK(r["sm_count"] == 132);
+  CHECK(r["sm_seconds"] == 2.0);
+  CHECK(r["sm_us_per_command"] == 2000.0);
   CHECK(r["emulator_commands"] == 1000);
   CHECK(r["first_error"] == "");
   CHECK(r["notes"] == bench::json::array({"a note"}));

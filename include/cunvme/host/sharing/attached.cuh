@@ -44,7 +44,7 @@ class owner_connection {
     const sockaddr_un address = socket_address(path, "Attach");
     if (::connect(socket_.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
       throw error("Attach", name_, std::string(std::system_error(errno, std::generic_category(), "connect").what()) +
-                                       ": no owner serves this socket (start one: cunvme_share, or host::sharing::controller_owner)");
+                                       ": no owner serves this socket (start one: examples/cunvme_share, host::sharing::controller_owner, or Python's Device.serve)");
     }
     const timeval tv{static_cast<time_t>(wait.count() / 1000), static_cast<suseconds_t>(wait.count() % 1000 * 1000)};
     wait_ = wait;

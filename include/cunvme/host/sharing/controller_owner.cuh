@@ -49,7 +49,9 @@
 CUNVME_NAMESPACE_BEGIN
 namespace host::sharing {
 
-/// Serves `ctrl` (brought up by this process) to other processes at socket `path` until destroyed. Usage: tools/cunvme_share.cpp; test/host/sharing_test.cpp.
+/// Serves `ctrl` (brought up by this process) to other processes at socket `path` until destroyed.
+///
+/// Usage: examples/snippets/host.cpp, `share_controller`; a serving process: examples/cunvme_share.cpp.
 class controller_owner {
  public:
   controller_owner(controller& ctrl, std::string path) : ctrl_(ctrl), path_(std::move(path)) {
