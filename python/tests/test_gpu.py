@@ -140,3 +140,51 @@ def test_a_transfer_dropped_before_its_stream_ran_the_copy_waits_for_it(dev):
     del t  # the array must not go back to its allocator while the kernel may still write it
     assert stream.query()  # so dropping the Transfer waited for the copy behind the sleep
     assert torch.equal(out, src)
+
+
+def test_a_device_per_gpu_reads_into_that_gpus_memory():
+    torch = pytest.importorskip("torch")
+    gpus = torch.cuda.device_count()
+    pattern = np.arange(64 * 512 // 8, dtype=np.uint64) ^ np.uint64(0x5A5A5A5A5A5A5A5A)  # emu:pattern's first 64 blocks
+    for g in range(gpus):
+        with cunvme.Device("emu:pattern", gpu=g) as d:
+            assert d.gpu_ordinal == g
+            out = torch.zeros(64 * 512, dtype=torch.uint8, device=f"cuda:{g}")
+            d.read(0, 64, out, sync=True)
+            assert np.array_equal(out.cpu().numpy().view(np.uint64), pattern)
+
+
+ATTACHED_GPU_CHILD = """
+import sys, numpy as np, cunvme, torch
+path, gpu = sys.argv[1], int(sys.argv[2])
+with cunvme.Device("attach:" + path, gpu=gpu) as d:
+    assert d.gpu_ordinal == gpu
+    out = torch.zeros(64 * 512, dtype=torch.uint8, device=f"cuda:{gpu}")
+    d.read(gpu * 64, 64, out, sync=True)
+    want = (np.arange(gpu * 64 * 64, (gpu + 1) * 64 * 64, dtype=np.uint64) ^ np.uint64(0x5A5A5A5A5A5A5A5A))
+    assert np.array_equal(out.cpu().numpy().view(np.uint64), want)
+print("ok")
+"""
+
+
+def test_a_process_per_gpu_attached_to_a_served_emulator_reads_into_its_gpu(tmp_path):
+    # The owner: this process (GPU path, so its emulator opens the children's CUDA IPC exports).
+    torch = pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "owner.sock")
+    with cunvme.Device("emu:shared,pattern", gpu=0) as owner:
+        owner.serve(path)
+        children = [subprocess.Popen([sys.executable, "-c", ATTACHED_GPU_CHILD, path, str(g)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    for g in range(torch.cuda.device_count())]
+        for c in children:
+            out, err = c.communicate(timeout=180)
+            assert c.returncode == 0, err
+            assert out.strip() == "ok"
+        import time
+
+        until = time.monotonic() + 30  # each child's socket closes as it exits; the owner then reclaims it
+        while owner.serving["processes_reclaimed"] < len(children) and time.monotonic() < until:
+            time.sleep(0.01)
+        assert owner.serving["processes_reclaimed"] == len(children)
