@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <mutex>
 #include <utility>
 
@@ -73,7 +75,7 @@ std::unique_ptr<gpu_path> open_gpu_path(std::string_view uri, std::uint32_t nsid
                                         const cunvme::host::controller_options& controller, int gpu) {
   // As many queue pairs as copy_n may use, and one for the host path.
   cunvme::host::controller_options with_queues = controller;
-  with_queues.io_queue_pairs = cunvme::copy_tuning::max_queues + 1;
+  with_queues.io_queue_pairs = std::max<std::uint16_t>(controller.io_queue_pairs, cunvme::copy_tuning::max_queues + 1);
   cunvme::device_options options;
   options.gpu = gpu;
   options.nsid = nsid;

@@ -137,6 +137,9 @@ class device {
     const auto timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_seconds));
     host::controller_options options;
     options.command_timeout = std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+    // Every queue pair the controller grants: a controller this process serves (serve()) hands
+    // them to the processes attached to it, which take copy_n's queue pairs each.
+    options.io_queue_pairs = 65535;
     nb::gil_scoped_release release;
     gpu_reason_ = use_gpu == false ? "the device was opened with gpu=False" : gpu_unavailable_reason();
     if (use_gpu == true && !gpu_reason_.empty()) throw device_failure{"Open " + uri + " with gpu=True: " + gpu_reason_};
