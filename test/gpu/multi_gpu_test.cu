@@ -16,10 +16,11 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "../child_processes.hpp"
+
 #include <cuda_runtime.h>
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,8 +35,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-extern char** environ;
 
 using namespace cunvme;
 using namespace std::chrono_literals;
@@ -81,32 +80,11 @@ std::string env_of(const char* name) {
 }
 
 pid_t spawn_gpu_child(const std::string& socket, int gpu, unsigned rounds, const std::string& progress) {
-  std::vector<std::string> args = {"/proc/self/exe", "--test-case=(child process)*", "--no-skip", "--no-intro", "--no-version"};
-  std::vector<std::string> env = {"CUNVME_MULTI_SOCKET=" + socket, "CUNVME_MULTI_GPU=" + std::to_string(gpu),
-                                  "CUNVME_MULTI_ROUNDS=" + std::to_string(rounds), "CUNVME_MULTI_PROGRESS=" + progress};
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "CUNVME_MULTI_", 13) != 0) env.emplace_back(*e);
-  }
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  REQUIRE(::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data()) == 0);
+  const pid_t pid = test::spawn_self({"--test-case=(child process)*", "--no-skip", "--no-intro", "--no-version"},
+                                     {"CUNVME_MULTI_SOCKET=" + socket, "CUNVME_MULTI_GPU=" + std::to_string(gpu),
+                                      "CUNVME_MULTI_ROUNDS=" + std::to_string(rounds), "CUNVME_MULTI_PROGRESS=" + progress});
+  REQUIRE(pid > 0);
   return pid;
-}
-
-int wait_bounded(pid_t pid, std::chrono::seconds limit) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (std::chrono::steady_clock::now() < until) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
-    std::this_thread::sleep_for(10ms);
-  }
-  ::kill(pid, SIGKILL);
-  (void)::waitpid(pid, &status, 0);
-  return -1;
 }
 
 bool exists(const std::string& path) {
@@ -199,7 +177,7 @@ TEST_CASE("one process per GPU attached to an emulator another process owns: eve
   REQUIRE(::kill(pids[victim], SIGKILL) == 0);
   for (std::size_t i = 0; i < pids.size(); ++i) {
     CAPTURE(i);
-    const int status = wait_bounded(pids[i], 180s);
+    const int status = test::wait_bounded(pids[i], 180s);
     if (i == victim) {
       CHECK((status != -1 && WIFSIGNALED(status)));
     } else {

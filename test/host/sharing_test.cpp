@@ -10,8 +10,9 @@
 
 #include <doctest/doctest.h>
 
+#include "../child_processes.hpp"
+
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,8 +27,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-extern char** environ;
 
 using namespace cunvme;
 using namespace std::chrono_literals;
@@ -60,34 +59,11 @@ std::string sharing_socket_path(const char* what) {
 
 /// One run of this program as an attached process.
 pid_t spawn_sharing_child(const std::string& socket, unsigned index, unsigned rounds, const std::string& progress) {
-  std::vector<std::string> args = {"/proc/self/exe", "--test-case=(child process)*", "--no-skip", "--source-file=*sharing_test*", "--no-intro",
-                                   "--no-version"};
-  std::vector<std::string> env = {"CUNVME_SHARING_SOCKET=" + socket, "CUNVME_SHARING_INDEX=" + std::to_string(index),
-                                  "CUNVME_SHARING_ROUNDS=" + std::to_string(rounds), "CUNVME_SHARING_PROGRESS=" + progress};
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "CUNVME_SHARING_", 15) != 0) env.emplace_back(*e);
-  }
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  REQUIRE(::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data()) == 0);
+  const pid_t pid = test::spawn_self({"--test-case=(child process)*", "--no-skip", "--source-file=*sharing_test*", "--no-intro", "--no-version"},
+                                     {"CUNVME_SHARING_SOCKET=" + socket, "CUNVME_SHARING_INDEX=" + std::to_string(index),
+                                      "CUNVME_SHARING_ROUNDS=" + std::to_string(rounds), "CUNVME_SHARING_PROGRESS=" + progress});
+  REQUIRE(pid > 0);
   return pid;
-}
-
-/// Waits (bounded) for `pid`; its wait status, or -1 after `limit` (it is then killed).
-int wait_for_sharing_child(pid_t pid, std::chrono::seconds limit) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (std::chrono::steady_clock::now() < until) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
-    std::this_thread::sleep_for(10ms);
-  }
-  ::kill(pid, SIGKILL);
-  (void)::waitpid(pid, &status, 0);
-  return -1;
 }
 
 bool sharing_exists(const std::string& path) {
@@ -176,7 +152,7 @@ TEST_CASE("processes attached to one emulator drive their own queue pairs; one k
   REQUIRE(::kill(pids[victim], SIGKILL) == 0);
   for (unsigned i = 0; i < processes; ++i) {
     CAPTURE(i);
-    const int status = wait_for_sharing_child(pids[i], 120s);
+    const int status = test::wait_bounded(pids[i], 120s);
     if (i == victim) {
       CHECK((status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
     } else {

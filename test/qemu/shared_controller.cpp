@@ -13,11 +13,11 @@
 #include <cunvme/host/queue/queue_pair.cuh>
 #include <cunvme/host/sharing/controller_owner.cuh>
 
+#include "../child_processes.hpp"
 #include "../guest_checks.hpp"
 #include "../pattern.hpp"
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,8 +32,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-extern char** environ;
 
 namespace host = cunvme::host;
 namespace spec = cunvme::spec;
@@ -95,26 +93,10 @@ int run_child(const std::string& socket, unsigned index, unsigned rounds, const 
 }
 
 pid_t spawn_child(const std::string& socket, unsigned index, unsigned rounds, const std::string& progress, const layout& l) {
-  std::vector<std::string> args = {"/proc/self/exe", "--child", socket, std::to_string(index), std::to_string(rounds), progress,
-                                   std::to_string(l.seed), std::to_string(l.region_offset / mib) + ":" + std::to_string(l.region_bytes / mib)};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) throw test::failure{"posix_spawn failed"};
+  const pid_t pid = test::spawn_self({"--child", socket, std::to_string(index), std::to_string(rounds), progress, std::to_string(l.seed),
+                                      std::to_string(l.region_offset / mib) + ":" + std::to_string(l.region_bytes / mib)});
+  if (pid <= 0) throw test::failure{"posix_spawn failed"};
   return pid;
-}
-
-int wait_bounded(pid_t pid, std::chrono::seconds limit) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (std::chrono::steady_clock::now() < until) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
-    std::this_thread::sleep_for(10ms);
-  }
-  ::kill(pid, SIGKILL);
-  (void)::waitpid(pid, &status, 0);
-  return -1;
 }
 
 bool parse_region(const std::string& text, layout& l) {
@@ -184,7 +166,7 @@ int main(int argc, char** argv) {
     expect(::stat(progress[victim].c_str(), &st) == 0, "the process to be killed never finished a round");
     expect(::kill(pids[victim], SIGKILL) == 0, "kill");
     for (unsigned i = 0; i < processes; ++i) {
-      const int status = wait_bounded(pids[i], 300s);
+      const int status = test::wait_bounded(pids[i], 300s);
       if (i == victim) {
         expect(status != -1 && WIFSIGNALED(status), "the killed process did not end by its signal");
       } else {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/file_descriptor.cuh>
 
 #include <cerrno>
 #include <fstream>
@@ -68,27 +69,11 @@ class file_claim {
   file_claim() = default;
   /// Adopts `fd`, on which `try_lock_file` took the lock.
   explicit file_claim(int fd) noexcept : fd_(fd) {}
-  file_claim(file_claim&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  file_claim& operator=(file_claim&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = o.fd_;
-      o.fd_ = -1;
-    }
-    return *this;
-  }
-  file_claim(const file_claim&) = delete;
-  file_claim& operator=(const file_claim&) = delete;
-  ~file_claim() { reset(); }
 
-  [[nodiscard]] int fd() const noexcept { return fd_; }
+  [[nodiscard]] int fd() const noexcept { return fd_.get(); }
 
  private:
-  void reset() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd_ = -1;
+  file_descriptor fd_;  // closing it releases the lock
 };
 
 }  // namespace detail

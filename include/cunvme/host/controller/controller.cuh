@@ -60,13 +60,8 @@ class controller {
     if (!backend_) throw error("Bring up", "(none)", "no register backend");
     name_ = backend_->name();
     options_.check(name_);
-    if (gpu && backend_->needs_gpu_registration()) {
-      gpu_ = gpu;
-      gpu_bar_ = gpu(backend_->bar(), backend_->bar_size(), backend_->bar_is_io_memory(), "the BAR (doorbells)", name_);
-      gpu_memory_ = std::make_unique<registering_allocator>(backend_->memory(), gpu, name_);
-    }
-    cap_ = spec::cap_register{backend_->read64(spec::to_underlying(spec::register_offset::cap))};
-    vs_ = spec::version_register{backend_->read32(spec::to_underlying(spec::register_offset::vs))};
+    register_for_gpu(gpu);
+    read_identity_registers();
     if (cap_.raw == ~std::uint64_t{0}) throw error("Read CAP", name_, "the BAR reads all ones: the device is gone or not enabled");
     if (!cap_.supports(spec::cap_css::nvm_command_set)) throw error("Bring up", name_, "CAP.CSS lacks the NVM command set");
     ready_timeout_ = options_.ready_timeout.count() != 0 ? options_.ready_timeout : std::chrono::milliseconds(cap_.timeout_ms());
@@ -97,13 +92,8 @@ class controller {
     name_ = backend_->name();
     if (!owner_) throw error("Attach", name_, "no owner of the admin queue");
     options_.check(name_);
-    if (gpu && backend_->needs_gpu_registration()) {
-      gpu_ = gpu;
-      gpu_bar_ = gpu(backend_->bar(), backend_->bar_size(), backend_->bar_is_io_memory(), "the BAR (doorbells)", name_);
-      gpu_memory_ = std::make_unique<registering_allocator>(backend_->memory(), gpu, name_);
-    }
-    cap_ = spec::cap_register{backend_->read64(spec::to_underlying(spec::register_offset::cap))};
-    vs_ = spec::version_register{backend_->read32(spec::to_underlying(spec::register_offset::vs))};
+    register_for_gpu(gpu);
+    read_identity_registers();
     ready_timeout_ = options_.ready_timeout.count() != 0 ? options_.ready_timeout : std::chrono::milliseconds(cap_.timeout_ms());
     page_shift_ = owner_->page_shift();
     require_ready("Attach to " + owner_->owner());
@@ -296,6 +286,19 @@ class controller {
 
  private:
   friend class queue_pair;
+
+  /// Registers for GPU threads what the backend maps and they cannot use yet: the BAR (as I/O
+  /// memory for a real device) and every DMA buffer, before anything is allocated.
+  void register_for_gpu(const host_registrar& gpu) {
+    if (!gpu || !backend_->needs_gpu_registration()) return;
+    gpu_ = gpu;
+    gpu_bar_ = gpu(backend_->bar(), backend_->bar_size(), backend_->bar_is_io_memory(), "the BAR (doorbells)", name_);
+    gpu_memory_ = std::make_unique<registering_allocator>(backend_->memory(), gpu, name_);
+  }
+  void read_identity_registers() {
+    cap_ = spec::cap_register{backend_->read64(spec::to_underlying(spec::register_offset::cap))};
+    vs_ = spec::version_register{backend_->read32(spec::to_underlying(spec::register_offset::vs))};
+  }
 
   /// DMA memory only the host uses (admin queues, identify and log pages): never registered for
   /// GPU threads, which would cost a cudaHostRegister per buffer for nothing.
