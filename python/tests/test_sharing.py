@@ -80,7 +80,7 @@ def test_processes_attached_to_one_controller_write_their_own_blocks_and_a_kille
                 os.unlink(p)
     assert wait_for(lambda: d.serving["processes_reclaimed"] == 3)
     s = d.serving
-    assert (s["processes"], s["queue_ids_held"], s["queues_reclaimed"]) == (0, 0, 1)
+    assert (s["processes"], s["queue_ids_held"], s["queues_reclaimed"]) == (0, 0, 2)  # the killed one's SQ and CQ
     # The survivors' last round is on the namespace.
     back = np.empty(BLOCKS * 512, dtype=np.uint8)
     for i in (0, 2):

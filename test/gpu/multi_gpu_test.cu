@@ -126,9 +126,13 @@ TEST_CASE("one process: a device per GPU over one emulator, each with its own qu
     CAPTURE(g);
     CHECK(wrong[g] == 0);
   }
-  // Their queues are their own: every device's queue pairs have distinct identifiers.
+  // Their queues are their own: every queue pair of every device has its own identifier.
   std::vector<int> ids;
-  for (auto& d : devices) ids.push_back(d->queue().view().qid);
+  for (auto& d : devices) {
+    const auto set = d->readers();
+    for (std::uint32_t q = 0; q < set.count; ++q) ids.push_back(set.views[q].qid);
+  }
+  CHECK(ids.size() == 4u * static_cast<std::size_t>(gpus));
   std::sort(ids.begin(), ids.end());
   CHECK(std::unique(ids.begin(), ids.end()) == ids.end());
   // A GPU that does not exist is named.
@@ -189,7 +193,7 @@ TEST_CASE("one process per GPU attached to an emulator another process owns: eve
   while (owner.processes_reclaimed() < pids.size() && std::chrono::steady_clock::now() < reclaimed_by) std::this_thread::sleep_for(10ms);
   CHECK(owner.processes_reclaimed() == pids.size());
   CHECK(owner.queue_ids_held() == 0);
-  CHECK(owner.queues_reclaimed() >= 1);  // the victim's, deleted by the owner
+  CHECK(owner.queues_reclaimed() >= 2);  // the victim's SQs and CQs, deleted by the owner
 }
 
 int main(int argc, char** argv) {

@@ -15,6 +15,10 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -162,9 +166,12 @@ TEST_CASE("processes attached to one emulator drive their own queue pairs; one k
   for (const auto& p : progress) ::unlink(p.c_str());
   // Every process is gone and reclaimed; the victim's queues were deleted by the owner.
   CHECK(sharing_eventually([&] { return o.owner.processes_reclaimed() == processes; }));
-  CHECK(o.owner.queues_reclaimed() == sharing_threads);
+  CHECK(o.owner.queues_reclaimed() == 2 * sharing_threads);  // its SQs and CQs
   CHECK(o.owner.queue_ids_held() == 0);
   CHECK(o.owner.processes() == 0);
+  // Its queues went before its memory: the controller never reached released memory.
+  CHECK_FALSE(o.ctrl->csts().cfs());
+  CHECK(dynamic_cast<host::emu_backend&>(o.ctrl->backend()).controller().dma().faults() == 0);
 
   // The survivors' last round is on the namespace, read by the owner's own queue pair.
   auto q = o.ctrl->create_queue_pair(64);
@@ -208,7 +215,7 @@ TEST_CASE("a process asking for more queue pairs than remain is told how many ar
   CHECK_NOTHROW((void)second->create_queue_pair(16));
 }
 
-TEST_CASE("an attached process keeps to its own queues: the owner refuses its register writes, others' queues and owner-only admin commands") {
+TEST_CASE("an attached process keeps to its own queues: its backend refuses register writes; the owner refuses others' queues and memory and owner-only admin commands") {
   sharing_owner o("refuse");
   auto mine = host::open("attach:" + o.path);
   auto other = host::open("attach:" + o.path);
@@ -224,8 +231,20 @@ TEST_CASE("an attached process keeps to its own queues: the owner refuses its re
   // Memory the owner cannot see.
   std::vector<std::byte> own(8192);
   CHECK_THROWS_WITH_AS((void)mine->memory().map_host(own.data(), 4096), doctest::Contains("memory().allocate"), host::error);
-  // Only the owner resets.
+  // Another process's CQ for an SQ, another's SQ to abort, a queue in memory that is not its own.
+  auto own_queue = mine->create_queue_pair(16);
+  host::dma_buffer mine_memory = mine->memory().allocate(4096);
+  host::dma_buffer their_memory = other->memory().allocate(4096);
+  CHECK_THROWS_WITH_AS((void)mine->admin_command(spec::make_create_io_sq(own_queue->id(), 16, mine_memory.bus(), theirs->id()), "Create I/O SQ"),
+                       doctest::Contains("is no queue of process"), host::error);
+  CHECK_THROWS_WITH_AS((void)mine->admin_command(spec::make_abort(theirs->id(), 0), "Abort"), doctest::Contains("is not process"), host::error);
+  CHECK_THROWS_WITH_AS((void)mine->admin_command(spec::make_identify(spec::identify_cns::controller, 0, their_memory.bus()), "Identify"),
+                       doctest::Contains("is not process"), host::error);
+  CHECK_THROWS_WITH_AS((void)mine->admin_command(spec::make_identify(spec::identify_cns::controller, 0, 0), "Identify"),
+                       doctest::Contains("is not process"), host::error);
+  // Only the owner resets; the owner does not while processes hold queues.
   CHECK_THROWS_WITH_AS(mine->reset(), doctest::Contains("only the owner resets it"), host::error);
+  CHECK_THROWS_WITH_AS(o.ctrl->reset(), doctest::Contains("lent to attached processes"), host::error);
   // The other process's queue still works.
   host::dma_buffer buf = other->memory().allocate(4096);
   CHECK(theirs->read(other->namespaces().front().nsid, 0, 8, buf) == spec::status::successful_completion);
@@ -249,4 +268,102 @@ TEST_CASE("an owner that stops serving reclaims the queues of the processes stil
   // The owner object goes, the controller stays (the owner's destructor deletes the queues).
   o.reset();
   CHECK_THROWS_WITH_AS((void)attached->create_queue_pair(16), doctest::Contains("is gone"), host::error);
+  // Every identifier came back with its queues deleted: the owner's controller creates every pair.
+  std::vector<std::unique_ptr<host::queue_pair>> all;
+  for (std::uint16_t n = 0; n < owner_ctrl->io_queue_pairs_granted(); ++n) all.push_back(owner_ctrl->create_queue_pair(16));
+  CHECK(all.size() == owner_ctrl->io_queue_pairs_granted());
+  all.clear();
+  q.reset();  // its Delete cannot reach the owner any more: its memory is kept, as for a controller that did not answer
+  attached.reset();
+  CHECK_NOTHROW(owner_ctrl->reset());  // nothing is lent any more
+}
+
+TEST_CASE("the owner stays up and keeps serving whatever a process sends it: bad memory files, sizes, descriptors without data") {
+  sharing_owner o("wire");
+  const int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  REQUIRE(s >= 0);
+  const sockaddr_un address = host::sharing::socket_address(o.path, "test");
+  REQUIRE(::connect(s, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+  const auto ask = [&](const host::sharing::request& q, int fd = -1) {
+    REQUIRE(host::sharing::send_message(s, q, fd));
+    host::sharing::reply r;
+    int got = -1;
+    REQUIRE(host::sharing::receive_message(s, r, got) == host::sharing::receive_status::message);
+    if (got >= 0) ::close(got);
+    return r;
+  };
+  host::sharing::request hello{host::sharing::request_kind::hello};
+  hello.a = 99;
+  CHECK(std::string(ask(hello).text).find("wire version") != std::string::npos);
+  hello.a = host::sharing::wire_version;
+  CHECK(ask(hello).failed == 0);
+  // A memory file that is not sealed against shrinking.
+  const int unsealed = ::memfd_create("unsealed", MFD_CLOEXEC);
+  REQUIRE(::ftruncate(unsealed, 4096) == 0);
+  host::sharing::request map{host::sharing::request_kind::map_memory};
+  map.a = 4096;
+  map.b = 4096;
+  CHECK(std::string(ask(map, unsealed).text).find("not sealed") != std::string::npos);
+  ::close(unsealed);
+  // More than the file holds; more than half the machine; no file at all.
+  const int sealed = ::memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  REQUIRE(::ftruncate(sealed, 4096) == 0);
+  REQUIRE(::fcntl(sealed, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+  map.a = std::uint64_t{1} << 40;
+  CHECK(std::string(ask(map, sealed).text).find("does not hold") != std::string::npos);
+  map.a = 4096;
+  CHECK(std::string(ask(map).text).find("no memory file") != std::string::npos);
+  // GPU memory where the owner's emulator has no GPU reach; a queue identifier not its own.
+  CHECK(std::string(ask(host::sharing::request{host::sharing::request_kind::map_gpu}).text).find("GPU") != std::string::npos);
+  host::sharing::request release{host::sharing::request_kind::release_queue_id};
+  release.a = 3;
+  CHECK(std::string(ask(release).text).find("is not process") != std::string::npos);
+  // An empty message carrying a descriptor is refused, and the descriptor is not kept.
+  {
+    iovec io{nullptr, 0};
+    msghdr m{};
+    m.msg_iov = &io;
+    m.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))]{};
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &sealed, sizeof sealed);
+    REQUIRE(::sendmsg(s, &m, MSG_NOSIGNAL) == 0);
+    host::sharing::reply r;
+    int got = -1;
+    REQUIRE(host::sharing::receive_message(s, r, got) == host::sharing::receive_status::message);
+    CHECK(std::string(r.text).find("malformed") != std::string::npos);
+  }
+  ::close(sealed);
+  ::close(s);
+  // The owner serves on.
+  auto attached = host::open("attach:" + o.path);
+  auto q = attached->create_queue_pair(16);
+  host::dma_buffer buf = attached->memory().allocate(4096);
+  CHECK(q->read(attached->namespaces().front().nsid, 0, 8, buf) == spec::status::successful_completion);
+}
+
+TEST_CASE("a queue identifier given back is released only with its queues deleted, and memory holding a live queue stays on the bus") {
+  sharing_owner o("release");
+  auto attached = host::open("attach:" + o.path);
+  auto q = attached->create_queue_pair(16);
+  CHECK(o.owner.queue_ids_held() == 1);
+  // The memory of its live SQ cannot leave the bus (the controller would fetch from it).
+  auto& owner_link = dynamic_cast<host::sharing::attached_backend&>(attached->backend()).owner();
+  host::sharing::request unmap{host::sharing::request_kind::unmap_memory};
+  unmap.a = q->sq_bus();
+  CHECK_THROWS_WITH_AS((void)owner_link.call(unmap, "Release DMA memory"), doctest::Contains("lies in this memory: delete it first"), host::error);
+  // Giving back an identifier whose queues are live: the owner deletes them first.
+  host::sharing::request give_back{host::sharing::request_kind::release_queue_id};
+  give_back.a = q->id();
+  CHECK_NOTHROW((void)owner_link.call(give_back, "Release I/O queue"));
+  CHECK(o.owner.queue_ids_held() == 0);
+  CHECK(o.ctrl->admin_command(spec::make_delete_io_sq(q->id()), "Delete I/O SQ").status() == spec::status::invalid_queue_identifier);
+  q.reset();  // its own Delete finds the queues gone; it gives the identifier back again, which is refused quietly
+  CHECK(o.owner.queue_ids_held() == 0);
+  CHECK_FALSE(o.ctrl->csts().cfs());
 }

@@ -177,7 +177,8 @@ int main(int argc, char** argv) {
     const auto reclaimed_by = std::chrono::steady_clock::now() + 30s;
     while (owner.processes_reclaimed() < processes && std::chrono::steady_clock::now() < reclaimed_by) std::this_thread::sleep_for(10ms);
     expect(owner.processes_reclaimed() == processes, "not every process was reclaimed");
-    expect(owner.queues_reclaimed() == threads_per_process, "the owner deleted " + std::to_string(owner.queues_reclaimed()) + " queues, not the killed process's two");
+    expect(owner.queues_reclaimed() == 2 * threads_per_process,
+           "the owner deleted " + std::to_string(owner.queues_reclaimed()) + " queues, not the killed process's two SQs and two CQs");
     expect(owner.queue_ids_held() == 0, "queue identifiers still held after every process went");
   });
   results.run("the killed process's queue identifiers are taken again, and the survivors' data is on the disk", [&] {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 CUNVME_NAMESPACE_BEGIN
@@ -85,8 +86,9 @@ struct memory_hooks {
   /// Undoes a successful `register_host`, before the namespace's memory is unmapped.
   std::function<void(void* pointer, std::size_t bytes)> unregister_host;
   /// Opens GPU memory another process exported (a 64-byte CUDA IPC handle) in this process, for
-  /// a controller shared with it (host/sharing/): its device address, nullptr where it cannot.
-  std::function<void*(const std::byte* handle)> open_exported_gpu;
+  /// a controller shared with it (host/sharing/): the allocation's device address and size,
+  /// {nullptr, 0} where it cannot.
+  std::function<std::pair<void*, std::size_t>(const std::byte* handle)> open_exported_gpu;
   /// Closes what `open_exported_gpu` opened, once no copy uses it.
   std::function<void(void* pointer)> close_exported_gpu;
 };

@@ -10,6 +10,7 @@
 #include <cunvme/emu/controller_config.cuh>
 #include <cunvme/host/cuda_error.cuh>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -286,29 +287,38 @@ inline void prepare_cuda_environment() {
     }
     return ok;
   };
-  hooks.device_copy.thread_start = [] {
+  // The emulator's threads start on the GPU current where the hooks were made (the one a
+  // `cunvme::device` opens the emulator for), not on GPU 0 where a new thread would.
+  int home = 0;
+  if (cudaGetDevice(&home) != cudaSuccess) (void)cudaGetLastError();
+  hooks.device_copy.thread_start = [home] {
     try {
-      int current = 0;
-      if (cudaGetDevice(&current) == cudaSuccess) {
-        (void)detail::copy_lane(current);
-      } else {
-        (void)cudaGetLastError();
-      }
+      if (cudaSetDevice(home) != cudaSuccess) (void)cudaGetLastError();
+      (void)detail::copy_lane(home);
     } catch (const cuda_error&) {
       // Left to the first copy, which then fails its command with Data Transfer Error.
     }
   };
   hooks.device_copy.thread_end = [] { detail::release_copy_streams(); };
   // Another process's GPU memory, for a controller this process shares with it.
-  hooks.open_exported_gpu = [](const std::byte* exported) -> void* {
+  hooks.open_exported_gpu = [](const std::byte* exported) -> std::pair<void*, std::size_t> {
     cudaIpcMemHandle_t handle{};
     std::memcpy(&handle, exported, sizeof handle);
     void* p = nullptr;
     if (cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
       (void)cudaGetLastError();
-      return nullptr;
+      return {nullptr, 0};
     }
-    return p;
+    // The allocation's size, so that a range named in it is checked against it.
+    using get_address_range = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);  // cuMemGetAddressRange_v2
+    static const auto get_range = reinterpret_cast<get_address_range>(host::driver_entry_point("cuMemGetAddressRange"));
+    CUdeviceptr base = 0;
+    std::size_t size = 0;
+    if (get_range == nullptr || get_range(&base, &size, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS || base != reinterpret_cast<CUdeviceptr>(p)) {
+      if (cudaIpcCloseMemHandle(p) != cudaSuccess) (void)cudaGetLastError();
+      return {nullptr, 0};
+    }
+    return {p, size};
   };
   hooks.close_exported_gpu = [](void* p) {
     if (cudaIpcCloseMemHandle(p) != cudaSuccess) (void)cudaGetLastError();

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,11 @@ class kmod_allocator final : public dma_allocator {
   [[nodiscard]] bool imports_dma_bufs() const noexcept { return dma_buf_; }
   /// Makes `map_gpu` export GPU memory with `exporter` and map the dma-buf (preferred over
   /// nvidia_p2p: it needs no NVIDIA sources at module build time).
-  void use_dma_buf_exporter(dma_buf_exporter exporter) { exporter_ = std::move(exporter); }
+  /// Installs the exporter once: devices of several GPUs sharing this controller each ask, while
+  /// another's copies may be mapping through it (the exporter exports any GPU's memory).
+  void use_dma_buf_exporter(dma_buf_exporter exporter) {
+    std::call_once(exporter_set_, [&] { exporter_ = std::move(exporter); });
+  }
 
   /// Maps bytes [offset, offset + bytes) of the dma-buf `dma_buf_fd` for the controller.
   /// `device_pointer` is what the buffer's `device_data()` reports (the GPU address the dma-buf
@@ -244,6 +249,7 @@ class kmod_allocator final : public dma_allocator {
   bool dma_buf_;
   bool maps_gpu_for_cpu_;
   dma_buf_exporter exporter_;
+  std::once_flag exporter_set_;
 };
 
 /// An NVMe controller bound to the cunvme kernel module.

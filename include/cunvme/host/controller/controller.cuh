@@ -222,7 +222,7 @@ class controller {
 
  private:
   friend class io_queue;
-  friend class sharing::controller_owner;  // hands queue identifiers to attached processes
+  friend class sharing::controller_owner;  // lends queue identifiers to attached processes
   /// Both `create_queue_pair`s, with the bookkeeping and PRP lists where `hooks` put them
   /// and every wait of the queue's I/O bounded by `timeout`.
   [[nodiscard]] std::unique_ptr<queue_pair> make_queue_pair(std::uint32_t entries, queue_placement placement, dma_buffer provided_sq,
@@ -485,6 +485,20 @@ class controller {
     return cmb_block{backend_->cmb() + at, backend_->cmb_bus_address() + at};
   }
 
+  /// A queue identifier lent to another process (sharing::controller_owner), and its return:
+  /// while any is out, `reset()` is refused (CC.EN = 0 would delete that process's queues).
+  [[nodiscard]] std::uint16_t lend_queue_id() {
+    const std::uint16_t qid = take_queue_id();
+    std::scoped_lock lock(admin_mutex_);
+    ++lent_;
+    return qid;
+  }
+  void return_lent_queue_id(std::uint16_t qid) noexcept {
+    release_queue_id(qid);
+    std::scoped_lock lock(admin_mutex_);
+    if (lent_ != 0) --lent_;
+  }
+
   [[nodiscard]] std::uint16_t take_queue_id() {
     if (owner_) return owner_->take_queue_id("Create I/O queue pair");
     std::scoped_lock lock(admin_mutex_);
@@ -516,6 +530,7 @@ class controller {
   std::vector<bool> used_qids_;
   std::unique_ptr<dma_buffer> shadow_, event_index_;
   std::unique_ptr<admin_link> owner_;  ///< the admin queue's owner where this process attached
+  std::size_t lent_ = 0;               ///< queue identifiers lent to attached processes (under admin_mutex_)
   std::atomic<std::uint64_t> mmio_doorbell_writes_{0}, skipped_doorbell_writes_{0}, unexpected_completions_{0};
   std::size_t cmb_used_ = 0;
   bool shut_down_ = false;

@@ -198,6 +198,13 @@ inline void controller::keep_forever() noexcept {
 
 inline void controller::reset() {
   if (owner_) throw error("Reset", name_, "attached to a controller owned by " + owner_->owner() + ": only the owner resets it");
+  {
+    std::scoped_lock lock(admin_mutex_);
+    if (lent_ != 0) {
+      throw error("Reset", name_, std::to_string(lent_) + " queue identifier(s) are lent to attached processes (host::sharing::controller_owner): "
+                                  "CC.EN = 0 would delete their queues under them; stop serving first");
+    }
+  }
   std::unique_lock state(state_mutex_);
   if (shut_down_) throw error("Reset", name_, "the controller was shut down");
   std::scoped_lock live_lock(live_mutex_);

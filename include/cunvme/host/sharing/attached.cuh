@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <linux/memfd.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -80,13 +81,19 @@ class owner_connection {
   /// when the owner refuses, does not answer within the wait, or is gone.
   reply call(const request& q, const std::string& operation, int fd = -1, int* received_fd = nullptr) {
     const std::scoped_lock lock(mutex_);
+    if (broken_) throw error(operation, name_, "the connection to the owner (" + owner() + ") broke earlier: " + broken_why_);
     if (!send_message(socket_.get(), q, fd)) throw error(operation, name_, "the owner (" + owner() + ") is gone");
     reply r;
     int got = -1;
     const receive_status status = receive_message(socket_.get(), r, got);
     if (status != receive_status::message) {
-      throw error(operation, name_, status == receive_status::timed_out ? "the owner did not answer within " + std::to_string(wait_.count()) + " ms"
-                                                                          : "the owner (" + owner() + ") is gone");
+      // A reply that comes later would be taken for the next request's: the connection ends
+      // here, and the owner, seeing it close, deletes this process's queues.
+      broken_ = true;
+      broken_why_ = status == receive_status::timed_out ? "the owner did not answer within " + std::to_string(wait_.count()) + " ms"
+                                                        : "the owner (" + owner() + ") is gone";
+      ::shutdown(socket_.get(), SHUT_RDWR);
+      throw error(operation, name_, broken_why_);
     }
     cunvme::detail::file_descriptor keep(got);
     if (r.failed != 0) throw error(operation, name_, std::string(r.text, ::strnlen(r.text, sizeof r.text)));
@@ -106,6 +113,8 @@ class owner_connection {
   unsigned page_shift_ = 12;
   std::uint32_t owner_pid_ = 0;
   std::mutex mutex_;
+  bool broken_ = false;  ///< a call went unanswered: no more calls (under mutex_)
+  std::string broken_why_;
 };
 
 /// DMA memory of an attached process: each buffer a memory file both processes map, which the
@@ -144,8 +153,12 @@ class attached_allocator final : public dma_allocator {
     const std::size_t unit = owner_->huge_pages() ? std::size_t{2} << 20 : 4096;
     const std::size_t rounded = (bytes + unit - 1) / unit * unit;
     if (rounded < bytes) throw error("Allocate DMA memory", owner_->name(), std::to_string(bytes) + " bytes do not fit the address space");
-    cunvme::detail::file_descriptor file(::memfd_create("cunvme-dma", MFD_CLOEXEC | (owner_->huge_pages() ? MFD_HUGETLB | MFD_HUGE_2MB : 0u)));
-    if (!file || ::ftruncate(file.get(), static_cast<off_t>(rounded)) != 0) {
+    // Sealed at its size: the owner maps it for the controller, and a file cut short under that
+    // mapping would fault the owner or free pages the controller still reaches.
+    cunvme::detail::file_descriptor file(
+        ::memfd_create("cunvme-dma", MFD_CLOEXEC | MFD_ALLOW_SEALING | (owner_->huge_pages() ? MFD_HUGETLB | MFD_HUGE_2MB : 0u)));
+    if (!file || ::ftruncate(file.get(), static_cast<off_t>(rounded)) != 0 ||
+        ::fcntl(file.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
       throw error("Allocate DMA memory", owner_->name(),
                   std::string(std::system_error(errno, std::generic_category(), "memory file of " + std::to_string(rounded) + " bytes").what()) +
                       (owner_->huge_pages() ? ": the owner's controller reaches shared memory in 2 MiB huge pages only (raise /proc/sys/vm/nr_hugepages)" : ""));
@@ -166,10 +179,16 @@ class attached_allocator final : public dma_allocator {
       const cunvme::detail::file_descriptor page_file(list);
       if (page_file) {
         // Pages scattered on the bus (the owner's backend pins physical pages): their list.
-        if (r.b == 0 || r.b > rounded / 4096 || r.c < 4096 || r.b * r.c < rounded) throw error("Allocate DMA memory", owner_->name(), "the owner sent a page list that does not cover the buffer");
+        const auto bad_list = [&](const char* why) {
+          unmap_quietly(*owner_, r.a);  // the owner mapped it: it leaves the bus again
+          return error("Allocate DMA memory", owner_->name(), why);
+        };
+        if (r.b == 0 || r.b > rounded / 4096 || r.c < 4096 || r.b * r.c < rounded) throw bad_list("the owner sent a page list that does not cover the buffer");
         pages.resize(static_cast<std::size_t>(r.b));
         const auto want = static_cast<ssize_t>(pages.size() * sizeof(std::uint64_t));
-        if (::pread(page_file.get(), pages.data(), static_cast<std::size_t>(want), 0) != want) throw error("Allocate DMA memory", owner_->name(), "the owner's page list is short");
+        if (::pread(page_file.get(), pages.data(), static_cast<std::size_t>(want), 0) != want || pages.front() != r.a) {
+          throw bad_list("the owner's page list is short or does not start at its bus address");
+        }
         page_size = static_cast<std::size_t>(r.c);
       } else {
         pages = pages_of(r.a, rounded);

@@ -13,10 +13,13 @@
 // controller only. The owner is a process, not the kernel module: were it killed, the attached
 // processes' queues would go with its controller.
 //
-// Isolation: the owner keeps processes to their own queue identifiers, queues and admin
-// commands. A command a process submits on its own queue may still name any bus address the
-// controller reaches, as on every NVMe controller shared this way (SPDK's multi-process mode
-// too): processes sharing a controller trust one another's commands.
+// Isolation: the owner keeps processes to their own queue identifiers, queues, memory and admin
+// commands, and no message of theirs can crash it or make it wait without bound. It cannot keep
+// them from the device itself: a command a process submits on its own queue may name any bus
+// address the controller reaches (no NVMe controller checks that; SPDK's multi-process mode is
+// the same), and the BAR0 file it gets (a VFIO device, resource0) reaches the whole device.
+// Processes sharing a controller trust one another; the socket is the owner's user's alone
+// (mode 0600).
 #pragma once
 
 #include <cunvme/config.cuh>
@@ -31,16 +34,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -49,11 +55,16 @@
 CUNVME_NAMESPACE_BEGIN
 namespace host::sharing {
 
-/// Serves `ctrl` (brought up by this process) to other processes at socket `path` until destroyed.
+/// Serves `ctrl` (brought up by this process) to other processes at socket `path` until
+/// destroyed, which must happen before `ctrl` goes. While processes hold queue identifiers,
+/// `ctrl.reset()` is refused (it would delete their queues).
 ///
 /// Usage: examples/snippets/host.cpp, `share_controller`; a serving process: examples/cunvme_share.cpp.
 class controller_owner {
  public:
+  /// Attached at once, at most.
+  static constexpr std::size_t max_processes = 1024;
+
   controller_owner(controller& ctrl, std::string path) : ctrl_(ctrl), path_(std::move(path)) {
     if (ctrl_.attached()) throw error("Share", ctrl_.name(), "this process attached to the controller; only its owner serves it");
     bar_ = ctrl_.backend().bar_for_other_processes();
@@ -66,6 +77,8 @@ class controller_owner {
     if (ctrl_.shadow_doorbells()) {
       throw error("Share", ctrl_.name(), "shadow doorbells are in effect (in the owner's memory): open the controller with shadow_doorbells off to share it");
     }
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    max_bytes_per_process_ = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2 : std::uint64_t{1} << 34;
     listener_ = cunvme::detail::file_descriptor(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
     if (!listener_) throw error("Share", path_, std::system_error(errno, std::generic_category(), "socket").what());
     const sockaddr_un address = socket_address(path_, "Share");
@@ -74,12 +87,15 @@ class controller_owner {
       throw error("Share", path_, std::string(std::system_error(e, std::generic_category(), "bind").what()) +
                                       (e == EADDRINUSE ? ": the path exists (another owner, or one that died: remove the file if none runs)" : ""));
     }
-    if (::listen(listener_.get(), 64) != 0) {
-      const int e = errno;
+    try {
+      if (::chmod(path_.c_str(), 0600) != 0 || ::listen(listener_.get(), 64) != 0) {
+        throw error("Share", path_, std::system_error(errno, std::generic_category(), "chmod/listen").what());
+      }
+      acceptor_ = std::thread([this] { accept_processes(); });
+    } catch (...) {
       ::unlink(path_.c_str());
-      throw error("Share", path_, std::system_error(e, std::generic_category(), "listen").what());
+      throw;
     }
-    acceptor_ = std::thread([this] { accept_processes(); });
   }
 
   controller_owner(const controller_owner&) = delete;
@@ -93,7 +109,9 @@ class controller_owner {
     acceptor_.join();
     {
       const std::scoped_lock lock(mutex_);
-      for (attached_process& p : processes_) ::shutdown(p.socket.get(), SHUT_RDWR);
+      for (attached_process& p : processes_) {
+        if (p.socket) ::shutdown(p.socket.get(), SHUT_RDWR);
+      }
     }
     for (attached_process& p : processes_) {
       if (p.thread.joinable()) p.thread.join();
@@ -116,7 +134,7 @@ class controller_owner {
   }
   /// Processes gone so far, each with its queues deleted and its memory off the bus.
   [[nodiscard]] std::uint64_t processes_reclaimed() const noexcept { return reclaimed_.load(std::memory_order_acquire); }
-  /// Queue pairs of gone processes the owner had to delete (they had not deleted them).
+  /// Queues (SQs and CQs) of gone processes the owner deleted for them.
   [[nodiscard]] std::uint64_t queues_reclaimed() const noexcept { return queues_reclaimed_.load(std::memory_order_acquire); }
 
  private:
@@ -128,37 +146,67 @@ class controller_owner {
     void* reservation = nullptr;         ///< the owner's mapping (host memory) or the opened GPU export
     std::size_t reserved = 0;            ///< bytes of `reservation` for host memory; 0 for GPU memory
   };
+  /// Where a live queue of a process lies on the bus (PC = 1: one range).
+  struct queue_memory {
+    std::uint64_t bus = 0, bytes = 0;
+  };
   struct attached_process {
     cunvme::detail::file_descriptor socket;
     int pid = 0;
     std::thread thread;
-    std::set<std::uint16_t> qids;
-    std::map<std::uint64_t, region> regions;  ///< by bus address
-    bool gone = false;
+    std::set<std::uint16_t> qids;                          ///< identifiers it holds (lent by the controller)
+    std::map<std::uint16_t, queue_memory> sqs, cqs;        ///< its queues the controller has now
+    std::map<std::uint64_t, region> regions;               ///< by bus address of the first page
+    std::uint64_t mapped_bytes = 0;
+    bool gone = false;      ///< its socket closed; reclaimed
+    bool finished = false;  ///< its thread is done: the entry may be erased
   };
 
-  void accept_processes() {
+  void accept_processes() noexcept {
     for (;;) {
       const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));  // out of descriptors: serve on, accept later
+          continue;
+        }
         return;  // shut down (EINVAL), or the listener failed
       }
-      if (stopping_.load(std::memory_order_acquire)) {
-        ::close(fd);
-        return;
-      }
+      cunvme::detail::file_descriptor socket(fd);
+      if (stopping_.load(std::memory_order_acquire)) return;
       const std::scoped_lock lock(mutex_);
-      attached_process& p = processes_.emplace_back();
-      p.socket = cunvme::detail::file_descriptor(fd);
-      ucred peer{};
-      socklen_t len = sizeof peer;
-      if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0) p.pid = peer.pid;
-      p.thread = std::thread([this, &p] { serve(p); });
+      // Entries whose threads are done go first (their threads end right after marking them).
+      for (auto it = processes_.begin(); it != processes_.end();) {
+        if (!it->finished) {
+          ++it;
+          continue;
+        }
+        if (it->thread.joinable()) it->thread.join();
+        it = processes_.erase(it);
+      }
+      if (processes_.size() >= max_processes) {
+        (void)send_message(socket.get(), reply::refusal(std::to_string(max_processes) + " processes are attached already"));
+        continue;
+      }
+      try {
+        attached_process& p = processes_.emplace_back();
+        p.socket = std::move(socket);
+        ucred peer{};
+        socklen_t len = sizeof peer;
+        if (::getsockopt(p.socket.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0) p.pid = peer.pid;
+        try {
+          p.thread = std::thread([this, &p] { serve(p); });
+        } catch (...) {
+          processes_.pop_back();  // its socket closes: the process is told by its next call
+        }
+      } catch (...) {
+        // Out of memory for the entry: this process is not served; the others are.
+      }
     }
   }
 
-  void serve(attached_process& p) {
+  void serve(attached_process& p) noexcept {
     for (;;) {
       request q;
       int fd = -1;
@@ -172,11 +220,13 @@ class controller_owner {
       if (!send_message(p.socket.get(), r, send_fd)) break;
     }
     reclaim(p);
+    const std::scoped_lock lock(mutex_);
+    p.finished = true;
   }
 
   [[nodiscard]] std::string who(const attached_process& p) const { return "process " + std::to_string(p.pid); }
 
-  reply answer(attached_process& p, const request& q, cunvme::detail::file_descriptor& file, cunvme::detail::file_descriptor& reply_file) {
+  reply answer(attached_process& p, const request& q, cunvme::detail::file_descriptor& file, cunvme::detail::file_descriptor& reply_file) noexcept {
     try {
       switch (q.kind) {
         case request_kind::hello: {
@@ -191,25 +241,9 @@ class controller_owner {
         }
         case request_kind::map_memory: return map_memory(p, q, file, reply_file);
         case request_kind::map_gpu: return map_gpu(p, q);
-        case request_kind::unmap_memory: {
-          region gone;
-          {
-            const std::scoped_lock lock(mutex_);
-            const auto it = p.regions.find(q.a);
-            if (it == p.regions.end()) return reply::refusal("no region of " + who(p) + " at this bus address");
-            gone = it->second;
-            p.regions.erase(it);
-          }
-          release(gone);
-          return reply{};
-        }
+        case request_kind::unmap_memory: return unmap_memory(p, q.a);
         case request_kind::take_queue_id: return take_queue_id(p);
-        case request_kind::release_queue_id: {
-          const std::scoped_lock lock(mutex_);
-          if (p.qids.erase(static_cast<std::uint16_t>(q.a)) == 0) return reply::refusal("queue " + std::to_string(q.a) + " is not " + who(p) + "'s");
-          ctrl_.release_queue_id(static_cast<std::uint16_t>(q.a));
-          return reply{};
-        }
+        case request_kind::release_queue_id: return release_queue_id(p, q.a);
         case request_kind::admin: return admin(p, q.sqe);
       }
       return reply::refusal("unknown request " + std::to_string(static_cast<std::uint32_t>(q.kind)));
@@ -222,20 +256,29 @@ class controller_owner {
     if (!file) return reply::refusal("no memory file came with the request");
     const std::uint64_t bytes = q.a, alignment = q.b;
     struct stat st{};
-    if (::fstat(file.get(), &st) != 0 || bytes == 0 || bytes % 4096 != 0 || static_cast<std::uint64_t>(st.st_size) < bytes) {
+    if (::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode) || bytes == 0 || bytes % 4096 != 0 || static_cast<std::uint64_t>(st.st_size) < bytes) {
       return reply::refusal("the memory file does not hold " + std::to_string(bytes) + " bytes in whole 4 KiB pages");
     }
+    // Sealed against shrinking: a file cut short under the owner's mapping would fault its
+    // accesses (SIGBUS) or free pages the controller still reaches.
+    const int seals = ::fcntl(file.get(), F_GET_SEALS);
+    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return reply::refusal("the memory file is not sealed against shrinking (F_SEAL_SHRINK)");
     if (alignment < 4096 || (alignment & (alignment - 1)) != 0 || alignment > (std::uint64_t{2} << 20)) {
       return reply::refusal("alignment " + std::to_string(alignment) + " is not a power of two from 4 KiB to 2 MiB");
     }
+    {
+      const std::scoped_lock lock(mutex_);
+      if (bytes > max_bytes_per_process_ - std::min(max_bytes_per_process_, p.mapped_bytes)) {
+        return reply::refusal(who(p) + " would map more than " + std::to_string(max_bytes_per_process_) + " bytes (half the machine's memory)");
+      }
+    }
+    // A huge-page file maps on its page size (st_blksize: 2 MiB for hugetlbfs, 4 KiB otherwise).
+    const auto file_page = static_cast<std::uint64_t>(std::max<blksize_t>(st.st_blksize, 4096));
+    if (bytes % file_page != 0) return reply::refusal("the memory file's " + std::to_string(bytes) + " bytes are not whole pages of " + std::to_string(file_page) + " bytes");
     // The owner's mapping starts on `alignment`, so the bus address does where the backend keeps
     // the offset within it (the emulator's IOMMU and VFIO IOVAs do): a reservation that much
     // larger, the file mapped inside it.
-    // A huge-page file maps on its page size (st_blksize: 2 MiB for hugetlbfs, 4 KiB otherwise).
-    const std::uint64_t map_alignment = std::max<std::uint64_t>(alignment, static_cast<std::uint64_t>(std::max<blksize_t>(st.st_blksize, 4096)));
-    if (bytes % static_cast<std::uint64_t>(std::max<blksize_t>(st.st_blksize, 4096)) != 0) {
-      return reply::refusal("the memory file's " + std::to_string(bytes) + " bytes are not whole pages of " + std::to_string(st.st_blksize) + " bytes");
-    }
+    const std::uint64_t map_alignment = std::max(alignment, file_page);
     const std::size_t reserved = static_cast<std::size_t>(bytes + map_alignment);
     void* reservation = ::mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (reservation == MAP_FAILED) return reply::refusal(std::system_error(errno, std::generic_category(), "reserve address space").what());
@@ -257,11 +300,13 @@ class controller_owner {
     reply out;
     const std::vector<std::uint64_t>& pages = r.mapped->pages();
     const std::uint64_t page = r.mapped->page_size();
-    bool contiguous = !pages.empty();
-    for (std::size_t i = 1; contiguous && i < pages.size(); ++i) contiguous = pages[i] == pages[0] + i * page;
-    if (contiguous && r.mapped->bus() % alignment == 0) {
+    if (pages.empty()) {
+      release(r);
+      return reply::refusal("the owner's backend mapped the memory to no page");
+    }
+    if (contiguous(*r.mapped) && r.mapped->bus() % alignment == 0) {
       out.a = r.mapped->bus();
-    } else if (!pages.empty() && pages[0] % alignment == 0) {
+    } else if (pages[0] % alignment == 0) {
       // Pages scattered on the bus (pinned physical pages): their addresses in a file of their own.
       page_file = cunvme::detail::file_descriptor(::memfd_create("cunvme-pages", MFD_CLOEXEC));
       const std::size_t list = pages.size() * sizeof(std::uint64_t);
@@ -279,6 +324,12 @@ class controller_owner {
     }
     r.bus = pages[0];
     const std::scoped_lock lock(mutex_);
+    if (p.regions.count(r.bus) != 0) {
+      page_file.reset();
+      release(r);  // the same memory twice: its first mapping stays
+      return reply::refusal("this memory is on the bus already (the same memory file twice)");
+    }
+    p.mapped_bytes += bytes;
     p.regions.emplace(r.bus, std::move(r));
     return out;
   }
@@ -287,8 +338,13 @@ class controller_owner {
     if (emu_ == nullptr) return reply::refusal("an attached process's GPU memory reaches an emulated controller only (" + ctrl_.name() + " is not one)");
     const emu::memory_hooks& hooks = emu_->config().memory;
     if (!hooks.open_exported_gpu) return reply::refusal("the owner's emulator has no GPU reach (open it for GPU threads) to open another process's GPU memory");
-    void* base = hooks.open_exported_gpu(q.handle);
+    const auto [base, size] = hooks.open_exported_gpu(q.handle);
     if (base == nullptr) return reply::refusal("CUDA could not open the exported GPU memory in the owner's process");
+    // Only the exported allocation: an offset or size past it would reach other memory here.
+    if (q.a == 0 || q.b > size || q.a > size - q.b) {
+      hooks.close_exported_gpu(base);
+      return reply::refusal(std::to_string(q.a) + " bytes at offset " + std::to_string(q.b) + " run past the exported allocation's " + std::to_string(size));
+    }
     region r{0, q.a, nullptr, base, 0};
     try {
       r.mapped = std::make_shared<dma_buffer>(ctrl_.backend().memory().map_gpu_range(static_cast<std::byte*>(base) + q.b, static_cast<std::size_t>(q.a)));
@@ -298,10 +354,34 @@ class controller_owner {
       return reply::refusal(e.what());
     }
     const std::scoped_lock lock(mutex_);
+    if (p.regions.count(r.bus) != 0) {
+      release(r);
+      return reply::refusal("this GPU memory is on the bus already");
+    }
     p.regions.emplace(r.bus, r);
     reply out;
     out.a = r.bus;
     return out;
+  }
+
+  /// A region leaves the bus, unless a live queue of the process lies in it.
+  reply unmap_memory(attached_process& p, std::uint64_t bus) {
+    region gone;
+    {
+      const std::scoped_lock lock(mutex_);
+      const auto it = p.regions.find(bus);
+      if (it == p.regions.end()) return reply::refusal("no region of " + who(p) + " at this bus address");
+      for (const auto* queues : {&p.sqs, &p.cqs}) {
+        for (const auto& [qid, m] : *queues) {
+          if (in_region(it->second, m.bus, m.bytes)) return reply::refusal("queue " + std::to_string(qid) + " lies in this memory: delete it first");
+        }
+      }
+      gone = it->second;
+      p.mapped_bytes -= std::min(p.mapped_bytes, gone.bytes);
+      p.regions.erase(it);
+    }
+    release(gone);
+    return reply{};
   }
 
   /// Takes `r` off the bus (waiting for the controller's accesses to it to end), then lets go
@@ -316,41 +396,107 @@ class controller_owner {
   }
 
   reply take_queue_id(attached_process& p) {
-    const std::scoped_lock lock(mutex_);
+    std::uint16_t qid = 0;
     try {
-      const std::uint16_t qid = ctrl_.take_queue_id();
-      p.qids.insert(qid);
-      reply r;
-      r.a = qid;
-      return r;
+      qid = ctrl_.lend_queue_id();  // the controller's own lock only: no wait under mutex_
     } catch (const error&) {
+      const std::scoped_lock lock(mutex_);
       std::size_t others = 0;
       for (const attached_process& o : processes_) others += &o == &p ? 0 : o.qids.size();
       return reply::refusal("no I/O queue pair left: 0 of " + std::to_string(ctrl_.io_queue_pairs_granted()) + " free (" + who(p) + " holds " +
                             std::to_string(p.qids.size()) + ", other processes " + std::to_string(others) + ", the owner the rest)");
     }
+    const std::scoped_lock lock(mutex_);
+    p.qids.insert(qid);
+    reply r;
+    r.a = qid;
+    return r;
+  }
+
+  /// Gives an identifier back once its queues are gone: the owner deletes those the controller
+  /// still has (a process that failed to, or did not try), and keeps the identifier where it
+  /// cannot.
+  reply release_queue_id(attached_process& p, std::uint64_t id) {
+    const auto qid = static_cast<std::uint16_t>(id);
+    {
+      const std::scoped_lock lock(mutex_);
+      if (id > 0xffff || p.qids.count(qid) == 0) return reply::refusal("queue " + std::to_string(id) + " is not " + who(p) + "'s");
+    }
+    if (!delete_queues(p, {qid})) return reply::refusal("queue " + std::to_string(qid) + " could not be deleted: its identifier stays taken");
+    {
+      const std::scoped_lock lock(mutex_);
+      p.qids.erase(qid);
+    }
+    ctrl_.return_lent_queue_id(qid);  // outside mutex_: it waits for the controller's admin lock
+    return reply{};
+  }
+
+  /// Deletes the live queues of identifiers `qids` (every SQ first: a CQ with an SQ on it cannot
+  /// go). True when none of them is left on the controller.
+  bool delete_queues(attached_process& p, const std::set<std::uint16_t>& qids) noexcept {
+    bool all = true;
+    for (const bool sq : {true, false}) {
+      for (const std::uint16_t qid : qids) {
+        {
+          const std::scoped_lock lock(mutex_);
+          if ((sq ? p.sqs : p.cqs).count(qid) == 0) continue;
+        }
+        bool deleted = false;
+        try {
+          const std::string which = std::string(sq ? "SQ " : "CQ ") + std::to_string(qid) + " of " + who(p);
+          const auto status = ctrl_.admin_command(sq ? spec::make_delete_io_sq(qid) : spec::make_delete_io_cq(qid), "Delete I/O " + which).status();
+          deleted = status == spec::status::successful_completion || status == spec::status::invalid_queue_identifier;
+        } catch (...) {
+        }
+        if (deleted || ctrl_.stopped()) {  // CC.EN = 0 deleted it too
+          const std::scoped_lock lock(mutex_);
+          (sq ? p.sqs : p.cqs).erase(qid);
+          if (p.gone) queues_reclaimed_.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          all = false;
+        }
+      }
+    }
+    return all;
   }
 
   [[nodiscard]] bool holds(const attached_process& p, std::uint16_t qid) const {
     const std::scoped_lock lock(mutex_);
     return p.qids.count(qid) != 0;
   }
-  /// Whether [bus, bus + bytes) lies in memory `p` placed on the bus (within one page where its
-  /// pages are scattered).
-  [[nodiscard]] bool owns_memory(const attached_process& p, std::uint64_t bus, std::uint64_t bytes) const {
-    const std::scoped_lock lock(mutex_);
-    for (const auto& [first, r] : p.regions) {
-      const std::uint64_t page = r.mapped->page_size();
-      const std::vector<std::uint64_t>& pages = r.mapped->pages();
-      if (pages.size() * page == r.bytes && pages.back() == pages.front() + (pages.size() - 1) * page) {
-        if (bus >= first && bytes <= r.bytes && bus - first <= r.bytes - bytes) return true;
-        continue;
-      }
-      for (const std::uint64_t at : pages) {
-        if (bus >= at && bytes <= page && bus - at <= page - bytes) return true;
-      }
+  [[nodiscard]] static bool contiguous(const dma_buffer& b) noexcept {
+    const std::vector<std::uint64_t>& pages = b.pages();
+    for (std::size_t i = 1; i < pages.size(); ++i) {
+      if (pages[i] != pages[0] + i * b.page_size()) return false;
+    }
+    return true;
+  }
+  /// Whether [bus, bus + bytes) lies in `r` (within one page where its pages are scattered).
+  [[nodiscard]] static bool in_region(const region& r, std::uint64_t bus, std::uint64_t bytes) noexcept {
+    if (bytes == 0) return false;
+    const std::uint64_t page = r.mapped->page_size();
+    if (contiguous(*r.mapped)) {
+      const std::uint64_t first = r.mapped->pages().front(), span = r.mapped->pages().size() * page;
+      return bus >= first && bytes <= span && bus - first <= span - bytes;
+    }
+    for (const std::uint64_t at : r.mapped->pages()) {
+      if (bus >= at && bytes <= page && bus - at <= page - bytes) return true;
     }
     return false;
+  }
+  [[nodiscard]] bool owns_memory(const attached_process& p, std::uint64_t bus, std::uint64_t bytes) const {
+    const std::scoped_lock lock(mutex_);
+    return std::any_of(p.regions.begin(), p.regions.end(), [&](const auto& entry) { return in_region(entry.second, bus, bytes); });
+  }
+  /// Whether a transfer of `bytes` through PRP1/PRP2 lands in memory of `p` (at most two pages:
+  /// longer ones, whose PRP2 is a list, are refused).
+  [[nodiscard]] bool data_in_own_memory(const attached_process& p, std::uint64_t prp1, std::uint64_t prp2, std::uint64_t bytes) const {
+    const std::uint64_t page = std::uint64_t{1} << ctrl_.page_shift();
+    if (prp1 == 0 || bytes == 0) return false;
+    const std::uint64_t first = std::min(bytes, page - prp1 % page);
+    if (!owns_memory(p, prp1, first)) return false;
+    const std::uint64_t rest = bytes - first;
+    return rest == 0 || (rest <= page && prp2 % page == 0 && owns_memory(p, prp2, rest));
   }
 
   /// Runs the admin commands a process may send, on its own queues and memory; refuses the rest.
@@ -359,23 +505,35 @@ class controller_owner {
     const auto qid = static_cast<std::uint16_t>(sqe.cdw10 & 0xffff);
     const std::string name = "admin command " + std::to_string(static_cast<unsigned>(sqe.opcode()));
     const std::uint64_t page = std::uint64_t{1} << ctrl_.page_shift();
+    const auto mine = [&](const char* what) { return reply::refusal(name + ": " + what + " is not " + who(p) + "'s"); };
+    queue_memory created{};
     switch (opcode) {
       case spec::admin_opcode::identify:
-      case spec::admin_opcode::get_log_page:
+        if (!data_in_own_memory(p, sqe.prp1, sqe.prp2, 4096)) return mine("the 4 KiB it returns (PRP1/PRP2)");
+        break;
+      case spec::admin_opcode::get_log_page: {
+        const std::uint64_t bytes = ((std::uint64_t{sqe.cdw11 & 0xffff} << 16 | sqe.cdw10 >> 16) + 1) * 4;
+        if (bytes > 2 * page) return reply::refusal(name + ": log pages over two controller pages are read by the owner only");
+        if (!data_in_own_memory(p, sqe.prp1, sqe.prp2, bytes)) return mine("the memory the log page goes to (PRP1/PRP2)");
+        break;
+      }
       case spec::admin_opcode::get_features:
-        // Their data lands in memory the process placed on the bus (a list page too).
-        if (sqe.prp1 != 0 && !owns_memory(p, sqe.prp1, 1)) return reply::refusal(name + ": PRP1 is not memory of " + who(p));
-        if (sqe.prp2 != 0 && !owns_memory(p, sqe.prp2, 1)) return reply::refusal(name + ": PRP2 is not memory of " + who(p));
+        // Features with data return at most 4 KiB; those without name no memory.
+        if ((sqe.prp1 != 0 || sqe.prp2 != 0) && !data_in_own_memory(p, sqe.prp1, sqe.prp2, 4096)) return mine("the memory the feature goes to");
         break;
       case spec::admin_opcode::create_io_completion_queue:
       case spec::admin_opcode::create_io_submission_queue: {
+        const bool sq = opcode == spec::admin_opcode::create_io_submission_queue;
         const std::uint64_t entries = std::uint64_t{(sqe.cdw10 >> 16) & 0xffff} + 1;
-        const std::uint64_t bytes = entries * (opcode == spec::admin_opcode::create_io_submission_queue ? 64 : 16);
+        created = {sqe.prp1, entries * (sq ? 64 : 16)};
         if (!holds(p, qid)) return reply::refusal(name + ": queue " + std::to_string(qid) + " is not " + who(p) + "'s (take one first)");
-        if (opcode == spec::admin_opcode::create_io_submission_queue && !holds(p, static_cast<std::uint16_t>(sqe.cdw11 >> 16))) {
-          return reply::refusal(name + ": its CQ is not " + who(p) + "'s");
+        if ((sqe.cdw11 & 1u) == 0) return reply::refusal(name + ": an attached process's queues are physically contiguous (PC = 1)");
+        if (sq) {
+          const auto cqid = static_cast<std::uint16_t>(sqe.cdw11 >> 16);
+          const std::scoped_lock lock(mutex_);
+          if (p.cqs.count(cqid) == 0) return reply::refusal(name + ": CQ " + std::to_string(cqid) + " is no queue of " + who(p));
         }
-        if (!owns_memory(p, sqe.prp1, (bytes + page - 1) / page * page)) return reply::refusal(name + ": the queue is not in memory of " + who(p));
+        if (!owns_memory(p, created.bus, created.bytes)) return mine("the queue's memory");
         break;
       }
       case spec::admin_opcode::delete_io_submission_queue:
@@ -389,46 +547,62 @@ class controller_owner {
     }
     reply r;
     r.cqe = ctrl_.admin_command(sqe, who(p) + "'s " + name);
+    // The owner's record of the process's queues follows what the controller did.
+    const bool done = r.cqe.status() == spec::status::successful_completion;
+    const std::scoped_lock lock(mutex_);
+    switch (opcode) {
+      case spec::admin_opcode::create_io_completion_queue:
+        if (done) p.cqs[qid] = created;
+        break;
+      case spec::admin_opcode::create_io_submission_queue:
+        if (done) p.sqs[qid] = created;
+        break;
+      case spec::admin_opcode::delete_io_completion_queue:
+        if (done || r.cqe.status() == spec::status::invalid_queue_identifier) p.cqs.erase(qid);
+        break;
+      case spec::admin_opcode::delete_io_submission_queue:
+        if (done || r.cqe.status() == spec::status::invalid_queue_identifier) p.sqs.erase(qid);
+        break;
+      default:
+        break;
+    }
     return r;
   }
 
-  /// A process is gone: its queues deleted (SQ before CQ; the emulator finishes the commands
-  /// it is executing first), then its memory off the bus. Where a queue could not be deleted
-  /// and the controller did not stop either, its memory stays mapped for good: the controller
-  /// may still write it.
+  /// A process is gone: its queues deleted (SQs before CQs; the controller ends the commands it
+  /// is executing for them first), then its memory off the bus. Where a queue could not be
+  /// deleted and the controller did not stop either, its identifier stays taken and its memory
+  /// mapped for good: the controller may still use them.
   void reclaim(attached_process& p) noexcept {
     std::set<std::uint16_t> qids;
+    std::vector<std::uint16_t> returned;
+    try {
+      const std::scoped_lock lock(mutex_);
+      p.gone = true;
+      qids = p.qids;
+      returned.reserve(qids.size());
+    } catch (...) {
+      // Out of memory: nothing is given back; the identifiers stay taken, the memory mapped.
+      return;
+    }
+    const bool stopped_dma = delete_queues(p, qids);
     std::map<std::uint64_t, region> regions;
     {
       const std::scoped_lock lock(mutex_);
-      qids.swap(p.qids);
-      regions.swap(p.regions);
-      p.gone = true;
+      for (const std::uint16_t qid : qids) {
+        if (stopped_dma || (p.sqs.count(qid) == 0 && p.cqs.count(qid) == 0)) {
+          p.qids.erase(qid);
+          returned.push_back(qid);  // (reserved above: qids holds as many)
+        }
+      }
+      if (stopped_dma) {
+        regions.swap(p.regions);
+        p.mapped_bytes = 0;
+      }
       p.socket.reset();
     }
-    bool stopped_dma = true;
-    for (const std::uint16_t qid : qids) {
-      bool deleted = false;
-      try {
-        const std::string which = std::to_string(qid) + " of gone " + who(p);
-        const auto sq = ctrl_.admin_command(spec::make_delete_io_sq(qid), "Delete I/O SQ " + which).status();
-        const auto cq = ctrl_.admin_command(spec::make_delete_io_cq(qid), "Delete I/O CQ " + which).status();
-        // A queue the process deleted itself before it went is Invalid Queue Identifier now.
-        deleted = (sq == spec::status::successful_completion || sq == spec::status::invalid_queue_identifier) &&
-                  (cq == spec::status::successful_completion || cq == spec::status::invalid_queue_identifier);
-        if (sq == spec::status::successful_completion) queues_reclaimed_.fetch_add(1, std::memory_order_relaxed);
-      } catch (...) {
-      }
-      stopped_dma = stopped_dma && (deleted || ctrl_.stopped());
-      const std::scoped_lock lock(mutex_);
-      ctrl_.release_queue_id(qid);
-    }
-    if (stopped_dma) {
-      for (auto& [bus, r] : regions) release(r);
-    } else {
-      // The controller may still write them: the owner keeps them mapped for good.
-      for (auto& [bus, r] : regions) new region(std::move(r));
-    }
+    for (const std::uint16_t qid : returned) ctrl_.return_lent_queue_id(qid);
+    for (auto& [bus, r] : regions) release(r);
     reclaimed_.fetch_add(1, std::memory_order_release);
   }
 
@@ -436,6 +610,7 @@ class controller_owner {
   emu::controller* emu_ = nullptr;  ///< where the backend is the emulator (GPU memory of attached processes)
   shareable_bar bar_;
   std::string path_;
+  std::uint64_t max_bytes_per_process_ = 0;
   cunvme::detail::file_descriptor listener_;
   mutable std::mutex mutex_;
   std::list<attached_process> processes_;

@@ -109,7 +109,9 @@ template <class Message>
     break;
   }
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return receive_status::timed_out;
-  if (n <= 0) return receive_status::closed;
+  if (n < 0) return receive_status::closed;
+  // Descriptors are taken (and those beyond the first closed) before anything else is looked
+  // at: an empty message may carry some too, which would otherwise stay open here.
   int received = 0;
   for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -124,6 +126,7 @@ template <class Message>
       }
     }
   }
+  if (n == 0 && received == 0) return receive_status::closed;
   if (n != static_cast<ssize_t>(sizeof message) || received > 1 || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
     if (fd >= 0) ::close(fd);
     fd = -1;
