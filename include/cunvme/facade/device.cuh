@@ -427,8 +427,8 @@ class device {
     return set;
   }
 
-  int gpu_;
-  // Declared first, destroyed last: mappings unmap through the controller.
+  int gpu_;  // first: its initializer reads the controller argument before ctrl_ takes it
+  // Declared before the rest, destroyed after them: mappings unmap through the controller.
   std::shared_ptr<host::controller> ctrl_;
   // Before the queues, so destroyed after them: deleting a queue ends its commands (or stops
   // the controller) before a quarantined buffer is unmapped.
