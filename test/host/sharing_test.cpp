@@ -367,3 +367,25 @@ TEST_CASE("a queue identifier given back is released only with its queues delete
   CHECK(o.owner.queue_ids_held() == 0);
   CHECK_FALSE(o.ctrl->csts().cfs());
 }
+
+TEST_CASE("a shared BAR0 is registered for this process's GPU threads through the memory hooks, and a refusal stops the build") {
+  // The owner's own devices ring doorbells in the shared BAR0 as in one from `allocate`.
+  int registered = 0, unregistered = 0;
+  {
+    emu::controller_config config;
+    config.shared_bar = true;
+    config.memory.register_bar = [&](void* p, std::size_t bytes) {
+      ++registered;
+      return p != nullptr && bytes >= 0x2000;
+    };
+    config.memory.unregister_bar = [&](void*) { ++unregistered; };
+    emu::controller ctrl(config);
+    CHECK(ctrl.bar_file() >= 0);
+    CHECK(registered == 1);
+  }
+  CHECK(unregistered == 1);
+  emu::controller_config refusing;
+  refusing.shared_bar = true;
+  refusing.memory.register_bar = [](void*, std::size_t) { return false; };
+  CHECK_THROWS_WITH_AS(emu::controller{refusing}, doctest::Contains("could not be registered for GPU threads"), std::runtime_error);
+}

@@ -124,6 +124,14 @@ class controller : private detail::admin_commands {
       bar_file_ = -1;
       throw std::system_error(e, std::generic_category(), "emu: map a shared BAR0 of " + std::to_string(bar_size_) + " bytes");
     }
+    // This process's GPU threads ring doorbells too (the owner's own devices), as they do in a
+    // BAR from `allocate` with GPU hooks.
+    if (config_.memory.register_bar && !config_.memory.register_bar(p, bar_size_)) {
+      ::munmap(p, bar_size_);
+      ::close(bar_file_);
+      bar_file_ = -1;
+      throw std::runtime_error("emu: the shared BAR0 could not be registered for GPU threads");
+    }
     return static_cast<std::byte*>(p);
   }
   void release_bar() noexcept {
@@ -131,6 +139,7 @@ class controller : private detail::admin_commands {
       release(bar_, bar_size_);
       return;
     }
+    if (config_.memory.register_bar && config_.memory.unregister_bar) config_.memory.unregister_bar(bar_);
     ::munmap(bar_, bar_size_);
     ::close(bar_file_);
     bar_file_ = -1;

@@ -91,6 +91,11 @@ struct memory_hooks {
   std::function<std::pair<void*, std::size_t>(const std::byte* handle)> open_exported_gpu;
   /// Closes what `open_exported_gpu` opened, once no copy uses it.
   std::function<void(void* pointer)> close_exported_gpu;
+  /// Makes a shared BAR0 (`controller_config::shared_bar`: a memory file, not `allocate`'s
+  /// memory) reachable by this process's GPU threads at its host address; false where it
+  /// cannot (the controller is then not built). Undone by `unregister_bar` before it is unmapped.
+  std::function<bool(void* pointer, std::size_t bytes)> register_bar;
+  std::function<void(void* pointer)> unregister_bar;
 };
 
 /// How worker threads wait when there is nothing to do.

@@ -320,6 +320,16 @@ inline void prepare_cuda_environment() {
     }
     return {p, size};
   };
+  // A shared BAR0 (a memory file): pinned and mapped like `allocate`'s memory, so GPU threads
+  // store to its doorbells at its host address (UVA).
+  hooks.register_bar = [](void* p, std::size_t bytes) {
+    if (cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable) == cudaSuccess) return true;
+    (void)cudaGetLastError();
+    return false;
+  };
+  hooks.unregister_bar = [](void* p) {
+    if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+  };
   hooks.close_exported_gpu = [](void* p) {
     if (cudaIpcCloseMemHandle(p) != cudaSuccess) (void)cudaGetLastError();
   };

@@ -91,6 +91,8 @@ namespace host {
         emu::memory_hooks hooks = emu::cuda_memory();
         hooks.allocate = nullptr;
         hooks.release = nullptr;
+        hooks.register_bar = nullptr;  // the registrar registers the BAR, shared or not
+        hooks.unregister_bar = nullptr;
         return hooks;
       },
       gpu_registrar());
