@@ -9,8 +9,8 @@
 #include <cunvme/config.cuh>
 #include <cunvme/emu/controller_config.cuh>
 #include <cunvme/host/cuda_error.cuh>
+#include <cunvme/host/gpu/gpu_allocation.cuh>
 
-#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -310,15 +310,14 @@ inline void prepare_cuda_environment() {
       return {nullptr, 0};
     }
     // The allocation's size, so that a range named in it is checked against it.
-    using get_address_range = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);  // cuMemGetAddressRange_v2
-    static const auto get_range = reinterpret_cast<get_address_range>(host::driver_entry_point("cuMemGetAddressRange"));
-    CUdeviceptr base = 0;
-    std::size_t size = 0;
-    if (get_range == nullptr || get_range(&base, &size, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS || base != reinterpret_cast<CUdeviceptr>(p)) {
-      if (cudaIpcCloseMemHandle(p) != cudaSuccess) (void)cudaGetLastError();
-      return {nullptr, 0};
+    try {
+      const host::gpu_allocation_range range = host::gpu_allocation_range_of(p, "emu");
+      if (range.base == reinterpret_cast<std::uintptr_t>(p)) return {p, range.bytes};
+    } catch (const std::exception&) {
+      // Not an allocation CUDA can size: closed below, and the request refused.
     }
-    return {p, size};
+    if (cudaIpcCloseMemHandle(p) != cudaSuccess) (void)cudaGetLastError();
+    return {nullptr, 0};
   };
   // A shared BAR0 (a memory file): pinned and mapped like `allocate`'s memory, so GPU threads
   // store to its doorbells at its host address (UVA).

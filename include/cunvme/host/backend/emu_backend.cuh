@@ -58,7 +58,7 @@ class emu_allocator final : public dma_allocator {
   [[nodiscard]] dma_buffer map_gpu_range(void* gpu, std::size_t bytes) override {
     if (gpu == nullptr || bytes == 0) throw error("Map GPU memory", "emu", "empty range");
     const std::uint64_t bus = map_range("Map GPU memory", gpu, bytes, emu::memory_kind::device);
-    return dma_buffer(nullptr, gpu, bytes, 4096, pages_of(bus, bytes), memory_location::gpu, [l = link_, bus] { unmap_quietly(*l, bus); });
+    return dma_buffer(nullptr, gpu, bytes, 4096, bus_range_pages(bus, bytes), memory_location::gpu, [l = link_, bus] { unmap_quietly(*l, bus); });
   }
 
   /// The emulator reaches any host memory the process has: the range is registered with its
@@ -67,7 +67,7 @@ class emu_allocator final : public dma_allocator {
     if (host == nullptr || bytes == 0) throw error("Map host memory", "emu", "empty range");
     if (reinterpret_cast<std::uintptr_t>(host) % 4096 != 0) throw error("Map host memory", "emu", "host memory must start on a 4 KiB boundary");
     const std::uint64_t bus = map_range("Map host memory", host, bytes, emu::memory_kind::host);
-    return dma_buffer(static_cast<std::byte*>(host), nullptr, bytes, 4096, pages_of(bus, bytes), memory_location::pinned_host,
+    return dma_buffer(static_cast<std::byte*>(host), nullptr, bytes, 4096, bus_range_pages(bus, bytes), memory_location::pinned_host,
                       [l = link_, bus] { unmap_quietly(*l, bus); });
   }
 
@@ -107,7 +107,7 @@ class emu_allocator final : public dma_allocator {
       release();
       throw;
     }
-    return dma_buffer(p, hooks.allocate ? p : nullptr, bytes, 4096, pages_of(bus, rounded), memory_location::pinned_host,
+    return dma_buffer(p, hooks.allocate ? p : nullptr, bytes, 4096, bus_range_pages(bus, rounded), memory_location::pinned_host,
                       [l = link_, bus, release] {
                         unmap_quietly(*l, bus);
                         release();
@@ -134,11 +134,6 @@ class emu_allocator final : public dma_allocator {
     l.if_alive([bus](emu::controller* ctrl) { (void)ctrl->dma().try_unmap(bus); });
   }
 
-  static std::vector<std::uint64_t> pages_of(std::uint64_t bus, std::size_t bytes) {
-    std::vector<std::uint64_t> pages((bytes + 4095) / 4096);
-    for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = bus + 4096 * i;
-    return pages;
-  }
   emu::controller& ctrl_;
   std::shared_ptr<link> link_;
 };

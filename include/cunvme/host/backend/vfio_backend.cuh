@@ -99,8 +99,7 @@ class vfio_allocator final : public dma_allocator {
                      : e == EFAULT ? "the range must be memory this process has mapped and may write, page by page (VFIO pins it for writing)"
                                    : std::string{});
     }
-    std::vector<std::uint64_t> pages(mapped / page);
-    for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = *iova + page * i;
+    std::vector<std::uint64_t> pages = bus_range_pages(*iova, mapped);
     return dma_buffer(static_cast<std::byte*>(host), nullptr, bytes, page, std::move(pages), memory_location::pinned_host,
                       [container = container_, mapped, at = *iova] {
                         vfio_iommu_type1_dma_unmap unmap{};
@@ -146,8 +145,7 @@ class vfio_allocator final : public dma_allocator {
       throw os_error("Map DMA memory into the IOMMU", device_,
                      e == ENOMEM ? std::string(memlock_hint) : std::string{});
     }
-    std::vector<std::uint64_t> pages(mapped / page);
-    for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = *iova + page * i;
+    std::vector<std::uint64_t> pages = bus_range_pages(*iova, mapped);
     return dma_buffer(static_cast<std::byte*>(p), nullptr, bytes, page, std::move(pages), memory_location::pinned_host,
                       [container = container_, p, mapped, at = *iova] {
                         // Unmap from the IOMMU before the pages go back to the kernel.

@@ -153,6 +153,14 @@ class backend_link {
   bool alive_ = true;
 };
 
+/// The 4 KiB page addresses of `bytes` at bus address `bus`, one bus range (an IOMMU's mapping,
+/// the emulator's, memory an owner process mapped for its controller).
+[[nodiscard]] inline std::vector<std::uint64_t> bus_range_pages(std::uint64_t bus, std::size_t bytes) {
+  std::vector<std::uint64_t> pages((bytes + 4095) / 4096);
+  for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = bus + 4096 * i;
+  return pages;
+}
+
 /// Hands out DMA memory for one controller. Implementations: the emulator's IOMMU,
 /// `/proc/self/pagemap` with huge pages (no IOMMU, root), VFIO IOVA mappings, the cunvme
 /// kernel module's pins.

@@ -137,7 +137,7 @@ class attached_allocator final : public dma_allocator {
     q.a = bytes;
     q.b = e.offset;
     const std::uint64_t bus = owner_->call(q, "Map GPU memory").a;
-    return dma_buffer(nullptr, gpu, bytes, 4096, pages_of(bus, bytes), memory_location::gpu, [o = owner_, bus] { unmap_quietly(*o, bus); });
+    return dma_buffer(nullptr, gpu, bytes, 4096, bus_range_pages(bus, bytes), memory_location::gpu, [o = owner_, bus] { unmap_quietly(*o, bus); });
   }
   [[nodiscard]] dma_buffer map_host(void*, std::size_t) override {
     throw error("Map host memory", owner_->name(),
@@ -191,7 +191,7 @@ class attached_allocator final : public dma_allocator {
         }
         page_size = static_cast<std::size_t>(r.c);
       } else {
-        pages = pages_of(r.a, rounded);
+        pages = bus_range_pages(r.a, rounded);
       }
     } catch (...) {
       ::munmap(p, rounded);
@@ -215,11 +215,6 @@ class attached_allocator final : public dma_allocator {
       (void)o.call(q, "Release DMA memory");
     } catch (...) {
     }
-  }
-  static std::vector<std::uint64_t> pages_of(std::uint64_t bus, std::size_t bytes) {
-    std::vector<std::uint64_t> pages((bytes + 4095) / 4096);
-    for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = bus + 4096 * i;
-    return pages;
   }
 
   std::shared_ptr<owner_connection> owner_;

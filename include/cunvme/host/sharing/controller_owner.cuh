@@ -338,18 +338,11 @@ class controller_owner {
     const std::scoped_lock lock(mutex_);
     return p.qids.count(qid) != 0;
   }
-  [[nodiscard]] static bool contiguous(const dma_buffer& b) noexcept {
-    const std::vector<std::uint64_t>& pages = b.pages();
-    for (std::size_t i = 1; i < pages.size(); ++i) {
-      if (pages[i] != pages[0] + i * b.page_size()) return false;
-    }
-    return true;
-  }
   /// Whether [bus, bus + bytes) lies in `r` (within one page where its pages are scattered).
   [[nodiscard]] static bool in_region(const region& r, std::uint64_t bus, std::uint64_t bytes) noexcept {
     if (bytes == 0) return false;
     const std::uint64_t page = r.mapped->page_size();
-    if (contiguous(*r.mapped)) {
+    if (r.mapped->contiguous(0, r.mapped->size())) {
       const std::uint64_t first = r.mapped->pages().front(), span = r.mapped->pages().size() * page;
       return bus >= first && bytes <= span && bus - first <= span - bytes;
     }

@@ -73,7 +73,7 @@ inline reply controller_owner::map_memory(controller_owner::attached_process& p,
     release(r);
     return reply::refusal("the owner's backend mapped the memory to no page");
   }
-  if (contiguous(*r.mapped) && r.mapped->bus() % alignment == 0) {
+  if (r.mapped->contiguous(0, r.mapped->size()) && r.mapped->bus() % alignment == 0) {
     out.a = r.mapped->bus();
   } else if (pages[0] % alignment == 0) {
     // Pages scattered on the bus (pinned physical pages): their addresses in a file of their own.
