@@ -4,6 +4,11 @@
 //
 //   multi_gpu_scaling --device "emu:nodata,spin,workers=16" --bs 4096 --commands 64
 //   multi_gpu_scaling --device "emu:pattern,workers=16" --bs 131072 --commands 16
+//   multi_gpu_scaling --device "gpu-null:timing=scm" --bs 4096 --commands 256 --controller-blocks 16
+//
+// `gpu-null[:timing=PRESET]`: one on-GPU null controller (a modelled drive, `emu::timing_preset`;
+// no data moved) on GPU 0 shared by every GPU: each GPU's queue pairs live in its own memory
+// (`gpu_null_controller::options::queue_gpus`), the controller's warps reach them by peer access.
 //
 // Every GPU thread reads `--commands` blocks of `--bs` bytes at pseudo-random LBAs, one at a
 // time, into its own slot of a buffer on its GPU, all GPUs at once (a host thread per GPU
@@ -14,6 +19,8 @@
 //
 // The emulator serves every GPU from its host worker threads: its figure is bounded by them
 // (say so beside it); the GPUs' own share shows in the per-GPU rate.
+#include <cunvme/emu/gpu_null_controller.cuh>
+#include <cunvme/emu/timing_model.cuh>
 #include <cunvme/facade/device.cuh>
 #include <cunvme/host/backend/uri_options.cuh>
 #include <cunvme/host/cuda_error.cuh>
@@ -54,7 +61,11 @@ __global__ void read_loop(reader_set set, cunvme::prp::page_list dst, std::uint6
   std::uint64_t lba = 0;
   for (unsigned i = 0; i < commands; ++i) {
     lba = mix((std::uint64_t{gpu} << 48) ^ (t << 20) ^ i) % slots_in_namespace * blocks;
-    if (!r.read(lba, blocks, dst, t * blocks * set.ns.block_bytes())) atomicAdd(failed, 1ull);
+    if (const cunvme::io_result res = r.read(lba, blocks, dst, t * blocks * set.ns.block_bytes()); !res) {
+      atomicAdd(failed, 1ull);
+      // failed[2]: the kind of one failure (io_error << 16 | NVMe status), for the record's error.
+      atomicExch(failed + 2, (static_cast<unsigned long long>(res.error) << 16) | static_cast<unsigned long long>(res.status));
+    }
   }
   last_lba[t] = lba;
 }
@@ -66,6 +77,18 @@ __global__ void check_slots(const std::uint64_t* data, std::uint64_t words_per_s
     const std::uint64_t t = i / words_per_slot, w = i % words_per_slot;
     if (data[i] != cunvme::host::pattern_word(last_lba[t] * block_bytes + 8 * w)) atomicAdd(wrong, 1ull);
   }
+}
+
+/// "no free command identifier within the timeout", "NVMe error status 0x…": a failure's kind
+/// from read_loop's packed word.
+std::string failure_kind(unsigned long long packed) {
+  std::string kind = cunvme::to_string(static_cast<cunvme::io_error>(packed >> 16));
+  if (static_cast<cunvme::io_error>(packed >> 16) == cunvme::io_error::nvme_status) {
+    char status[16];
+    std::snprintf(status, sizeof status, " 0x%llx", packed & 0xffffu);
+    kind += status;
+  }
+  return kind;
 }
 
 struct gpu_side {
@@ -106,6 +129,113 @@ double pinned_h2d_all(int n) {
   return ok ? best : 0;
 }
 
+/// One null controller on GPU 0 with `queues` pairs per GPU on each of the first `n` GPUs: the
+/// run's record (no data moves; every command's io_result is checked).
+nlohmann::json null_controller_run(int n, const std::string& uri, std::uint64_t bs, unsigned threads, unsigned commands, unsigned queues,
+                                   unsigned controller_blocks) {
+  cunvme::emu::gpu_null_controller::options o;
+  if (const auto colon = uri.find(":timing="); colon != std::string::npos) {
+    const auto preset = cunvme::emu::timing_preset(uri.substr(colon + 8));
+    if (!preset) throw std::invalid_argument("unknown timing preset in " + uri);
+    o.timing = *preset;
+  } else if (uri != "gpu-null") {
+    throw std::invalid_argument("gpu-null takes only :timing=PRESET, not " + uri);
+  }
+  o.queues = queues * static_cast<std::uint32_t>(n);
+  o.entries = 1024;
+  o.blocks = controller_blocks;
+  for (int g = 0; g < n; ++g) o.queue_gpus.insert(o.queue_gpus.end(), queues, g);
+  cunvme::host::cuda_check(cudaSetDevice(0), "use GPU 0", "bench");
+  cunvme::emu::prepare_kernels_to_run_beside(read_loop);
+  cunvme::emu::gpu_null_controller null(o);
+  null.start();
+  const std::uint64_t blocks = bs >> null.namespace_view().lba_shift;
+  const std::uint64_t slots_in_namespace = null.namespace_view().lba_count / blocks;
+  struct side {
+    void* buffer = nullptr;
+    std::uint64_t *pages = nullptr, *last_lba = nullptr;
+    unsigned long long* counts = nullptr;
+    cudaStream_t stream = nullptr;
+    reader_set set{};
+  };
+  std::vector<side> sides(n);
+  constexpr std::uint64_t gpu_page = 64 * 1024;
+  for (int g = 0; g < n; ++g) {
+    cunvme::host::cuda_check(cudaSetDevice(g), "use a GPU", "bench");
+    side& s = sides[g];
+    const std::size_t bytes = (std::size_t{threads} * bs + gpu_page - 1) / gpu_page * gpu_page;
+    cunvme::host::cuda_check(cudaMalloc(&s.buffer, bytes + gpu_page), "buffer", "bench");
+    // Bus addresses are GPU virtual addresses for the null controller: the buffer's own pages.
+    const std::uintptr_t first = (reinterpret_cast<std::uintptr_t>(s.buffer) + gpu_page - 1) / gpu_page * gpu_page;
+    std::vector<std::uint64_t> pages(bytes / gpu_page);
+    for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = first + i * gpu_page;
+    cunvme::host::cuda_check(cudaMalloc(&s.pages, pages.size() * 8), "page table", "bench");
+    cunvme::host::cuda_check(cudaMemcpy(s.pages, pages.data(), pages.size() * 8, cudaMemcpyHostToDevice), "page table", "bench");
+    cunvme::host::cuda_check(cudaMalloc(&s.last_lba, std::size_t{threads} * 8), "last LBAs", "bench");
+    cunvme::host::cuda_check(cudaMalloc(&s.counts, 3 * sizeof(unsigned long long)), "counters", "bench");
+    cunvme::host::cuda_check(cudaMemset(s.counts, 0, 3 * sizeof(unsigned long long)), "counters", "bench");
+    cunvme::host::cuda_check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "stream", "bench");
+    for (unsigned q = 0; q < queues; ++q) s.set.views[q] = null.views()[static_cast<std::size_t>(g) * queues + q];
+    s.set.ns = null.namespace_view();
+    s.set.count = queues;
+  }
+  std::barrier start(n + 1);
+  std::vector<std::thread> launchers;
+  std::vector<std::chrono::steady_clock::time_point> ended(n);
+  for (int g = 0; g < n; ++g) {
+    launchers.emplace_back([&, g] {
+      (void)cudaSetDevice(g);
+      side& s = sides[g];
+      const cunvme::prp::page_list dst{s.pages, 16};
+      read_loop<<<threads / 256, 256, 0, s.stream>>>(s.set, dst, blocks, slots_in_namespace, 1, static_cast<unsigned>(g), s.last_lba, s.counts);
+      (void)cudaStreamSynchronize(s.stream);
+      start.arrive_and_wait();
+      read_loop<<<threads / 256, 256, 0, s.stream>>>(s.set, dst, blocks, slots_in_namespace, commands, static_cast<unsigned>(g), s.last_lba, s.counts);
+      (void)cudaStreamSynchronize(s.stream);
+      ended[g] = std::chrono::steady_clock::now();
+    });
+  }
+  start.arrive_and_wait();
+  const auto began = std::chrono::steady_clock::now();
+  for (auto& t : launchers) t.join();
+  auto last = began;
+  for (const auto& e : ended) last = std::max(last, e);
+  const double seconds = std::chrono::duration<double>(last - began).count();
+  unsigned long long failed = 0;
+  std::string error, kind;
+  for (int g = 0; g < n; ++g) {
+    (void)cudaSetDevice(g);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) error = "GPU " + std::to_string(g) + ": " + cudaGetErrorString(e);
+    unsigned long long c[3] = {0, 0, 0};
+    if (cudaMemcpy(c, sides[g].counts, sizeof c, cudaMemcpyDeviceToHost) != cudaSuccess) error = "GPU " + std::to_string(g) + ": counters unreadable";
+    failed += c[0];
+    if (c[0] != 0) kind = failure_kind(c[2]);
+  }
+  (void)cudaSetDevice(0);
+  null.stop();
+  nlohmann::json out{{"gpus", n}, {"device", uri}, {"bs", bs}, {"threads_per_gpu", threads}, {"commands_per_thread", commands}, {"queues_per_gpu", queues},
+                     {"controller_blocks", controller_blocks}, {"data_checked", false}, {"note", "on-GPU null controller on GPU 0, queues in each GPU's memory: the command path, not a drive"}};
+  if (!error.empty() || failed != 0) {
+    out["error"] = !error.empty() ? error : std::to_string(failed) + " commands failed (one: " + kind + ")";
+  } else {
+    const double total = static_cast<double>(n) * threads * commands;
+    out["seconds"] = seconds;
+    out["commands"] = total;
+    out["iops"] = total / seconds;
+    out["iops_per_gpu"] = total / seconds / n;
+  }
+  for (int g = 0; g < n; ++g) {
+    (void)cudaSetDevice(g);
+    (void)cudaStreamDestroy(sides[g].stream);
+    (void)cudaFree(sides[g].buffer);
+    (void)cudaFree(sides[g].pages);
+    (void)cudaFree(sides[g].last_lba);
+    (void)cudaFree(sides[g].counts);
+  }
+  (void)cudaSetDevice(0);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,6 +251,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "GPU threads per GPU (a multiple of 256)")->check(CLI::Range(256, 1 << 22));
   app.add_option("--queues", queues, "queue pairs per GPU")->check(CLI::Range(1, 16));
   app.add_option("--max-gpus", max_gpus, "largest N (0: every GPU present)");
+  unsigned controller_blocks = 16;
+  app.add_option("--controller-blocks", controller_blocks, "gpu-null: the controller kernel's blocks of 128 threads")->check(CLI::Range(1, 1024));
   CLI11_PARSE(app, argc, argv);
   if (threads % 256 != 0) {
     std::fputs("--threads must be a multiple of 256\n", stderr);
@@ -138,6 +270,25 @@ int main(int argc, char** argv) {
 
   double one_gpu_rate = 0;
   int status = 0;
+  if (uri.rfind("gpu-null", 0) == 0) {
+    for (const int n : counts) {
+      nlohmann::json out;
+      try {
+        out = null_controller_run(n, uri, bs, threads, commands, queues, controller_blocks);
+      } catch (const std::exception& e) {
+        out = nlohmann::json{{"gpus", n}, {"device", uri}, {"error", e.what()}};
+      }
+      if (out.contains("error")) {
+        status = 1;
+      } else {
+        if (n == 1) one_gpu_rate = out["iops"].get<double>();
+        if (one_gpu_rate > 0) out["scaling_vs_1_gpu"] = out["iops"].get<double>() / one_gpu_rate / n;
+      }
+      std::puts(out.dump().c_str());
+      std::fflush(stdout);
+    }
+    return status;
+  }
   for (const int n : counts) {
     cunvme::device_options options;
     options.tuning = cunvme::copy_tuning{4, 32, queues};
@@ -162,8 +313,8 @@ int main(int argc, char** argv) {
       cunvme::host::cuda_check(cudaMalloc(&s.pages, pages.size() * 8), "page table", "bench");
       cunvme::host::cuda_check(cudaMemcpy(s.pages, pages.data(), pages.size() * 8, cudaMemcpyHostToDevice), "page table", "bench");
       cunvme::host::cuda_check(cudaMalloc(&s.last_lba, std::size_t{threads} * 8), "last LBAs", "bench");
-      cunvme::host::cuda_check(cudaMalloc(&s.counts, 2 * sizeof(unsigned long long)), "counters", "bench");
-      cunvme::host::cuda_check(cudaMemset(s.counts, 0, 2 * sizeof(unsigned long long)), "counters", "bench");
+      cunvme::host::cuda_check(cudaMalloc(&s.counts, 3 * sizeof(unsigned long long)), "counters", "bench");
+      cunvme::host::cuda_check(cudaMemset(s.counts, 0, 3 * sizeof(unsigned long long)), "counters", "bench");
       cunvme::host::cuda_check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "stream", "bench");
     }
     std::barrier start(n + 1);
@@ -191,6 +342,7 @@ int main(int argc, char** argv) {
     for (const auto& e : ended) last = std::max(last, e);
     const double seconds = std::chrono::duration<double>(last - began).count();
     unsigned long long failed = 0, wrong = 0;
+    std::string kind;
     const bool moved = uri.find("nodata") == std::string::npos && uri.find("pattern") != std::string::npos;
     std::string error;
     for (int g = 0; g < n; ++g) {
@@ -200,16 +352,17 @@ int main(int argc, char** argv) {
       if (moved) {
         check_slots<<<256, 256, 0, s.stream>>>(static_cast<const std::uint64_t*>(s.buffer.device_data()), bs / 8, block, s.last_lba, threads, s.counts + 1);
       }
-      unsigned long long host_counts[2] = {0, 0};
+      unsigned long long host_counts[3] = {0, 0, 0};
       if (cudaMemcpy(host_counts, s.counts, sizeof host_counts, cudaMemcpyDeviceToHost) != cudaSuccess) error = "GPU " + std::to_string(g) + ": counters unreadable";
       failed += host_counts[0];
+      if (host_counts[0] != 0) kind = failure_kind(host_counts[2]);
       wrong += host_counts[1];
     }
     const double total = static_cast<double>(n) * threads * commands;
     nlohmann::json out{{"gpus", n}, {"device", uri}, {"bs", bs}, {"threads_per_gpu", threads}, {"commands_per_thread", commands}, {"queues_per_gpu", queues},
                        {"data_checked", moved}};
     if (!error.empty() || failed != 0 || wrong != 0) {
-      out["error"] = !error.empty() ? error : std::to_string(failed) + " commands failed, " + std::to_string(wrong) + " words wrong";
+      out["error"] = !error.empty() ? error : std::to_string(failed) + " commands failed (one: " + kind + "), " + std::to_string(wrong) + " words wrong";
       status = 1;
     } else {
       const double rate = total / seconds;

@@ -6,6 +6,7 @@
 //
 // The processes per GPU are this program run again (posix_spawn of /proc/self/exe with the
 // "(child process)" case selected), as torch.distributed runs one process per GPU.
+#include <cunvme/emu/gpu_null_controller.cuh>
 #include <cunvme/facade/copy.cuh>
 #include <cunvme/facade/device.cuh>
 #include <cunvme/host/backend/uri_options.cuh>
@@ -137,6 +138,101 @@ TEST_CASE("one process: a device per GPU over one emulator, each with its own qu
   CHECK(std::unique(ids.begin(), ids.end()) == ids.end());
   // A GPU that does not exist is named.
   CHECK_THROWS_WITH_AS(device(devices.front()->shared_controller(), device_options{.gpu = gpus}), doctest::Contains("device_options::gpu"), host::error);
+}
+
+namespace {
+
+using null_reader = cunvme::block_reader<device::queue_bundle, prp::contiguous, doorbell::coalescing<doorbell::mmio>>;
+
+/// Each thread reads 8 blocks into its own 4 KiB of `dst` and counts the words that are not the
+/// pattern: through queue `t / 32 % queues` of `views`.
+__global__ void read_shared_drive(const queue_view* views, unsigned queues, namespace_view ns, std::byte* dst, unsigned gpu, unsigned long long* failed,
+                                  unsigned long long* wrong) {
+  const std::uint64_t t = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const null_reader r(views[t / 32 % queues], ns);
+  const std::uint64_t lba = ((std::uint64_t{gpu} << 16) + t * 8) % (ns.lba_count - 8);
+  if (!r.read(lba, 8, prp::contiguous{reinterpret_cast<std::uint64_t>(dst)}, t * 4096)) {
+    atomicAdd(failed, 1ull);
+    return;
+  }
+  const auto* words = reinterpret_cast<const std::uint64_t*>(dst + t * 4096);
+  for (unsigned w = 0; w < 512; ++w) {
+    if (words[w] != host::pattern_word(lba * 512 + 8 * w)) atomicAdd(wrong, 1ull);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("GPUs sharing one on-GPU modelled drive: each GPU's queue pairs in its own memory, every block read checked") {
+  const int gpus = gpu_count();
+  if (gpus == 0) return;
+  constexpr unsigned queues_per_gpu = 4, threads = 4096;
+  emu::gpu_null_controller::options o;
+  o.queues = queues_per_gpu * static_cast<unsigned>(gpus);
+  o.entries = 256;
+  o.lba_count = std::uint64_t{1} << 17;  // 64 MiB in GPU 0's memory
+  o.move_data = true;
+  o.blocks = 8;
+  for (int g = 0; g < gpus; ++g) o.queue_gpus.insert(o.queue_gpus.end(), queues_per_gpu, g);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  emu::prepare_kernels_to_run_beside(read_shared_drive);
+  emu::gpu_null_controller drive(o);
+  {
+    std::vector<std::uint64_t> words((o.lba_count << 9) / 8);
+    for (std::size_t i = 0; i < words.size(); ++i) words[i] = host::pattern_word(8 * i);
+    REQUIRE(cudaMemcpy(drive.data(), words.data(), words.size() * 8, cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  // Everything each GPU needs is made before the drive starts and freed after it stops: the
+  // controller kernel runs until told, and cudaDeviceSynchronize or cudaFree would wait for it.
+  struct gpu_side {
+    queue_view* views = nullptr;
+    std::byte* dst = nullptr;
+    unsigned long long* counts = nullptr;  // failed, wrong
+    cudaStream_t stream = nullptr;
+  };
+  std::vector<gpu_side> sides(gpus);
+  for (int g = 0; g < gpus; ++g) {
+    gpu_side& s = sides[g];
+    REQUIRE(cudaSetDevice(g) == cudaSuccess);
+    REQUIRE(cudaMalloc(&s.views, sizeof(queue_view) * queues_per_gpu) == cudaSuccess);
+    REQUIRE(cudaMalloc(&s.dst, std::size_t{threads} * 4096) == cudaSuccess);
+    REQUIRE(cudaMalloc(&s.counts, 2 * sizeof(unsigned long long)) == cudaSuccess);
+    REQUIRE(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking) == cudaSuccess);
+    REQUIRE(cudaMemcpy(s.views, drive.views().data() + static_cast<std::size_t>(g) * queues_per_gpu, sizeof(queue_view) * queues_per_gpu,
+                       cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemset(s.counts, 0, 2 * sizeof(unsigned long long)) == cudaSuccess);
+  }
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  drive.start();
+  std::vector<unsigned long long> failed(gpus, ~0ull), wrong(gpus, ~0ull);
+  std::vector<std::thread> launchers;
+  for (int g = 0; g < gpus; ++g) {
+    launchers.emplace_back([&, g] {
+      (void)cudaSetDevice(g);
+      gpu_side& s = sides[g];
+      read_shared_drive<<<threads / 256, 256, 0, s.stream>>>(s.views, queues_per_gpu, drive.namespace_view(), s.dst, static_cast<unsigned>(g), s.counts,
+                                                              s.counts + 1);
+      unsigned long long c[2] = {0, 0};
+      if (cudaMemcpyAsync(c, s.counts, sizeof c, cudaMemcpyDeviceToHost, s.stream) == cudaSuccess && cudaStreamSynchronize(s.stream) == cudaSuccess) {
+        failed[g] = c[0];
+        wrong[g] = c[1];
+      }
+    });
+  }
+  for (auto& t : launchers) t.join();
+  (void)cudaSetDevice(0);
+  drive.stop();
+  for (int g = 0; g < gpus; ++g) {
+    CAPTURE(g);
+    CHECK(failed[g] == 0);
+    CHECK(wrong[g] == 0);
+    (void)cudaSetDevice(g);
+    (void)cudaStreamDestroy(sides[g].stream);
+    (void)cudaFree(sides[g].views);
+    (void)cudaFree(sides[g].dst);
+    (void)cudaFree(sides[g].counts);
+  }
+  (void)cudaSetDevice(0);
 }
 
 TEST_CASE("(child process) attached to a shared emulator, reads into its GPU until told or killed" * doctest::skip()) {

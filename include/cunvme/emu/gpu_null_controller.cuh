@@ -53,6 +53,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 CUNVME_NAMESPACE_BEGIN
@@ -92,10 +93,16 @@ class gpu_null_controller {
     std::uint32_t lba_shift = 9;
     bool move_data = false;                             ///< keep the namespace in GPU memory and copy it
     std::uint32_t max_transfer_bytes = 1u << 20;        ///< MDTS
-    unsigned blocks = 4;                                ///< controller blocks (a few SMs)
+    unsigned blocks = 4;                                ///< controller blocks (a few SMs; no more than one warp per queue are launched)
     unsigned threads_per_block = 128;
     std::chrono::nanoseconds timeout = std::chrono::seconds(10);  ///< of the readers' waits
     emu::timing_model timing = emu::timing_model::none();       ///< the modelled drive; none: CQEs as fast as it goes
+    /// A drive shared by GPUs: queue i's memory (SQ, CQ, bookkeeping, doorbells) on GPU
+    /// `queue_gpus[i]` (CUDA ordinals; one per queue), where that GPU's submitters keep their
+    /// atomics local; the controller kernel, on the GPU current at construction, reaches them
+    /// by peer access (enabled here; refused where the GPUs have none). Empty: every queue on
+    /// the controller's own GPU.
+    std::vector<int> queue_gpus{};
   };
 
   explicit gpu_null_controller(options o) : o_(o) {
@@ -113,12 +120,25 @@ class gpu_null_controller {
     // Per queue, page-aligned pieces: SQ, CQ, PRP lists, bookkeeping, held CQEs, then doorbells + state.
     auto up = [&](std::size_t b) { return (b + page - 1) / page * page; };
     const std::size_t per_queue = up(sq_bytes) + up(cq_bytes) + up(lists_bytes) + up(book.bytes) + up(held_bytes) + page;
-    queue_memory_ = allocate(per_queue * o.queues + page, "queues");
-    auto* base = reinterpret_cast<std::byte*>(up(reinterpret_cast<std::uintptr_t>(queue_memory_)));
+    std::vector<std::byte*> queue_at(o.queues);
+    if (o.queue_gpus.empty()) {
+      queue_memory_ = allocate(per_queue * o.queues + page, "queues");
+      auto* base = reinterpret_cast<std::byte*>(up(reinterpret_cast<std::uintptr_t>(queue_memory_)));
+      for (std::uint32_t i = 0; i < o.queues; ++i) queue_at[i] = base + per_queue * i;
+    } else {
+      if (o.queue_gpus.size() != o.queues) throw std::invalid_argument("gpu_null_controller: queue_gpus names one GPU per queue");
+      check(cudaGetDevice(&home_), "find the controller's GPU");
+      for (std::uint32_t i = 0; i < o.queues; ++i) {
+        const int gpu = o.queue_gpus[i];
+        if (gpu != home_) reach_peer(gpu);
+        queue_memories_.push_back({gpu, allocate_on(gpu, per_queue + page, "queues")});
+        queue_at[i] = reinterpret_cast<std::byte*>(up(reinterpret_cast<std::uintptr_t>(queue_memories_.back().second)));
+      }
+    }
     std::vector<null_detail::queue> queues(o.queues);
     views_.resize(o.queues);
     for (std::uint32_t i = 0; i < o.queues; ++i) {
-      std::byte* at = base + per_queue * i;
+      std::byte* at = queue_at[i];
       queue_view& v = views_[i];
       v.sq = reinterpret_cast<spec::submission_entry*>(at);
       v.cq = reinterpret_cast<spec::completion_entry*>(at + up(sq_bytes));
@@ -159,6 +179,11 @@ class gpu_null_controller {
     cudaFree(data_);
     cudaFree(timeline_);
     cudaFree(queue_memory_);
+    for (const auto& [gpu, memory] : queue_memories_) {
+      (void)cudaSetDevice(gpu);
+      (void)cudaFree(memory);
+    }
+    if (!queue_memories_.empty()) (void)cudaSetDevice(home_);
   }
 
   /// Launches the controller kernel on its own stream (after `prepare_kernels_to_run_beside`).
@@ -169,7 +194,10 @@ class gpu_null_controller {
     null_detail::controller_view c{queue_table_, o_.queues, reinterpret_cast<cuda::std::byte*>(data_), o_.lba_count, o_.lba_shift, 12, o_.max_transfer_bytes, stop_,
                                    o_.timing.enabled(), timing_, timeline_, timeline_ + 1};
     null_detail::start_clock<><<<1, 1, 0, stream_>>>(timeline_ + 1, timeline_);
-    null_detail::run<><<<o_.blocks, o_.threads_per_block, 0, stream_>>>(c);
+    // No more blocks than the queues need: a warp serves at least one queue.
+    const unsigned warps_per_block = o_.threads_per_block / 32;
+    const unsigned blocks = std::min<unsigned>(o_.blocks, (o_.queues + warps_per_block - 1) / warps_per_block);
+    null_detail::run<><<<blocks, o_.threads_per_block, 0, stream_>>>(c);
     check(cudaGetLastError(), "launch the controller kernel");
     running_ = true;
   }
@@ -203,9 +231,35 @@ class gpu_null_controller {
     check(cudaMemset(p, 0, bytes), std::string("zero the ") + what);
     return p;
   }
+  /// `allocate` on GPU `gpu`, the controller's GPU current again afterwards.
+  [[nodiscard]] void* allocate_on(int gpu, std::size_t bytes, const char* what) const {
+    check(cudaSetDevice(gpu), "use GPU " + std::to_string(gpu) + " for " + what);
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    const cudaError_t z = e == cudaSuccess ? cudaMemset(p, 0, bytes) : e;
+    (void)cudaDeviceSynchronize();
+    (void)cudaSetDevice(home_);
+    if (z != cudaSuccess && p != nullptr) (void)cudaFree(p);
+    check(z, std::string("allocate the ") + what + " on GPU " + std::to_string(gpu));
+    return p;
+  }
+  /// Lets the controller's GPU reach GPU `gpu`'s memory (peer access, once).
+  void reach_peer(int gpu) const {
+    int can = 0;
+    check(cudaDeviceCanAccessPeer(&can, home_, gpu), "ask for peer access");
+    if (can == 0) throw std::invalid_argument("gpu_null_controller: GPU " + std::to_string(home_) + " cannot reach GPU " + std::to_string(gpu) + "'s memory (no peer access)");
+    const cudaError_t e = cudaDeviceEnablePeerAccess(gpu, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();
+      return;
+    }
+    check(e, "enable peer access to GPU " + std::to_string(gpu));
+  }
 
   options o_;
   void* queue_memory_ = nullptr;
+  int home_ = 0;                                         ///< the controller's GPU (with queue_gpus)
+  std::vector<std::pair<int, void*>> queue_memories_;    ///< per queue on its GPU (with queue_gpus)
   null_detail::queue* queue_table_ = nullptr;
   std::byte* data_ = nullptr;
   std::uint64_t* timeline_ = nullptr;  // the modelled drive's timeline: its reservations' end, in ticks

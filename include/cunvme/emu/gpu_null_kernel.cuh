@@ -303,19 +303,25 @@ __device__ inline bool serve_timed(const controller_view& c, const queue& q) {
   return posting != 0 || n != 0;
 }
 
-/// Each warp serves queues warp, warp + warps, … until told to stop.
+/// Each warp serves queues warp, warp + warps, … until told to stop. A warp with no queue
+/// leaves at once.
 template <int = 0>
 __global__ void run(controller_view c) {
   const cuda::std::uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const cuda::std::uint32_t warps = gridDim.x * blockDim.x / 32;
+  // Warps without a queue used to stay and poll the stop word (host memory) beside the serving
+  // ones: 112 of them beside 16 serving warps cut the command rate from 5.7 M/s to 68 K/s on an
+  // H200 (bench/RESULTS.md, 2026-11-28).
+  if (warp >= c.count) return;
   cuda::std::uint32_t idle = 0;
-  for (cuda::std::uint32_t round = 0;; ++round) {
+  for (cuda::std::uint32_t round = 1;; ++round) {
     bool busy = false;
     for (cuda::std::uint32_t q = warp; q < c.count; q += warps) busy |= c.timed ? serve_timed(c, c.queues[q]) : serve(c, c.queues[q]);
     idle = busy ? 0 : idle + 1;
-    // The stop word is host memory: read it now and then, not on every pass; one lane reads
-    // it so the whole warp leaves together (serve() is warp-collective).
-    if ((round & 1023u) == 0 || idle % 64 == 1) {
+    // The stop word is host memory, a read across PCIe: read it every 1024 passes and after
+    // every 64 idle ones, never on a queue's first empty pass (a busy queue has many). One lane
+    // reads it so the whole warp leaves together (serve() is warp-collective).
+    if ((round & 1023u) == 0 || (idle != 0 && idle % 64 == 0)) {
       cuda::std::uint32_t stop = 0;
       if (threadIdx.x % 32 == 0) stop = cuda::atomic_ref<cuda::std::uint32_t, cuda::thread_scope_system>(*c.stop).load(cuda::std::memory_order_relaxed);
       if (__shfl_sync(0xffffffffu, stop, 0) != 0) return;
