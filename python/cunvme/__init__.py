@@ -37,7 +37,10 @@ straight into one array per call, ``iter_layers(...)`` yields ``(layer key, {nam
 with the next layer's reads overlapping the caller's compute (a layer valid until the iterator
 has moved two layers on); ``Placement`` says where the file lies on the device (a path: the
 emulator ``emu:file=`` that same file, checked); headers are checked by
-the C++ parser, and a file it refuses raises ``FormatError``.
+the C++ parser, and a file it refuses raises ``FormatError``. With ``process_group=`` the ranks of
+a ``torch.distributed`` group load a checkpoint together (``cunvme.distributed``): each reads a
+share into its GPU and the group's collectives hand every rank its tensors (replicated, or sliced
+per rank with ``shard=``).
 
 Importing cunvme sets ``CUDA_DEVICE_MAX_CONNECTIONS=32`` and ``CUDA_MODULE_LOADING=EAGER`` where
 they are not set (``cunvme::host::prepare_cuda_environment``: kernels that wait for the emulator
@@ -53,10 +56,12 @@ for _name, _value in (("CUDA_DEVICE_MAX_CONNECTIONS", "32"), ("CUDA_MODULE_LOADI
 from ._errors import DeviceError, Error, FormatError, IoError, NvmeError  # noqa: E402
 from ._cunvme import Device, Transfer, __version__, gpu_unavailable_reason, status_name  # noqa: E402
 from .safetensors import LayerIterator, Loaded, Placement, SafetensorsFile, iter_layers, load_safetensors  # noqa: E402
+from .distributed import DistributedLoadError  # noqa: E402
 
 __all__ = [
     "Device",
     "DeviceError",
+    "DistributedLoadError",
     "Error",
     "FormatError",
     "IoError",

@@ -439,10 +439,25 @@ class LayerIterator:
         return self.file._hand_out(self.fw, self.groups[k][1], buffer, offsets, result)
 
 
-def load_safetensors(dev, path_or_placement, framework="torch", device=None, names=None, stream=None):
+def load_safetensors(dev, path_or_placement, framework="torch", device=None, names=None, stream=None, process_group=None, shard=None,
+                     staging_bytes=None, progress=None):
     """The tensors ``names`` (all when None) of the safetensors file ``path_or_placement`` on
     ``dev``: a ``Loaded`` dict of torch, cupy or numpy arrays (see ``SafetensorsFile.load``).
-    numpy goes through the host path (no GPU needed)."""
+    numpy goes through the host path (no GPU needed).
+
+    With ``process_group`` (a ``torch.distributed`` group, never the world group implicitly) the
+    ranks of the group load together (``cunvme.distributed``): ``path_or_placement`` may then
+    also be an index JSON or a list of files, ``names`` may hold globs, ``shard`` gives the
+    tensors sliced along a dimension per rank, ``staging_bytes`` bounds the staging array, and
+    ``dev`` may be a ``{path: Device}`` mapping or a ``path -> Device`` callable."""
+    if process_group is not None:
+        from .distributed import load_distributed
+
+        if stream is not None:
+            raise ValueError("a distributed load runs on the current stream: stream= cannot be combined with process_group=")
+        return load_distributed(dev, path_or_placement, process_group, framework, device, names, shard, staging_bytes, progress)
+    if shard is not None or staging_bytes is not None:
+        raise ValueError("shard= and staging_bytes= need process_group=: without a group there is no one to share with")
     return SafetensorsFile(dev, path_or_placement).load(names, framework, device, stream)
 
 

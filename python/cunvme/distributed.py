@@ -1,0 +1,514 @@
+"""Loading a checkpoint across the ranks of a ``torch.distributed`` process group: every rank reads
+a disjoint share of the checkpoint's bytes straight into its own GPU, balanced by bytes, and the
+group's own collectives (NCCL, gloo) hand each rank the tensors it asked for.
+
+    import torch, torch.distributed as dist, cunvme
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    tp = dist.new_group(list(range(dist.get_world_size())))
+    open_file = lambda path: cunvme.Device(f"emu:file={path},readonly")
+    weights = cunvme.load_safetensors(open_file, "model.safetensors.index.json", process_group=tp,
+                                      shard={"*.mlp.up_proj.weight": 0, "*.o_proj.weight": 1})
+
+Modes. Tensors not named in ``shard`` are **replicated**: each is read by one rank (the ranks'
+shares are runs of the checkpoint in file order, split by bytes) into its place in one flat
+array that every rank holds, and each rank's run is then broadcast from it. A tensor matched by
+``shard`` (``{name or glob: dim}``) is **sharded**: rank r of the group gets its slice along
+``dim`` (``torch.tensor_split`` sizes: the first ``size % ranks`` slices one longer) and reads
+only that — the slice's bytes where they are contiguous (dim 0, or leading dimensions of 1),
+else runs of whole rows through a staging array of at most ``staging_bytes`` — and nothing is
+exchanged for it.
+
+Which group: ``process_group`` is used as given (any subgroup); the world group is never used
+unless passed. Which GPU: the group's device (``bound_device_id``, set by ``init_process_group
+(device_id=…)``) or else the current CUDA device — never the global rank. A ``Device`` serving
+another GPU is refused.
+
+Where the bytes come from: ``dev`` is a ``Device`` (one file, or ``Placement`` s on one real
+controller), a mapping ``{path: Device}``, or a callable ``path -> Device`` (each rank its own
+emulator over the file, ``emu:file=PATH``, or an ``attach:`` one shared per host). Ranks on
+different hosts each read their local copy: the paths are each host's own.
+
+Errors: a rank whose planning or reads fail does not leave the others waiting in a collective:
+every rank reaches the status exchange, and then every rank raises ``DistributedLoadError``
+naming the failing ranks, files and tensors. A rank that dies is the process group's timeout's.
+"""
+
+import fnmatch
+import json
+import os
+import sys
+import time
+
+from . import _cunvme
+from ._errors import Error, FormatError
+from .safetensors import Loaded, Placement, SafetensorsFile, _Framework
+
+__all__ = ["Collectives", "DistributedLoadError", "load_distributed", "read_index", "select", "shard_slices", "split_by_bytes"]
+
+
+class DistributedLoadError(Error):
+    """Raised on every rank when any rank's part of a distributed load failed. ``failures``:
+    ``[(group rank, message)]``."""
+
+    def __init__(self, message, failures):
+        super().__init__(message)
+        self.failures = failures
+
+
+# --- The checkpoint: files, index, selection --------------------------------------------------
+
+
+def read_index(path):
+    """A sharded checkpoint's index (``model.safetensors.index.json``): ``(files, weight_map)``,
+    the files (paths beside the index, sorted) and ``{tensor name: path}``. Refuses
+    (``FormatError``) what is not JSON, a missing or malformed ``weight_map``, and file names that
+    leave the index's folder."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            index = json.loads(f.read().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise FormatError(f"{path}: not a JSON index of safetensors files ({e})") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise FormatError(f"{path}: no \"weight_map\" object naming the file of each tensor")
+    folder = os.path.dirname(os.path.abspath(path))
+    files = {}
+    for name, file in weight_map.items():
+        if not isinstance(file, str) or not file or os.path.isabs(file) or os.path.normpath(file).startswith(os.pardir) or os.sep in os.path.normpath(file):
+            raise FormatError(f"{path}: tensor {name!r} names {file!r}, not a file beside the index")
+        files[name] = os.path.join(folder, file)
+    return sorted(set(files.values())), files
+
+
+def _is_glob(pattern):
+    return any(c in pattern for c in "*?[")
+
+
+def select(names, patterns):
+    """The names (in the given order) that ``patterns`` (exact names or globs) pick; all when
+    ``patterns`` is None. A pattern that picks nothing is a ``KeyError``."""
+    if patterns is None:
+        return list(names)
+    if isinstance(patterns, str):
+        raise TypeError("names must be a list of names or globs, not one string")
+    picked = set()
+    for p in patterns:
+        hit = fnmatch.filter(names, p) if _is_glob(p) else ([p] if p in set(names) else [])
+        if not hit:
+            raise KeyError(f"{p!r} matches no tensor of the checkpoint")
+        picked.update(hit)
+    return [n for n in names if n in picked]
+
+
+# --- Planning (pure: every rank computes the same plan) ----------------------------------------
+
+
+def split_by_bytes(sizes, ranks):
+    """Owner rank of each item: contiguous runs in order, balanced by bytes (item i goes to the
+    rank whose equal share of the total holds the middle of its bytes)."""
+    if ranks < 1:
+        raise ValueError("a group has at least one rank")
+    total = sum(sizes)
+    owners, at = [], 0
+    for s in sizes:
+        owners.append(min(ranks - 1, (2 * at + s) * ranks // (2 * total)) if total else 0)
+        at += s
+    return owners
+
+
+def shard_slices(length, ranks):
+    """``[(begin, end)]`` per rank along a dimension of ``length``, as ``torch.tensor_split``
+    cuts it: the first ``length % ranks`` slices one longer."""
+    base, extra = divmod(length, ranks)
+    out, at = [], 0
+    for r in range(ranks):
+        n = base + (1 if r < extra else 0)
+        out.append((at, at + n))
+        at += n
+    return out
+
+
+def _shard_dims(tensors, shard):
+    """``{name: dim}`` for the selected tensors ``shard`` matches (first pattern in order)."""
+    if not shard:
+        return {}
+    dims, used = {}, set()
+    for t in tensors:
+        for pattern, dim in shard.items():
+            if fnmatch.fnmatchcase(t["name"], pattern) if _is_glob(pattern) else t["name"] == pattern:
+                rank = len(t["shape"])
+                if not isinstance(dim, int) or not -rank <= dim < rank:
+                    raise ValueError(f"tensor {t['name']!r} of shape {list(t['shape'])} has no dimension {dim!r} to shard along")
+                if t["element_bits"] % 8 != 0:
+                    raise ValueError(f"tensor {t['name']!r}: {t['dtype']} packs several elements per byte and cannot be sharded")
+                dims[t["name"]] = dim % rank
+                used.add(pattern)
+                break
+    unused = [p for p in shard if p not in used]
+    if unused:
+        raise KeyError(f"shard pattern {unused[0]!r} matches no selected tensor")
+    return dims
+
+
+def _rows(t, dim):
+    """``(outer, length, inner_bytes)``: ``t`` as [outer][length][inner bytes] around ``dim``."""
+    outer = 1
+    for s in t["shape"][:dim]:
+        outer *= s
+    inner = t["element_bytes"]
+    for s in t["shape"][dim + 1:]:
+        inner *= s
+    return outer, t["shape"][dim], inner
+
+
+# --- Collectives ------------------------------------------------------------------------------
+
+
+class Collectives:
+    """The two collectives a distributed load needs, over the group's ranks ``0..size-1``.
+    ``load_distributed`` wraps a ``torch.distributed`` process group in one; a subclass may
+    stand in for it (tests run ranks as threads that way)."""
+
+    rank = 0
+    size = 1
+
+    def broadcast(self, array, src):
+        """Every rank's ``array`` (same size everywhere) becomes rank ``src``'s."""
+        raise NotImplementedError
+
+    def all_gather_object(self, obj):
+        """Every rank's ``obj``, in rank order, on every rank."""
+        raise NotImplementedError
+
+
+class _TorchGroup(Collectives):
+    def __init__(self, pg):
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist, self.pg = torch, dist, pg
+        self.rank, self.size = dist.get_rank(pg), dist.get_world_size(pg)
+        if self.rank < 0:
+            raise ValueError("this process is not a member of process_group")
+
+    def broadcast(self, array, src):
+        t = array if isinstance(array, self.torch.Tensor) else self.torch.as_tensor(array)
+        self.dist.broadcast(t, src=self.dist.get_global_rank(self.pg, src), group=self.pg)
+
+    def all_gather_object(self, obj):
+        out = [None] * self.size
+        self.dist.all_gather_object(out, obj, group=self.pg)
+        return out
+
+
+def _group_device(pg, framework, device):
+    """The GPU this rank loads into: ``device`` if given, else the group's bound device, else
+    the current one."""
+    if device is not None or framework == "numpy":
+        return device
+    bound = getattr(pg, "bound_device_id", None)
+    if bound is not None:
+        return bound
+    if framework == "torch":
+        import torch
+
+        return torch.device("cuda", torch.cuda.current_device())
+    return None
+
+
+# --- The load ---------------------------------------------------------------------------------
+
+
+class _Progress:
+    """One line on stderr, rewritten (only on a terminal, and only where asked)."""
+
+    def __init__(self, on, total_bytes):
+        self.on, self.total, self.started = on, total_bytes, time.perf_counter()
+
+    def show(self, phase, done):
+        if self.on:
+            gb = done / 1e9
+            rate = gb / max(time.perf_counter() - self.started, 1e-9)
+            sys.stderr.write(f"\rcunvme: {phase} {gb:.2f}/{self.total / 1e9:.2f} GB ({rate:.1f} GB/s)   ")
+            sys.stderr.flush()
+
+    def close(self):
+        if self.on:
+            sys.stderr.write("\n")
+
+
+def _open_files(dev, source):
+    """``[(SafetensorsFile, path or None)]`` and the index's ``{name: path}`` (or None)."""
+    items = source if isinstance(source, (list, tuple)) else [source]
+    weight_map = None
+    expanded = []
+    for item in items:
+        if not isinstance(item, Placement) and os.fspath(item).endswith(".json"):
+            files, names = read_index(item)
+            weight_map = {**(weight_map or {}), **names}
+            expanded.extend(files)
+        else:
+            expanded.append(item)
+    opened = []
+    for item in expanded:
+        path = None if isinstance(item, Placement) else os.fspath(item)
+        if callable(dev) and not hasattr(dev, "read"):
+            d = dev(path)
+        elif hasattr(dev, "get") and not hasattr(dev, "read"):
+            d = dev.get(path)
+            if d is None:
+                raise KeyError(f"no Device given for {path}")
+        else:
+            d = dev
+        opened.append((SafetensorsFile(d, item), path))
+    if weight_map is not None:
+        for f, path in opened:
+            listed = {n for n, p in weight_map.items() if p == path}
+            mine = set(f.tensors)
+            if listed - mine:
+                raise FormatError(f"the index lists {sorted(listed - mine)[0]!r} in {path}, which has no such tensor")
+            if mine - listed:
+                raise FormatError(f"{path} holds {sorted(mine - listed)[0]!r}, which the index does not list there")
+    seen = {}
+    for f, _ in opened:
+        for n in f.tensors:
+            if n in seen:
+                raise FormatError(f"tensor {n!r} is in both {seen[n]} and {f.placement.source}")
+            seen[n] = f.placement.source
+    return [f for f, _ in opened]
+
+
+def _align(n, a):
+    return (n + a - 1) // a * a
+
+
+def load_distributed(dev, source, process_group, framework="torch", device=None, names=None, shard=None, staging_bytes=None,
+                     progress=None):
+    """See the module's text. Returns a ``Loaded`` dict of this rank's tensors, with
+    ``metrics``: this rank's bytes read and the time and rate of its reads and of the exchange."""
+    group = process_group if isinstance(process_group, Collectives) else _TorchGroup(process_group)
+    rank, ranks = group.rank, group.size
+    started = time.perf_counter()
+    fw = files = layout = None
+    failure = None
+    current = {"file": None, "tensor": None}
+    try:
+        fw = _Framework(framework, _group_device(process_group, framework, device))
+        files = _open_files(dev, source)
+        layout = _plan(files, names, shard, ranks)
+        for f in files:
+            _check_gpu(f.dev, fw, rank)
+        for f, t, _ in layout["tensors"]:
+            fw.check(t)
+    except Exception as e:  # every rank must reach the status exchange below
+        failure = f"{type(e).__name__}: {e}"
+    plan_seconds = time.perf_counter() - started
+    digest = None if layout is None else layout["digest"]
+    _agree(group, "planning", failure, digest)
+
+    result = Loaded()
+    flat = None
+    read_started = time.perf_counter()
+    try:
+        stream = fw.current_stream()
+        flat = fw.empty(max(layout["flat_bytes"], 1))
+        transfers = []
+        for f, lba, blocks, at, first in layout["reads"][rank]:
+            current["file"], current["tensor"] = f, first
+            _read(f, fw, lba, blocks, flat, at, stream, transfers, first)
+        sharded = _read_slices(layout, fw, rank, ranks, stream, transfers, staging_bytes, current)
+        for tr, (f, tensor) in transfers:
+            current["file"], current["tensor"] = f, tensor
+            if tr is not None:
+                tr.wait()
+        failure = None
+    except Exception as e:
+        failure = f"{type(e).__name__}{_where(current, e)}: {e}"
+    read_seconds = time.perf_counter() - read_started
+    _agree(group, "reading", failure, None)
+
+    exchange_started = time.perf_counter()
+    bar = _Progress(progress if progress is not None else (rank == 0 and sys.stderr.isatty()), layout["flat_bytes"])
+    done = 0
+    for r in range(ranks):
+        lo, hi = layout["segments"][r]
+        if hi > lo and ranks > 1:
+            group.broadcast(flat[lo:hi], r)
+        done += hi - lo
+        bar.show("exchange", done)
+    if fw.gpu:
+        fw.record(ended := fw.event(), fw.current_stream())
+        ended.synchronize()
+    bar.close()
+    exchange_seconds = time.perf_counter() - exchange_started
+
+    for f, t, at in layout["tensors"]:
+        view, copied = fw.view(flat, at, t)
+        result[t["name"]] = view
+        result.tensor_bytes += t["end"] - t["begin"]
+        result.copied_bytes += (t["end"] - t["begin"]) if copied else 0
+    for name, tensor in sharded.items():
+        result[name] = tensor
+        result.tensor_bytes += tensor.nbytes
+    result.buffer = flat
+    result.bytes_read = layout["bytes_read"][rank]
+    result.seconds = time.perf_counter() - started
+    exchanged = layout["flat_bytes"] - (layout["segments"][rank][1] - layout["segments"][rank][0]) if ranks > 1 else 0
+    result.metrics = {
+        "rank": rank, "ranks": ranks, "bytes_read": result.bytes_read, "plan_seconds": plan_seconds,
+        "read_seconds": read_seconds, "read_gb_per_s": result.bytes_read / max(read_seconds, 1e-9) / 1e9,
+        "exchange_bytes": exchanged, "exchange_seconds": exchange_seconds,
+        "exchange_gb_per_s": exchanged / max(exchange_seconds, 1e-9) / 1e9, "seconds": result.seconds,
+    }
+    return result
+
+
+def _where(current, error):
+    """" (file, tensor 'x')" for a failed read: the tensors the failed command covered where the
+    error names its blocks (a command may cover several tensors), else the one being read."""
+    f = current["file"]
+    if f is None:
+        return ""
+    lba, blocks = getattr(error, "lba", None), getattr(error, "blocks", None)
+    covered = []
+    if lba is not None and blocks:
+        bs, data = f.placement.block_size, f.header["data_offset"]
+        for file_offset, first, count in f.placement.extents:
+            lo, hi = max(lba, first), min(lba + blocks, first + count)
+            if lo < hi:
+                a, b = file_offset + (lo - first) * bs, file_offset + (hi - first) * bs
+                covered += [t["name"] for t in f.header["tensors"] if data + t["begin"] < b and data + t["end"] > a]
+    if len(covered) > 1:
+        return f" ({f.placement.source}, tensors {covered[0]!r} … {covered[-1]!r}, {len(covered)} in the failed command)"
+    name = covered[0] if covered else current["tensor"]
+    return f" ({f.placement.source}, tensor {name!r})"
+
+
+def _check_gpu(d, fw, rank):
+    ordinal = getattr(d, "gpu_ordinal", None)
+    if not fw.gpu or ordinal is None or fw.device is None:
+        return
+    want = fw.device.index if hasattr(fw.device, "index") else getattr(fw.device, "id", None)
+    if want is not None and ordinal != want:
+        raise ValueError(f"rank {rank}: the Device serves GPU {ordinal}, the process group's device is GPU {want}")
+
+
+def _agree(group, phase, failure, digest):
+    """Every rank's status of ``phase``; raises the same error on every rank if any failed or
+    (planning) the ranks' plans differ."""
+    statuses = group.all_gather_object((failure, digest))
+    failures = [(r, f) for r, (f, _) in enumerate(statuses) if f is not None]
+    if failures:
+        lines = "; ".join(f"rank {r}: {f}" for r, f in failures)
+        raise DistributedLoadError(f"distributed load failed while {phase} on {len(failures)} of {group.size} rank(s): {lines}", failures)
+    digests = {d for _, d in statuses}
+    if len(digests) > 1:
+        raise DistributedLoadError("the ranks planned different loads (other files, names or shard patterns on some ranks): "
+                                   + ", ".join(f"rank {r}: {d[:12]}" for r, (_, d) in enumerate(statuses)), [])
+
+
+def _read(f, fw, lba, blocks, buffer, at, stream, transfers, tensor):
+    bs = f.placement.block_size
+    part = buffer[at:at + blocks * bs]
+    if fw.gpu:
+        transfers.append((f.dev.read(lba, blocks, part, stream=stream), (f, tensor)))
+    else:
+        f.dev.read(lba, blocks, part)
+
+
+def _plan(files, names, shard, ranks):
+    """Every rank's reads and the tensors' places: the same on every rank for the same inputs."""
+    import hashlib
+
+    everything = [(f, t) for f in files for t in f.header["tensors"]]
+    picked = set(select([t["name"] for _, t in everything], names))
+    chosen = [(f, t) for f, t in everything if t["name"] in picked]
+    dims = _shard_dims([t for _, t in chosen], shard)
+    replicated = [(f, t) for f, t in chosen if t["name"] not in dims]
+    owners = split_by_bytes([t["end"] - t["begin"] for _, t in replicated], ranks)
+    reads = [[] for _ in range(ranks)]
+    bytes_read = [0] * ranks
+    segments, tensors = [], []
+    cursor = 0
+    for r in range(ranks):
+        start = None
+        mine = [(f, t) for (f, t), o in zip(replicated, owners) if o == r]
+        for f in files:
+            ts = [t for g, t in mine if g is f]
+            if not ts:
+                continue
+            pl, data = f.placement, f.header["data_offset"]
+            # Each file's run starts block aligned: its tensors keep the file's alignment.
+            cursor = _align(cursor, max(pl.block_size, 256))
+            start = cursor if start is None else start
+            size, plan, offsets = _cunvme.plan_reads(pl.block_size, pl.file_size, pl.extents, [(data + t["begin"], t["end"] - t["begin"]) for t in ts])
+            for lba, blocks, at in plan:
+                first = next((t["name"] for t, o in zip(ts, offsets) if o + t["end"] - t["begin"] > at), ts[0]["name"])
+                reads[r].append((f, lba, blocks, cursor + at, first))
+                bytes_read[r] += blocks * pl.block_size
+            tensors.extend((f, t, cursor + o) for t, o in zip(ts, offsets))
+            cursor += size
+        segments.append((cursor if start is None else start, cursor))
+    sliced = [(f, t, dims[t["name"]]) for f, t in chosen if t["name"] in dims]
+    for f, t, dim in sliced:
+        outer, length, inner = _rows(t, dim)
+        for r, (lo, hi) in enumerate(shard_slices(length, ranks)):
+            bytes_read[r] += outer * (hi - lo) * inner if outer == 1 else outer * length * inner
+    h = hashlib.sha256(repr([(f.placement.file_size, t["name"], t["begin"], t["end"], tuple(t["shape"]), dims.get(t["name"])) for f, t in chosen]).encode())
+    h.update(repr(ranks).encode())
+    return {"reads": reads, "tensors": tensors, "segments": segments, "flat_bytes": cursor, "sliced": sliced, "bytes_read": bytes_read,
+            "digest": h.hexdigest()}
+
+
+def _read_slices(layout, fw, rank, ranks, stream, transfers, staging_bytes, current):
+    """This rank's slices of the sharded tensors: ``{name: tensor}``."""
+    out = {}
+    sliced = layout["sliced"]
+    if not sliced:
+        return out
+    largest = max(t["end"] - t["begin"] for _, t, _ in sliced)
+    budget = 2 * largest if staging_bytes is None else int(staging_bytes)
+    staging = None
+    for f, t, dim in sliced:
+        current["file"], current["tensor"] = f, t["name"]
+        outer, length, inner = _rows(t, dim)
+        lo, hi = shard_slices(length, ranks)[rank]
+        pl, data = f.placement, f.header["data_offset"] + t["begin"]
+        shape = list(t["shape"])
+        shape[dim] = hi - lo
+        piece = (hi - lo) * inner
+        if outer == 1 or piece == 0:
+            # Contiguous: read just the slice's blocks, the tensor a view of them.
+            size, plan, offsets = _cunvme.plan_reads(pl.block_size, pl.file_size, pl.extents, [(data + lo * inner, piece)] if piece else [])
+            buffer = fw.empty(max(size, 1))
+            for lba, blocks, at in plan:
+                _read(f, fw, lba, blocks, buffer, at, stream, transfers, t["name"])
+            at = offsets[0] if piece else 0
+            slice_t = dict(t, shape=shape, begin=0, end=piece)
+            out[t["name"]], _ = fw.view(buffer, at, slice_t)
+            continue
+        # Strided: runs of whole rows into staging, the slice's part of each row copied out.
+        row = length * inner
+        per_chunk = (budget - 2 * pl.block_size) // row
+        if per_chunk < 1:
+            raise ValueError(f"staging_bytes={budget} cannot hold one row ({row} bytes, plus {2 * pl.block_size} of block slack) of "
+                             f"{t['name']!r}, sharded along dimension {dim}: raise staging_bytes")
+        per_chunk = min(per_chunk, outer)
+        if staging is None or staging.shape[0] < per_chunk * row + 2 * pl.block_size:
+            staging = fw.empty(per_chunk * row + 2 * pl.block_size)
+        result = fw.empty(outer * piece)
+        for o0 in range(0, outer, per_chunk):
+            o1 = min(outer, o0 + per_chunk)
+            size, plan, offsets = _cunvme.plan_reads(pl.block_size, pl.file_size, pl.extents, [(data + o0 * row, (o1 - o0) * row)])
+            for lba, blocks, at in plan:
+                _read(f, fw, lba, blocks, staging, at, stream, transfers, t["name"])
+            rows = staging[offsets[0]:offsets[0] + (o1 - o0) * row].reshape(o1 - o0, row)[:, lo * inner:hi * inner]
+            dst = result[o0 * piece:o1 * piece].reshape(o1 - o0, piece)
+            if fw.name == "torch":
+                dst.copy_(rows)
+            else:
+                dst[...] = rows
+        out[t["name"]], _ = fw.view(result, 0, dict(t, shape=shape, begin=0, end=outer * piece))
+    return out

@@ -1,0 +1,285 @@
+"""Distributed loading (``cunvme.distributed``) on the host path: the planner's rules, and whole
+loads by 1–4 ranks run as threads over a stand-in for a process group (``ThreadGroup``: the same
+two collectives, torch not needed), each rank with its own emulator over the files. What every
+rank ends with is compared with the files' bytes; failures must reach every rank as one error."""
+import importlib.util
+import json
+import pathlib
+import threading
+
+import numpy as np
+import pytest
+
+import cunvme
+from cunvme import distributed
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+_spec = importlib.util.spec_from_file_location("make_safetensors", EXAMPLES / "make_safetensors.py")
+make_safetensors = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_safetensors)
+
+
+class ThreadGroup(distributed.Collectives):
+    """Rank ``rank`` of ``size`` ranks that are threads of this process (``shared`` is theirs)."""
+
+    def __init__(self, shared, rank):
+        self.shared, self.rank, self.size = shared, rank, shared["size"]
+
+    def _step(self):
+        self.shared["barrier"].wait(timeout=60)  # a hang becomes a BrokenBarrierError
+
+    def broadcast(self, array, src):
+        if self.rank == src:
+            self.shared["slot"] = np.array(array, copy=True)
+        self._step()
+        if self.rank != src:
+            array[...] = self.shared["slot"]
+        self._step()
+
+    def all_gather_object(self, obj):
+        self.shared.setdefault("objects", [None] * self.size)[self.rank] = obj
+        self._step()
+        out = list(self.shared["objects"])
+        self._step()
+        return out
+
+
+def run_ranks(size, body):
+    """``body(group)`` on ``size`` thread ranks: each rank's result or exception, in rank order."""
+    shared = {"size": size, "barrier": threading.Barrier(size)}
+    out = [None] * size
+
+    def one(r):
+        try:
+            out[r] = body(ThreadGroup(shared, r))
+        except BaseException as e:  # noqa: BLE001 - every outcome is the test's to judge
+            out[r] = e
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a rank did not finish"
+    return out
+
+
+def emulator_for(path, faults=None):
+    return cunvme.Device(f"emu:file={path},readonly", gpu=False, faults=faults)
+
+
+def load(group, source, opened, faults=None, faulty_rank=-1, **kw):
+    """One rank's load, each rank opening its own emulators (rank ``faulty_rank``'s with
+    ``faults``); closes them and notes how many it opened in ``opened``."""
+    devices = {}
+
+    def open_file(path):
+        devices[path] = emulator_for(path, faults if group.rank == faulty_rank else None)
+        return devices[path]
+
+    try:
+        return cunvme.load_safetensors(open_file, source, framework="numpy", process_group=group, **kw)
+    finally:
+        for d in devices.values():
+            d.close()
+        opened.append(len(devices))
+
+
+@pytest.fixture
+def model(tmp_path):
+    tensors = make_safetensors.model(3, 96, 5)
+    path = tmp_path / "model.safetensors"
+    make_safetensors.write_safetensors(path, tensors, align=8)
+    return path, tensors
+
+
+@pytest.fixture
+def sharded_checkpoint(tmp_path):
+    """Two files and their index, as ``save_pretrained`` writes them."""
+    tensors = make_safetensors.model(4, 64, 11)
+    names = list(tensors)
+    parts = [names[: len(names) // 2], names[len(names) // 2:]]
+    weight_map = {}
+    for k, part in enumerate(parts):
+        file = f"model-{k + 1:05d}-of-00002.safetensors"
+        make_safetensors.write_safetensors(tmp_path / file, {n: tensors[n] for n in part}, align=8)
+        weight_map.update({n: file for n in part})
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {"total_size": sum(a.nbytes for a in tensors.values())}, "weight_map": weight_map}))
+    return index, tensors
+
+
+# --- the planner ------------------------------------------------------------------------------
+
+
+def test_shares_are_runs_in_file_order_balanced_by_bytes():
+    sizes = [100, 100, 100, 100, 400, 50, 50, 100]
+    for ranks in (1, 2, 3, 4, 8):
+        owners = distributed.split_by_bytes(sizes, ranks)
+        assert owners == sorted(owners), "each rank's share is one run"
+        per = [sum(s for s, o in zip(sizes, owners) if o == r) for r in range(ranks)]
+        assert sum(per) == sum(sizes)
+        assert max(per) - min(per) <= max(sizes), per
+    assert distributed.split_by_bytes([], 3) == []
+    assert distributed.split_by_bytes([0, 0], 2) == [0, 0]
+    with pytest.raises(ValueError):
+        distributed.split_by_bytes([1], 0)
+
+
+def test_slices_are_cut_as_torch_tensor_split_cuts_them():
+    for length in (0, 1, 7, 8, 10):
+        for ranks in (1, 2, 3, 4):
+            cuts = distributed.shard_slices(length, ranks)
+            want = np.array_split(np.arange(length), ranks)  # the same sizes as torch.tensor_split
+            assert [hi - lo for lo, hi in cuts] == [len(w) for w in want]
+            assert [lo for lo, _ in cuts] == [int(w[0]) if len(w) else lo for w, (lo, _) in zip(want, cuts)]
+
+
+def test_names_pick_exact_names_and_globs_in_checkpoint_order():
+    names = ["a.0.w", "a.0.b", "a.1.w", "head"]
+    assert distributed.select(names, None) == names
+    assert distributed.select(names, ["head", "a.*.w"]) == ["a.0.w", "a.1.w", "head"]
+    with pytest.raises(KeyError, match="'nope'"):
+        distributed.select(names, ["nope"])
+    with pytest.raises(KeyError, match="matches no tensor"):
+        distributed.select(names, ["b.*"])
+    with pytest.raises(TypeError):
+        distributed.select(names, "head")
+
+
+@pytest.mark.parametrize("text, why", [
+    ("{not json", "not a JSON index"),
+    ("[1, 2]", "weight_map"),
+    ('{"weight_map": {}}', "weight_map"),
+    ('{"weight_map": {"w": 3}}', "not a file beside the index"),
+    ('{"weight_map": {"w": "../elsewhere.safetensors"}}', "not a file beside the index"),
+    ('{"weight_map": {"w": "/abs/model.safetensors"}}', "not a file beside the index"),
+    ('{"weight_map": {"w": "sub/model.safetensors"}}', "not a file beside the index"),
+])
+def test_a_malformed_index_is_refused(tmp_path, text, why):
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(text)
+    with pytest.raises(cunvme.FormatError, match=why):
+        distributed.read_index(index)
+
+
+# --- whole loads --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_every_rank_ends_with_every_tensor_each_read_once(model, ranks):
+    path, want = model
+    opened = []
+    out = run_ranks(ranks, lambda g: load(g, path, opened))
+    for r, loaded in enumerate(out):
+        assert not isinstance(loaded, BaseException), loaded
+        assert sorted(loaded) == sorted(want)
+        for name, a in want.items():
+            np.testing.assert_array_equal(loaded[name], a, err_msg=f"rank {r}: {name}")
+        assert loaded.metrics["rank"] == r and loaded.metrics["ranks"] == ranks
+    read = [l.metrics["bytes_read"] for l in out]
+    total = sum(a.nbytes for a in want.values())
+    largest = max(a.nbytes for a in want.values())
+    assert total <= sum(read) <= total + ranks * 2 * 512, "the shares are disjoint: each byte read by one rank"
+    assert max(read) - min(read) <= largest + 2 * 512, read
+    if ranks > 1:
+        assert all(l.metrics["exchange_bytes"] > 0 for l in out)
+
+
+def test_a_sharded_checkpoint_through_its_index_with_globs(sharded_checkpoint):
+    index, want = sharded_checkpoint
+    names = ["model.layers.*.mlp.weight", "lm_head.weight", "model.embed.weight"]
+    opened = []
+    out = run_ranks(3, lambda g: load(g, index, opened, names=names))
+    picked = [n for n in want if n in {"lm_head.weight", "model.embed.weight"} or ".mlp.weight" in n]
+    for loaded in out:
+        assert not isinstance(loaded, BaseException), loaded
+        assert sorted(loaded) == sorted(picked)
+        for name in picked:
+            np.testing.assert_array_equal(loaded[name], want[name])
+    assert opened == [2, 2, 2], "every rank opened both files"
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("staging", [None, 3000])
+def test_sharded_tensors_give_each_rank_its_slice_and_the_rest_is_replicated(model, ranks, staging):
+    path, want = model
+    shard = {"model.layers.*.mlp.weight": 0, "model.layers.*.attn.weight": 1, "model.norm.weight": -1}
+    opened = []
+    out = run_ranks(ranks, lambda g: load(g, path, opened, shard=shard, staging_bytes=staging))
+    for r, loaded in enumerate(out):
+        assert not isinstance(loaded, BaseException), loaded
+        assert sorted(loaded) == sorted(want)
+        for name, a in want.items():
+            if ".mlp.weight" in name:
+                expected = np.array_split(a, ranks, axis=0)[r]
+            elif ".attn.weight" in name:
+                expected = np.array_split(a, ranks, axis=1)[r]
+            elif name == "model.norm.weight":
+                expected = np.array_split(a, ranks, axis=0)[r]
+            else:
+                expected = a
+            assert loaded[name].shape == expected.shape, name
+            np.testing.assert_array_equal(loaded[name], expected, err_msg=f"rank {r}: {name}")
+    # A rank reads its dim-0 slices only: less than the whole of those tensors.
+    dim0 = sum(a.nbytes for n, a in want.items() if ".mlp.weight" in n)
+    assert all(l.metrics["bytes_read"] < sum(a.nbytes for a in want.values()) - dim0 // 2 for l in out)
+
+
+def test_a_staging_budget_below_one_row_fails_on_every_rank_naming_the_tensor(model):
+    path, _ = model
+    out = run_ranks(2, lambda g: load(g, path, [], shard={"model.layers.0.attn.weight": 1}, staging_bytes=100))
+    for e in out:
+        assert isinstance(e, cunvme.DistributedLoadError), e
+        assert "staging_bytes=100" in str(e) and "model.layers.0.attn.weight" in str(e)
+        assert [r for r, _ in e.failures] == [0, 1]
+
+
+def test_a_rank_whose_read_fails_makes_every_rank_raise_naming_rank_file_and_tensor(model):
+    path, want = model
+    blocks = (path.stat().st_size + 511) // 512
+    fault = f"read:status=0x281:fraction=1:lba={blocks - 4}-{blocks - 1}"  # the last tensor: rank 1's share
+    out = run_ranks(2, lambda g: load(g, path, [], faults=fault, faulty_rank=1))
+    for e in out:
+        assert isinstance(e, cunvme.DistributedLoadError), e
+        assert [r for r, _ in e.failures] == [1]
+        assert "rank 1" in str(e) and str(path) in str(e) and "lm_head.weight" in str(e), str(e)
+
+
+def test_ranks_that_plan_different_loads_all_raise(model):
+    path, _ = model
+    out = run_ranks(2, lambda g: load(g, path, [], names=["lm_head.weight"] if g.rank == 0 else None))
+    for e in out:
+        assert isinstance(e, cunvme.DistributedLoadError) and "planned different loads" in str(e), e
+
+
+def test_an_index_that_does_not_match_its_files_fails_on_every_rank(sharded_checkpoint):
+    index, _ = sharded_checkpoint
+    text = json.loads(index.read_text())
+    text["weight_map"]["model.ghost.weight"] = "model-00001-of-00002.safetensors"
+    index.write_text(json.dumps(text))
+    out = run_ranks(2, lambda g: load(g, index, []))
+    for e in out:
+        assert isinstance(e, cunvme.DistributedLoadError), e
+        assert "model.ghost.weight" in str(e) and "FormatError" in str(e)
+
+
+def test_a_malformed_index_fails_on_every_rank(tmp_path):
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text("{")
+    out = run_ranks(2, lambda g: load(g, index, []))
+    assert all(isinstance(e, cunvme.DistributedLoadError) and "not a JSON index" in str(e) for e in out), out
+
+
+def test_a_shard_pattern_or_dimension_that_fits_nothing_is_refused(model):
+    path, _ = model
+    for shard, why in (({"nothing.*": 0}, "matches no selected tensor"), ({"lm_head.weight": 2}, "no dimension 2")):
+        out = run_ranks(2, lambda g, s=shard: load(g, path, [], shard=s))
+        assert all(isinstance(e, cunvme.DistributedLoadError) and why in str(e) for e in out), out
+
+
+def test_shard_and_staging_need_a_process_group(model):
+    path, _ = model
+    with emulator_for(path) as dev:
+        with pytest.raises(ValueError, match="process_group"):
+            cunvme.load_safetensors(dev, path, framework="numpy", shard={"lm_head.weight": 0})
