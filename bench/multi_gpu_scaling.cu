@@ -129,6 +129,42 @@ double pinned_h2d_all(int n) {
   return ok ? best : 0;
 }
 
+/// A GPU's side of a run, on the current GPU: its page table (`pages`), one last-LBA slot per
+/// thread, the counters (failed, wrong, one failure's kind) and a stream.
+template <class Side>
+void make_bookkeeping(Side& s, const std::vector<std::uint64_t>& pages, unsigned threads) {
+  cunvme::host::cuda_check(cudaMalloc(&s.pages, pages.size() * 8), "page table", "bench");
+  cunvme::host::cuda_check(cudaMemcpy(s.pages, pages.data(), pages.size() * 8, cudaMemcpyHostToDevice), "page table", "bench");
+  cunvme::host::cuda_check(cudaMalloc(&s.last_lba, std::size_t{threads} * 8), "last LBAs", "bench");
+  cunvme::host::cuda_check(cudaMalloc(&s.counts, 3 * sizeof(unsigned long long)), "counters", "bench");
+  cunvme::host::cuda_check(cudaMemset(s.counts, 0, 3 * sizeof(unsigned long long)), "counters", "bench");
+  cunvme::host::cuda_check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "stream", "bench");
+}
+
+/// Runs `launch(g, commands_per_thread)` for each of the first `n` GPUs from a host thread of
+/// its own: once with one command per thread (module load, first copies), then, all GPUs after
+/// one barrier, with `commands`. Returns the wall time from the barrier to the last GPU's end.
+template <class Launch>
+double timed_on_every_gpu(int n, unsigned commands, Launch&& launch) {
+  std::barrier start(n + 1);
+  std::vector<std::thread> launchers;
+  std::vector<std::chrono::steady_clock::time_point> ended(n);
+  for (int g = 0; g < n; ++g) {
+    launchers.emplace_back([&, g] {
+      launch(g, 1u);
+      start.arrive_and_wait();
+      launch(g, commands);
+      ended[g] = std::chrono::steady_clock::now();
+    });
+  }
+  start.arrive_and_wait();
+  const auto began = std::chrono::steady_clock::now();
+  for (auto& t : launchers) t.join();
+  auto last = began;
+  for (const auto& e : ended) last = std::max(last, e);
+  return std::chrono::duration<double>(last - began).count();
+}
+
 /// One null controller on GPU 0 with `queues` pairs per GPU on each of the first `n` GPUs: the
 /// run's record (no data moves; every command's io_result is checked).
 nlohmann::json null_controller_run(int n, const std::string& uri, std::uint64_t bs, unsigned threads, unsigned commands, unsigned queues,
@@ -169,38 +205,18 @@ nlohmann::json null_controller_run(int n, const std::string& uri, std::uint64_t 
     const std::uintptr_t first = (reinterpret_cast<std::uintptr_t>(s.buffer) + gpu_page - 1) / gpu_page * gpu_page;
     std::vector<std::uint64_t> pages(bytes / gpu_page);
     for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = first + i * gpu_page;
-    cunvme::host::cuda_check(cudaMalloc(&s.pages, pages.size() * 8), "page table", "bench");
-    cunvme::host::cuda_check(cudaMemcpy(s.pages, pages.data(), pages.size() * 8, cudaMemcpyHostToDevice), "page table", "bench");
-    cunvme::host::cuda_check(cudaMalloc(&s.last_lba, std::size_t{threads} * 8), "last LBAs", "bench");
-    cunvme::host::cuda_check(cudaMalloc(&s.counts, 3 * sizeof(unsigned long long)), "counters", "bench");
-    cunvme::host::cuda_check(cudaMemset(s.counts, 0, 3 * sizeof(unsigned long long)), "counters", "bench");
-    cunvme::host::cuda_check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "stream", "bench");
+    make_bookkeeping(s, pages, threads);
     for (unsigned q = 0; q < queues; ++q) s.set.views[q] = null.views()[static_cast<std::size_t>(g) * queues + q];
     s.set.ns = null.namespace_view();
     s.set.count = queues;
   }
-  std::barrier start(n + 1);
-  std::vector<std::thread> launchers;
-  std::vector<std::chrono::steady_clock::time_point> ended(n);
-  for (int g = 0; g < n; ++g) {
-    launchers.emplace_back([&, g] {
-      (void)cudaSetDevice(g);
-      side& s = sides[g];
-      const cunvme::prp::page_list dst{s.pages, 16};
-      read_loop<<<threads / 256, 256, 0, s.stream>>>(s.set, dst, blocks, slots_in_namespace, 1, static_cast<unsigned>(g), s.last_lba, s.counts);
-      (void)cudaStreamSynchronize(s.stream);
-      start.arrive_and_wait();
-      read_loop<<<threads / 256, 256, 0, s.stream>>>(s.set, dst, blocks, slots_in_namespace, commands, static_cast<unsigned>(g), s.last_lba, s.counts);
-      (void)cudaStreamSynchronize(s.stream);
-      ended[g] = std::chrono::steady_clock::now();
-    });
-  }
-  start.arrive_and_wait();
-  const auto began = std::chrono::steady_clock::now();
-  for (auto& t : launchers) t.join();
-  auto last = began;
-  for (const auto& e : ended) last = std::max(last, e);
-  const double seconds = std::chrono::duration<double>(last - began).count();
+  const double seconds = timed_on_every_gpu(n, commands, [&](int g, unsigned each) {
+    (void)cudaSetDevice(g);
+    side& s = sides[g];
+    read_loop<<<threads / 256, 256, 0, s.stream>>>(s.set, cunvme::prp::page_list{s.pages, 16}, blocks, slots_in_namespace, each, static_cast<unsigned>(g),
+                                                   s.last_lba, s.counts);
+    (void)cudaStreamSynchronize(s.stream);
+  });
   unsigned long long failed = 0;
   std::string error, kind;
   for (int g = 0; g < n; ++g) {
@@ -310,37 +326,15 @@ int main(int argc, char** argv) {
       s.buffer = cunvme::host::allocate_gpu(devices[g]->controller(), std::size_t{threads} * bs);
       const std::vector<std::uint64_t> pages = s.buffer.pages();
       s.page_shift = static_cast<unsigned>(std::countr_zero(s.buffer.page_size()));
-      cunvme::host::cuda_check(cudaMalloc(&s.pages, pages.size() * 8), "page table", "bench");
-      cunvme::host::cuda_check(cudaMemcpy(s.pages, pages.data(), pages.size() * 8, cudaMemcpyHostToDevice), "page table", "bench");
-      cunvme::host::cuda_check(cudaMalloc(&s.last_lba, std::size_t{threads} * 8), "last LBAs", "bench");
-      cunvme::host::cuda_check(cudaMalloc(&s.counts, 3 * sizeof(unsigned long long)), "counters", "bench");
-      cunvme::host::cuda_check(cudaMemset(s.counts, 0, 3 * sizeof(unsigned long long)), "counters", "bench");
-      cunvme::host::cuda_check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "stream", "bench");
+      make_bookkeeping(s, pages, threads);
     }
-    std::barrier start(n + 1);
-    std::vector<std::thread> launchers;
-    std::vector<std::chrono::steady_clock::time_point> ended(n);
-    for (int g = 0; g < n; ++g) {
-      launchers.emplace_back([&, g] {
-        const auto scope = devices[g]->make_current();
-        gpu_side& s = sides[g];
-        // One warm-up launch (module load, first copies), then the measured one.
-        read_loop<<<threads / 256, 256, 0, s.stream>>>(devices[g]->readers(), cunvme::prp::page_list{s.pages, s.page_shift}, blocks, slots_in_namespace, 1,
-                                                         static_cast<unsigned>(g), s.last_lba, s.counts);
-        (void)cudaStreamSynchronize(s.stream);
-        start.arrive_and_wait();
-        read_loop<<<threads / 256, 256, 0, s.stream>>>(devices[g]->readers(), cunvme::prp::page_list{s.pages, s.page_shift}, blocks, slots_in_namespace,
-                                                         commands, static_cast<unsigned>(g), s.last_lba, s.counts);
-        (void)cudaStreamSynchronize(s.stream);
-        ended[g] = std::chrono::steady_clock::now();
-      });
-    }
-    start.arrive_and_wait();
-    const auto began = std::chrono::steady_clock::now();
-    for (auto& t : launchers) t.join();
-    auto last = began;
-    for (const auto& e : ended) last = std::max(last, e);
-    const double seconds = std::chrono::duration<double>(last - began).count();
+    const double seconds = timed_on_every_gpu(n, commands, [&](int g, unsigned each) {
+      const auto scope = devices[g]->make_current();
+      gpu_side& s = sides[g];
+      read_loop<<<threads / 256, 256, 0, s.stream>>>(devices[g]->readers(), cunvme::prp::page_list{s.pages, s.page_shift}, blocks, slots_in_namespace, each,
+                                                     static_cast<unsigned>(g), s.last_lba, s.counts);
+      (void)cudaStreamSynchronize(s.stream);
+    });
     unsigned long long failed = 0, wrong = 0;
     std::string kind;
     const bool moved = uri.find("nodata") == std::string::npos && uri.find("pattern") != std::string::npos;

@@ -182,8 +182,10 @@ class _Framework:
 class Loaded(dict):
     """``{name: tensor}``, with what the load took: ``bytes_read`` (whole blocks), ``tensor_bytes``,
     ``copied_bytes`` (misaligned tensors copied once), ``seconds`` (enqueue to done, host clock)
-    and ``buffer`` (the one array the tensors are views of)."""
+    and ``buffer`` (the one array the tensors are views of); a distributed load also sets
+    ``metrics`` (``cunvme.distributed``)."""
 
+    metrics = None
     bytes_read = 0
     tensor_bytes = 0
     copied_bytes = 0
