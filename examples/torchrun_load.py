@@ -28,6 +28,7 @@ def main(argv):
     p.add_argument("--backend", default=None, help="nccl (default with one GPU per rank) or gloo")
     p.add_argument("--subgroup", action="store_true", help="load in a subgroup of the even ranks (the others wait)")
     p.add_argument("--check", action="store_true", help="compare with safetensors.torch.load_file")
+    p.add_argument("--chunk-bytes", type=int, default=None, help="the read/exchange pipeline's step (default 128 MiB)")
     a = p.parse_args(argv)
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -52,7 +53,8 @@ def main(argv):
         return devices[path]
 
     source = a.checkpoint if len(a.checkpoint) > 1 else a.checkpoint[0]
-    weights = cunvme.load_safetensors(open_file, source, process_group=group, names=a.names, shard=shard or None)
+    weights = cunvme.load_safetensors(open_file, source, process_group=group, names=a.names, shard=shard or None,
+                                      chunk_bytes=a.chunk_bytes)
     line = json.dumps({**weights.metrics, "global_rank": dist.get_rank(), "gpu": gpu, "backend": backend, "tensors": len(weights)})
     os.write(sys.stdout.fileno(), (line + "\n").encode())  # one write: the ranks share the pipe
 

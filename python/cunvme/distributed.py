@@ -44,7 +44,7 @@ from . import _cunvme
 from ._errors import Error, FormatError
 from .safetensors import Loaded, Placement, SafetensorsFile, _Framework
 
-__all__ = ["Collectives", "DistributedLoadError", "load_distributed", "read_index", "select", "shard_slices", "split_by_bytes"]
+__all__ = ["Collectives", "DistributedLoadError", "load_distributed", "read_index", "select", "shard_slices", "split_by_bytes", "split_reads"]
 
 
 class DistributedLoadError(Error):
@@ -285,15 +285,15 @@ def _align(n, a):
 
 
 def load_distributed(dev, source, process_group, framework="torch", device=None, names=None, shard=None, staging_bytes=None,
-                     progress=None):
+                     progress=None, chunk_bytes=128 << 20):
     """See the module's text. Returns a ``Loaded`` dict of this rank's tensors, with
-    ``metrics``: this rank's bytes read and the time and rate of its reads and of the exchange."""
+    ``metrics``: this rank's bytes read, the time of its reads and of the whole exchange.
+    ``chunk_bytes``: the pipeline's step (see ``split_reads``)."""
     group = process_group if isinstance(process_group, Collectives) else _TorchGroup(process_group)
     rank, ranks = group.rank, group.size
     started = time.perf_counter()
-    fw = files = layout = None
+    fw = layout = flat = None
     failure = None
-    current = {"file": None, "tensor": None}
     try:
         fw = _Framework(framework, _group_device(process_group, framework, device))
         files = _open_files(dev, source)
@@ -302,48 +302,79 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
             _check_gpu(f.dev, fw, rank)
         for f, t, _ in layout["tensors"]:
             fw.check(t)
+        # The result is allocated now, so that a rank without the memory for it fails here,
+        # before any collective that would need its buffer.
+        flat = fw.empty(max(layout["flat_bytes"], 1))
     except Exception as e:  # every rank must reach the status exchange below
         failure = f"{type(e).__name__}: {e}"
     plan_seconds = time.perf_counter() - started
-    digest = None if layout is None else layout["digest"]
-    _agree(group, "planning", failure, digest)
+    _agree(group, "planning", failure, None if layout is None else layout["digest"])
 
-    result = Loaded()
-    flat = None
-    read_started = time.perf_counter()
-    try:
-        stream = fw.current_stream()
-        flat = fw.empty(max(layout["flat_bytes"], 1))
-        transfers = []
-        for f, lba, blocks, at, first in layout["reads"][rank]:
-            current["file"], current["tensor"] = f, first
-            _read(f, fw, lba, blocks, flat, at, stream, transfers, first)
-        sharded = _read_slices(layout, fw, rank, ranks, stream, transfers, staging_bytes, current)
-        for tr, (f, tensor) in transfers:
-            current["file"], current["tensor"] = f, tensor
-            if tr is not None:
-                tr.wait()
-        failure = None
-    except Exception as e:
-        failure = f"{type(e).__name__}{_where(current, e)}: {e}"
-    read_seconds = time.perf_counter() - read_started
-    _agree(group, "reading", failure, None)
-
+    # Reading and exchange, pipelined: chunk k of every rank's run is read, then broadcast from
+    # its reader, while chunk k + 1 is read. On torch the reads run on a stream of their own and
+    # the collectives wait for each chunk by event (a blocking collective makes the current
+    # stream wait for it: reads on that stream would wait for every broadcast before them).
+    # A failed read stops this rank's reading, not the schedule: every rank makes the same
+    # collective calls, and the failure is raised on every rank after the status exchange.
+    segments = layout["segments"]
+    chunks = [_chunk_count(lo, hi, chunk_bytes) for lo, hi in segments]
+    pieces = split_reads(layout["reads"][rank], segments[rank][0], chunk_bytes)
+    current = {"file": None, "tensor": None}
+    transfers, sharded = [], {}
     exchange_started = time.perf_counter()
+    main = fw.current_stream()
+    reads = fw.new_stream() if fw.name == "torch" else main
+    if fw.name == "torch":
+        reads.wait_stream(main)  # the result was allocated on the main stream
+    timing = (fw.event(timing=True), fw.event(timing=True)) if fw.gpu else None
+    host_read_seconds = 0.0
     bar = _Progress(progress if progress is not None else (rank == 0 and sys.stderr.isatty()), layout["flat_bytes"])
-    done = 0
-    for r in range(ranks):
-        lo, hi = layout["segments"][r]
-        if hi > lo and ranks > 1:
-            group.broadcast(flat[lo:hi], r)
-        done += hi - lo
-        bar.show("exchange", done)
-    if fw.gpu:
-        fw.record(ended := fw.event(), fw.current_stream())
+    if timing:
+        fw.record(timing[0], reads)
+    exchanged = 0
+    for k in range(max(chunks, default=0)):
+        if failure is None and k < len(pieces):
+            began = time.perf_counter()
+            try:
+                for f, lba, blocks, at, first in pieces[k]:
+                    current["file"], current["tensor"] = f, first
+                    _read(f, fw, lba, blocks, flat, at, reads, transfers, first)
+                if fw.gpu and fw.name != "torch":
+                    _wait(transfers, current)  # other frameworks' streams are not the collectives'
+            except Exception as e:
+                failure = f"{type(e).__name__}{_where(current, e)}: {e}"
+            host_read_seconds += time.perf_counter() - began
+        if fw.name == "torch":
+            chunk_read = fw.event()
+            fw.record(chunk_read, reads)
+            fw.wait(main, chunk_read)
+        for r in range(ranks):
+            if k < chunks[r]:
+                lo, hi = segments[r]
+                part = (lo + k * chunk_bytes, min(hi, lo + (k + 1) * chunk_bytes))
+                if ranks > 1:
+                    group.broadcast(flat[part[0]:part[1]], r)
+                exchanged += part[1] - part[0]
+        bar.show("exchange", exchanged)
+    if failure is None:
+        try:
+            with fw.stream_scope(reads):
+                sharded = _read_slices(layout, fw, rank, ranks, reads, transfers, staging_bytes, current)
+            _wait(transfers, current)
+        except Exception as e:
+            failure = f"{type(e).__name__}{_where(current, e)}: {e}"
+    if timing:
+        fw.record(timing[1], reads)
+        fw.wait(main, timing[1])
+        timing[1].synchronize()
+        ended = fw.event()
+        fw.record(ended, main)
         ended.synchronize()
     bar.close()
     exchange_seconds = time.perf_counter() - exchange_started
+    _agree(group, "reading", failure, None)
 
+    result = Loaded()
     for f, t, at in layout["tensors"]:
         view, copied = fw.view(flat, at, t)
         result[t["name"]] = view
@@ -355,14 +386,50 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
     result.buffer = flat
     result.bytes_read = layout["bytes_read"][rank]
     result.seconds = time.perf_counter() - started
-    exchanged = layout["flat_bytes"] - (layout["segments"][rank][1] - layout["segments"][rank][0]) if ranks > 1 else 0
+    read_seconds = fw.elapsed_seconds(*timing) if timing else host_read_seconds
+    received = layout["flat_bytes"] - (segments[rank][1] - segments[rank][0]) if ranks > 1 else 0
     result.metrics = {
         "rank": rank, "ranks": ranks, "bytes_read": result.bytes_read, "plan_seconds": plan_seconds,
         "read_seconds": read_seconds, "read_gb_per_s": result.bytes_read / max(read_seconds, 1e-9) / 1e9,
-        "exchange_bytes": exchanged, "exchange_seconds": exchange_seconds,
-        "exchange_gb_per_s": exchanged / max(exchange_seconds, 1e-9) / 1e9, "seconds": result.seconds,
+        "received_bytes": received, "exchange_seconds": exchange_seconds,
+        "exchange_gb_per_s": received / max(exchange_seconds, 1e-9) / 1e9, "seconds": result.seconds,
     }
     return result
+
+
+def _chunk_count(lo, hi, chunk_bytes):
+    return -(-(hi - lo) // chunk_bytes) if hi > lo else 0
+
+
+def split_reads(reads, start, chunk_bytes):
+    """``reads`` (``(file, lba, blocks, at, first tensor)``, ``at`` in the flat array) cut at
+    whole blocks into the pipeline's chunks of ``chunk_bytes`` counted from ``start``: a list per
+    chunk. A piece belongs to the chunk its first byte lies in and ends at the first block
+    boundary at or past the chunk's end, so a chunk's bytes are all read by pieces of that chunk
+    or an earlier one."""
+    if chunk_bytes <= 0:
+        raise ValueError("chunk_bytes must be positive")
+    out = []
+    for f, lba, blocks, at, first in reads:
+        bs = f.placement.block_size
+        while blocks:
+            k = (at - start) // chunk_bytes
+            boundary = start + (k + 1) * chunk_bytes
+            n = min(blocks, max(1, -(-(boundary - at) // bs)))
+            while len(out) <= k:
+                out.append([])
+            out[k].append((f, lba, n, at, first))
+            lba, blocks, at = lba + n, blocks - n, at + n * bs
+    return out
+
+
+def _wait(transfers, current):
+    """Waits for every transfer in ``transfers`` (and empties it); raises the first failure."""
+    while transfers:
+        tr, (f, tensor) = transfers.pop(0)
+        current["file"], current["tensor"] = f, tensor
+        if tr is not None:
+            tr.wait()
 
 
 def _where(current, error):

@@ -131,6 +131,22 @@ class _Framework:
         with self.device:
             return self.mod.cuda.Stream(non_blocking=True)
 
+    def stream_scope(self, stream):
+        """A context in which ``stream`` is the current stream (numpy: nothing)."""
+        if self.name == "torch":
+            return self.mod.cuda.stream(stream)
+        if self.name == "cupy":
+            return stream
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def elapsed_seconds(self, start, end):
+        """Seconds between two timing events (recorded, and ``end`` done)."""
+        if self.name == "torch":
+            return start.elapsed_time(end) / 1e3
+        return self.mod.cuda.get_elapsed_time(start, end) / 1e3
+
     def event(self, timing=False):
         if self.name == "torch":
             return self.mod.cuda.Event(enable_timing=timing)
@@ -442,7 +458,7 @@ class LayerIterator:
 
 
 def load_safetensors(dev, path_or_placement, framework="torch", device=None, names=None, stream=None, process_group=None, shard=None,
-                     staging_bytes=None, progress=None):
+                     staging_bytes=None, progress=None, chunk_bytes=None):
     """The tensors ``names`` (all when None) of the safetensors file ``path_or_placement`` on
     ``dev``: a ``Loaded`` dict of torch, cupy or numpy arrays (see ``SafetensorsFile.load``).
     numpy goes through the host path (no GPU needed).
@@ -450,16 +466,18 @@ def load_safetensors(dev, path_or_placement, framework="torch", device=None, nam
     With ``process_group`` (a ``torch.distributed`` group, never the world group implicitly) the
     ranks of the group load together (``cunvme.distributed``): ``path_or_placement`` may then
     also be an index JSON or a list of files, ``names`` may hold globs, ``shard`` gives the
-    tensors sliced along a dimension per rank, ``staging_bytes`` bounds the staging array, and
-    ``dev`` may be a ``{path: Device}`` mapping or a ``path -> Device`` callable."""
+    tensors sliced along a dimension per rank, ``staging_bytes`` bounds the staging array,
+    ``chunk_bytes`` is the step of the read/exchange pipeline (default 128 MiB), and ``dev`` may
+    be a ``{path: Device}`` mapping or a ``path -> Device`` callable."""
     if process_group is not None:
         from .distributed import load_distributed
 
         if stream is not None:
             raise ValueError("a distributed load runs on the current stream: stream= cannot be combined with process_group=")
-        return load_distributed(dev, path_or_placement, process_group, framework, device, names, shard, staging_bytes, progress)
-    if shard is not None or staging_bytes is not None:
-        raise ValueError("shard= and staging_bytes= need process_group=: without a group there is no one to share with")
+        more = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
+        return load_distributed(dev, path_or_placement, process_group, framework, device, names, shard, staging_bytes, progress, **more)
+    if shard is not None or staging_bytes is not None or chunk_bytes is not None:
+        raise ValueError("shard=, staging_bytes= and chunk_bytes= need process_group=: without a group there is no one to share with")
     return SafetensorsFile(dev, path_or_placement).load(names, framework, device, stream)
 
 

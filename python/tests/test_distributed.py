@@ -166,6 +166,27 @@ def test_a_malformed_index_is_refused(tmp_path, text, why):
 # --- whole loads --------------------------------------------------------------------------------
 
 
+class _File:
+    class placement:  # noqa: N801 - stands in for a SafetensorsFile's attribute
+        block_size = 512
+
+
+def test_pipeline_pieces_cover_every_byte_at_or_before_its_chunk():
+    f = _File()
+    reads = [(f, 100, 9, 1024, "a"), (f, 300, 1, 1024 + 9 * 512, "b"), (f, 900, 40, 8192, "c")]
+    for chunk in (512, 1000, 1536, 4096, 1 << 20):
+        pieces = distributed.split_reads(reads, 1024, chunk)
+        flat = [p for k, ps in enumerate(pieces) for p in ((k,) + q[1:4] for q in ps)]
+        # Every block of every read exactly once, LBAs matching their places.
+        blocks = sorted((lba + i, at + i * 512) for _, lba, n, at in flat for i in range(n))
+        assert blocks == sorted((lba + i, at + i * 512) for _, lba, n, at, _ in reads for i in range(n))
+        for k, lba, n, at in flat:
+            assert 1024 + k * chunk <= at < 1024 + (k + 1) * chunk, "a piece starts in its chunk"
+            assert at + (n - 1) * 512 < 1024 + (k + 1) * chunk, "and goes at most one block past it"
+    with pytest.raises(ValueError):
+        distributed.split_reads(reads, 0, 0)
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])
 def test_every_rank_ends_with_every_tensor_each_read_once(model, ranks):
     path, want = model
@@ -183,7 +204,32 @@ def test_every_rank_ends_with_every_tensor_each_read_once(model, ranks):
     assert total <= sum(read) <= total + ranks * 2 * 512, "the shares are disjoint: each byte read by one rank"
     assert max(read) - min(read) <= largest + 2 * 512, read
     if ranks > 1:
-        assert all(l.metrics["exchange_bytes"] > 0 for l in out)
+        assert all(l.metrics["received_bytes"] > 0 for l in out)
+
+
+@pytest.mark.parametrize("chunk", [512, 5000, 1 << 16])
+def test_the_pipeline_in_small_chunks_gives_the_same_tensors(model, chunk):
+    path, want = model
+    out = run_ranks(3, lambda g: load(g, path, [], chunk_bytes=chunk, shard={"model.layers.1.attn.weight": 1}))
+    for r, loaded in enumerate(out):
+        assert not isinstance(loaded, BaseException), loaded
+        for name, a in want.items():
+            expected = np.array_split(a, 3, axis=1)[r] if name == "model.layers.1.attn.weight" else a
+            np.testing.assert_array_equal(loaded[name], expected, err_msg=f"rank {r}: {name}")
+
+
+def test_a_placement_on_one_device_per_rank(model):
+    path, want = model
+
+    def body(group):
+        with emulator_for(path) as dev:
+            placement = cunvme.Placement.contiguous(dev, path.stat().st_size, source="on the device")
+            return cunvme.load_safetensors(dev, placement, framework="numpy", process_group=group)
+
+    for loaded in run_ranks(2, body):
+        assert not isinstance(loaded, BaseException), loaded
+        for name, a in want.items():
+            np.testing.assert_array_equal(loaded[name], a)
 
 
 def test_a_sharded_checkpoint_through_its_index_with_globs(sharded_checkpoint):
@@ -235,11 +281,13 @@ def test_a_staging_budget_below_one_row_fails_on_every_rank_naming_the_tensor(mo
         assert [r for r, _ in e.failures] == [0, 1]
 
 
-def test_a_rank_whose_read_fails_makes_every_rank_raise_naming_rank_file_and_tensor(model):
+@pytest.mark.parametrize("chunk", [None, 2048])
+def test_a_rank_whose_read_fails_makes_every_rank_raise_naming_rank_file_and_tensor(model, chunk):
     path, want = model
     blocks = (path.stat().st_size + 511) // 512
     fault = f"read:status=0x281:fraction=1:lba={blocks - 4}-{blocks - 1}"  # the last tensor: rank 1's share
-    out = run_ranks(2, lambda g: load(g, path, [], faults=fault, faulty_rank=1))
+    kw = {} if chunk is None else {"chunk_bytes": chunk}  # small chunks: the failure comes mid-pipeline
+    out = run_ranks(2, lambda g: load(g, path, [], faults=fault, faulty_rank=1, **kw))
     for e in out:
         assert isinstance(e, cunvme.DistributedLoadError), e
         assert [r for r, _ in e.failures] == [1]

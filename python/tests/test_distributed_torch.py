@@ -60,7 +60,8 @@ def test_two_ranks_on_gloo_every_tensor_equal_to_safetensors(checkpoint):
 
 
 def test_sharded_in_a_subgroup_on_gloo(checkpoint):
-    metrics = torchrun(3, checkpoint, "--backend", "gloo", "--subgroup", "--check", "--shard", "*.up_proj.weight=0", "--shard", "*.o_proj.weight=1")
+    metrics = torchrun(3, checkpoint, "--backend", "gloo", "--subgroup", "--check", "--shard", "*.up_proj.weight=0", "--shard", "*.o_proj.weight=1",
+                       "--chunk-bytes", 65536)
     assert sorted(m["global_rank"] for m in metrics) == [0, 2], "rank 1 is not in the subgroup"
 
 
