@@ -22,6 +22,11 @@ The machine's limits are measured in the same run: pinned host → GPU copies on
 once, and an NCCL broadcast of 1 GiB. After each load every tensor on every rank is compared
 with ``safetensors.torch.load_file`` (``torch.equal``); a loader that fails or differs prints an
 ``error`` and no figure. One JSON object per line, from rank 0.
+
+Caveats: a peer that fails on some ranks only leaves the others in its collectives until the
+group's timeout (run one loader per invocation with ``--loaders`` to isolate one). Importing
+cunvme sets ``CUDA_DEVICE_MAX_CONNECTIONS=32`` and ``CUDA_MODULE_LOADING=EAGER`` for the whole
+process, the peers' runs included: say so beside their figures.
 """
 
 import argparse
@@ -92,7 +97,12 @@ def load_cunvme(ctx):
         devices[path] = cunvme.Device(f"emu:file={path},readonly", gpu=ctx["gpu"])
         return devices[path]
 
-    out = cunvme.load_safetensors(open_file, ctx["index"], process_group=ctx["group"])
+    try:
+        out = cunvme.load_safetensors(open_file, ctx["index"], process_group=ctx["group"])
+    except BaseException:
+        for d in devices.values():
+            d.close()
+        raise
     ctx["finish"] = lambda: [d.close() for d in devices.values()]
     ctx["metrics"] = out.metrics
     return out

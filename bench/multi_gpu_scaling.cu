@@ -184,7 +184,6 @@ nlohmann::json null_controller_run(int n, const std::string& uri, std::uint64_t 
   cunvme::host::cuda_check(cudaSetDevice(0), "use GPU 0", "bench");
   cunvme::emu::prepare_kernels_to_run_beside(read_loop);
   cunvme::emu::gpu_null_controller null(o);
-  null.start();
   const std::uint64_t blocks = bs >> null.namespace_view().lba_shift;
   const std::uint64_t slots_in_namespace = null.namespace_view().lba_count / blocks;
   struct side {
@@ -210,6 +209,9 @@ nlohmann::json null_controller_run(int n, const std::string& uri, std::uint64_t 
     s.set.ns = null.namespace_view();
     s.set.count = queues;
   }
+  // Started once every GPU's side is made: allocations and memsets on GPU 0 would wait for it.
+  (void)cudaSetDevice(0);
+  null.start();
   const double seconds = timed_on_every_gpu(n, commands, [&](int g, unsigned each) {
     (void)cudaSetDevice(g);
     side& s = sides[g];

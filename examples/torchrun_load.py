@@ -45,6 +45,15 @@ def main(argv):
         dist.destroy_process_group()
         return 0
 
+    try:
+        return load_and_check(a, group, gpu, backend)
+    finally:
+        if a.subgroup:
+            dist.barrier()  # the ranks outside the group wait here, whatever happened inside it
+        dist.destroy_process_group()
+
+
+def load_and_check(a, group, gpu, backend):
     shard = {k: int(v) for k, _, v in (s.rpartition("=") for s in a.shard)}
     devices = {}
 
@@ -53,8 +62,12 @@ def main(argv):
         return devices[path]
 
     source = a.checkpoint if len(a.checkpoint) > 1 else a.checkpoint[0]
-    weights = cunvme.load_safetensors(open_file, source, process_group=group, names=a.names, shard=shard or None,
-                                      chunk_bytes=a.chunk_bytes)
+    try:
+        weights = cunvme.load_safetensors(open_file, source, process_group=group, names=a.names, shard=shard or None,
+                                          chunk_bytes=a.chunk_bytes)
+    finally:
+        for d in devices.values():
+            d.close()
     line = json.dumps({**weights.metrics, "global_rank": dist.get_rank(), "gpu": gpu, "backend": backend, "tensors": len(weights)})
     os.write(sys.stdout.fileno(), (line + "\n").encode())  # one write: the ranks share the pipe
 
@@ -79,11 +92,6 @@ def main(argv):
         if missing:
             print(f"rank {rank}: {len(missing)} tensors missing, e.g. {sorted(missing)[0]}", file=sys.stderr)
             status = 1
-    if a.subgroup:
-        dist.barrier()
-    for d in devices.values():
-        d.close()
-    dist.destroy_process_group()
     return status
 
 

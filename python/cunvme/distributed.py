@@ -34,7 +34,9 @@ every rank reaches the status exchange, and then every rank raises ``Distributed
 naming the failing ranks, files and tensors. A rank that dies is the process group's timeout's.
 """
 
+import bisect
 import fnmatch
+import hashlib
 import json
 import os
 import sys
@@ -76,7 +78,7 @@ def read_index(path):
     folder = os.path.dirname(os.path.abspath(path))
     files = {}
     for name, file in weight_map.items():
-        if not isinstance(file, str) or not file or os.path.isabs(file) or os.path.normpath(file).startswith(os.pardir) or os.sep in os.path.normpath(file):
+        if not isinstance(file, str) or not file or os.path.isabs(file) or os.sep in os.path.normpath(file) or os.path.normpath(file) in (os.curdir, os.pardir):
             raise FormatError(f"{path}: tensor {name!r} names {file!r}, not a file beside the index")
         files[name] = os.path.join(folder, file)
     return sorted(set(files.values())), files
@@ -95,7 +97,7 @@ def select(names, patterns):
         raise TypeError("names must be a list of names or globs, not one string")
     picked = set()
     for p in patterns:
-        hit = fnmatch.filter(names, p) if _is_glob(p) else ([p] if p in set(names) else [])
+        hit = [n for n in names if fnmatch.fnmatchcase(n, p)] if _is_glob(p) else ([p] if p in set(names) else [])
         if not hit:
             raise KeyError(f"{p!r} matches no tensor of the checkpoint")
         picked.update(hit)
@@ -182,6 +184,9 @@ class Collectives:
         """Every rank's ``obj``, in rank order, on every rank."""
         raise NotImplementedError
 
+    def fence(self):
+        """Waits until what the collectives wrote is in memory (torch: its current stream)."""
+
 
 class _TorchGroup(Collectives):
     def __init__(self, pg):
@@ -202,6 +207,10 @@ class _TorchGroup(Collectives):
         self.dist.all_gather_object(out, obj, group=self.pg)
         return out
 
+    def fence(self):
+        if self.torch.cuda.is_available():
+            self.torch.cuda.current_stream().synchronize()
+
 
 def _group_device(pg, framework, device):
     """The GPU this rank loads into: ``device`` if given, else the group's bound device, else
@@ -210,7 +219,7 @@ def _group_device(pg, framework, device):
         return device
     bound = getattr(pg, "bound_device_id", None)
     if bound is not None:
-        return bound
+        return bound if framework == "torch" else bound.index  # cupy takes an ordinal
     if framework == "torch":
         import torch
 
@@ -293,22 +302,35 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
     rank, ranks = group.rank, group.size
     started = time.perf_counter()
     fw = layout = flat = None
-    failure = None
+    failure = digest = None
     try:
         fw = _Framework(framework, _group_device(process_group, framework, device))
         files = _open_files(dev, source)
         layout = _plan(files, names, shard, ranks)
+        if not isinstance(chunk_bytes, int) or chunk_bytes <= 0:
+            raise ValueError(f"chunk_bytes must be a positive number of bytes, not {chunk_bytes!r}")
         for f in files:
             _check_gpu(f.dev, fw, rank)
         for f, t, _ in layout["tensors"]:
             fw.check(t)
+        for f, t, _ in layout["sliced"]:
+            fw.check(t)
+        # The collectives' schedule: every rank must make the same calls with the same sizes,
+        # which the digest compares (block sizes or chunk_bytes that differ between ranks change it).
+        segments = layout["segments"]
+        chunks = [_chunk_count(lo, hi, chunk_bytes) for lo, hi in segments]
+        pieces = split_reads(layout["reads"][rank], segments[rank][0], chunk_bytes)
+        digest = hashlib.sha256(repr((layout["digest"], segments, layout["flat_bytes"], chunk_bytes)).encode()).hexdigest()
         # The result is allocated now, so that a rank without the memory for it fails here,
-        # before any collective that would need its buffer.
+        # before any collective that would need its buffer; so are the streams and events.
         flat = fw.empty(max(layout["flat_bytes"], 1))
+        main = fw.current_stream()
+        reads = fw.new_stream() if fw.name == "torch" else main
+        timing = (fw.event(timing=True), fw.event(timing=True)) if fw.gpu else None
     except Exception as e:  # every rank must reach the status exchange below
         failure = f"{type(e).__name__}: {e}"
     plan_seconds = time.perf_counter() - started
-    _agree(group, "planning", failure, None if layout is None else layout["digest"])
+    _agree(group, "planning", failure, digest)
 
     # Reading and exchange, pipelined: chunk k of every rank's run is read, then broadcast from
     # its reader, while chunk k + 1 is read. On torch the reads run on a stream of their own and
@@ -316,17 +338,11 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
     # stream wait for it: reads on that stream would wait for every broadcast before them).
     # A failed read stops this rank's reading, not the schedule: every rank makes the same
     # collective calls, and the failure is raised on every rank after the status exchange.
-    segments = layout["segments"]
-    chunks = [_chunk_count(lo, hi, chunk_bytes) for lo, hi in segments]
-    pieces = split_reads(layout["reads"][rank], segments[rank][0], chunk_bytes)
     current = {"file": None, "tensor": None}
     transfers, sharded = [], {}
     exchange_started = time.perf_counter()
-    main = fw.current_stream()
-    reads = fw.new_stream() if fw.name == "torch" else main
     if fw.name == "torch":
         reads.wait_stream(main)  # the result was allocated on the main stream
-    timing = (fw.event(timing=True), fw.event(timing=True)) if fw.gpu else None
     host_read_seconds = 0.0
     bar = _Progress(progress if progress is not None else (rank == 0 and sys.stderr.isatty()), layout["flat_bytes"])
     if timing:
@@ -357,12 +373,13 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
                 exchanged += part[1] - part[0]
         bar.show("exchange", exchanged)
     if failure is None:
+        began = time.perf_counter()
         try:
-            with fw.stream_scope(reads):
-                sharded = _read_slices(layout, fw, rank, ranks, reads, transfers, staging_bytes, current)
+            sharded = _read_slices(layout, fw, rank, ranks, reads, transfers, staging_bytes, current)
             _wait(transfers, current)
         except Exception as e:
             failure = f"{type(e).__name__}{_where(current, e)}: {e}"
+        host_read_seconds += time.perf_counter() - began
     if timing:
         fw.record(timing[1], reads)
         fw.wait(main, timing[1])
@@ -370,6 +387,8 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
         ended = fw.event()
         fw.record(ended, main)
         ended.synchronize()
+    if fw.gpu and fw.name != "torch":
+        group.fence()  # the collectives wrote on their own streams, not this framework's
     bar.close()
     exchange_seconds = time.perf_counter() - exchange_started
     _agree(group, "reading", failure, None)
@@ -387,7 +406,7 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
     result.bytes_read = layout["bytes_read"][rank]
     result.seconds = time.perf_counter() - started
     read_seconds = fw.elapsed_seconds(*timing) if timing else host_read_seconds
-    received = layout["flat_bytes"] - (segments[rank][1] - segments[rank][0]) if ranks > 1 else 0
+    received = sum(hi - lo for r, (lo, hi) in enumerate(segments) if r != rank)
     result.metrics = {
         "rank": rank, "ranks": ranks, "bytes_read": result.bytes_read, "plan_seconds": plan_seconds,
         "read_seconds": read_seconds, "read_gb_per_s": result.bytes_read / max(read_seconds, 1e-9) / 1e9,
@@ -487,8 +506,6 @@ def _read(f, fw, lba, blocks, buffer, at, stream, transfers, tensor):
 
 def _plan(files, names, shard, ranks):
     """Every rank's reads and the tensors' places: the same on every rank for the same inputs."""
-    import hashlib
-
     everything = [(f, t) for f in files for t in f.header["tensors"]]
     picked = set(select([t["name"] for _, t in everything], names))
     chosen = [(f, t) for f, t in everything if t["name"] in picked]
@@ -511,8 +528,9 @@ def _plan(files, names, shard, ranks):
             cursor = _align(cursor, max(pl.block_size, 256))
             start = cursor if start is None else start
             size, plan, offsets = _cunvme.plan_reads(pl.block_size, pl.file_size, pl.extents, [(data + t["begin"], t["end"] - t["begin"]) for t in ts])
+            ends = [o + t["end"] - t["begin"] for t, o in zip(ts, offsets)]  # increasing: tensors in file order
             for lba, blocks, at in plan:
-                first = next((t["name"] for t, o in zip(ts, offsets) if o + t["end"] - t["begin"] > at), ts[0]["name"])
+                first = ts[min(bisect.bisect_right(ends, at), len(ts) - 1)]["name"]  # the first tensor ending past `at`
                 reads[r].append((f, lba, blocks, cursor + at, first))
                 bytes_read[r] += blocks * pl.block_size
             tensors.extend((f, t, cursor + o) for t, o in zip(ts, offsets))
@@ -522,7 +540,7 @@ def _plan(files, names, shard, ranks):
     for f, t, dim in sliced:
         outer, length, inner = _rows(t, dim)
         for r, (lo, hi) in enumerate(shard_slices(length, ranks)):
-            bytes_read[r] += outer * (hi - lo) * inner if outer == 1 else outer * length * inner
+            bytes_read[r] += 0 if hi == lo else (hi - lo) * inner if outer == 1 else outer * length * inner
     h = hashlib.sha256(repr([(f.placement.file_size, t["name"], t["begin"], t["end"], tuple(t["shape"]), dims.get(t["name"])) for f, t in chosen]).encode())
     h.update(repr(ranks).encode())
     return {"reads": reads, "tensors": tensors, "segments": segments, "flat_bytes": cursor, "sliced": sliced, "bytes_read": bytes_read,
@@ -530,12 +548,15 @@ def _plan(files, names, shard, ranks):
 
 
 def _read_slices(layout, fw, rank, ranks, stream, transfers, staging_bytes, current):
-    """This rank's slices of the sharded tensors: ``{name: tensor}``."""
+    """This rank's slices of the sharded tensors: ``{name: tensor}``. Read on ``stream``; the
+    arrays are allocated on the current stream and marked as used on ``stream`` too (torch's
+    allocator would otherwise hand their memory out again while ``stream`` still writes it)."""
     out = {}
     sliced = layout["sliced"]
     if not sliced:
         return out
-    largest = max(t["end"] - t["begin"] for _, t, _ in sliced)
+    # Default: twice the largest sharded tensor, plus the block slack a read of rows may need.
+    largest = max(t["end"] - t["begin"] + 2 * f.placement.block_size for f, t, _ in sliced)
     budget = 2 * largest if staging_bytes is None else int(staging_bytes)
     staging = None
     for f, t, dim in sliced:
@@ -546,15 +567,17 @@ def _read_slices(layout, fw, rank, ranks, stream, transfers, staging_bytes, curr
         shape = list(t["shape"])
         shape[dim] = hi - lo
         piece = (hi - lo) * inner
-        if outer == 1 or piece == 0:
+        if outer * piece == 0:
+            out[t["name"]], _ = fw.view(fw.empty(1), 0, dict(t, shape=shape, begin=0, end=0))  # no elements: nothing to read
+            continue
+        if outer == 1:
             # Contiguous: read just the slice's blocks, the tensor a view of them.
-            size, plan, offsets = _cunvme.plan_reads(pl.block_size, pl.file_size, pl.extents, [(data + lo * inner, piece)] if piece else [])
-            buffer = fw.empty(max(size, 1))
+            size, plan, offsets = _cunvme.plan_reads(pl.block_size, pl.file_size, pl.extents, [(data + lo * inner, piece)])
+            buffer = fw.empty(size)
+            fw.used_on(buffer, stream)
             for lba, blocks, at in plan:
                 _read(f, fw, lba, blocks, buffer, at, stream, transfers, t["name"])
-            at = offsets[0] if piece else 0
-            slice_t = dict(t, shape=shape, begin=0, end=piece)
-            out[t["name"]], _ = fw.view(buffer, at, slice_t)
+            out[t["name"]], _ = fw.view(buffer, offsets[0], dict(t, shape=shape, begin=0, end=piece))
             continue
         # Strided: runs of whole rows into staging, the slice's part of each row copied out.
         row = length * inner
@@ -565,7 +588,9 @@ def _read_slices(layout, fw, rank, ranks, stream, transfers, staging_bytes, curr
         per_chunk = min(per_chunk, outer)
         if staging is None or staging.shape[0] < per_chunk * row + 2 * pl.block_size:
             staging = fw.empty(per_chunk * row + 2 * pl.block_size)
+            fw.used_on(staging, stream)
         result = fw.empty(outer * piece)
+        fw.used_on(result, stream)
         for o0 in range(0, outer, per_chunk):
             o1 = min(outer, o0 + per_chunk)
             size, plan, offsets = _cunvme.plan_reads(pl.block_size, pl.file_size, pl.extents, [(data + o0 * row, (o1 - o0) * row)])
@@ -573,9 +598,10 @@ def _read_slices(layout, fw, rank, ranks, stream, transfers, staging_bytes, curr
                 _read(f, fw, lba, blocks, staging, at, stream, transfers, t["name"])
             rows = staging[offsets[0]:offsets[0] + (o1 - o0) * row].reshape(o1 - o0, row)[:, lo * inner:hi * inner]
             dst = result[o0 * piece:o1 * piece].reshape(o1 - o0, piece)
-            if fw.name == "torch":
-                dst.copy_(rows)
-            else:
-                dst[...] = rows
+            with fw.stream_scope(stream):  # after the reads into staging, before the next ones
+                if fw.name == "torch":
+                    dst.copy_(rows)
+                else:
+                    dst[...] = rows
         out[t["name"]], _ = fw.view(result, 0, dict(t, shape=shape, begin=0, end=outer * piece))
     return out

@@ -131,6 +131,12 @@ class _Framework:
         with self.device:
             return self.mod.cuda.Stream(non_blocking=True)
 
+    def used_on(self, array, stream):
+        """Tells the allocator that ``array`` (allocated on the current stream) is used on
+        ``stream`` too (torch; cupy and numpy need nothing)."""
+        if self.name == "torch" and stream is not None:
+            array.record_stream(stream)
+
     def stream_scope(self, stream):
         """A context in which ``stream`` is the current stream (numpy: nothing)."""
         if self.name == "torch":
@@ -476,8 +482,9 @@ def load_safetensors(dev, path_or_placement, framework="torch", device=None, nam
             raise ValueError("a distributed load runs on the current stream: stream= cannot be combined with process_group=")
         more = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
         return load_distributed(dev, path_or_placement, process_group, framework, device, names, shard, staging_bytes, progress, **more)
-    if shard is not None or staging_bytes is not None or chunk_bytes is not None:
-        raise ValueError("shard=, staging_bytes= and chunk_bytes= need process_group=: without a group there is no one to share with")
+    if shard is not None or staging_bytes is not None or chunk_bytes is not None or progress is not None:
+        raise ValueError("shard=, staging_bytes=, chunk_bytes= and progress= need process_group=: without a group there is no one to "
+                         "share with")
     return SafetensorsFile(dev, path_or_placement).load(names, framework, device, stream)
 
 

@@ -20,7 +20,9 @@ _spec.loader.exec_module(make_safetensors)
 
 
 class ThreadGroup(distributed.Collectives):
-    """Rank ``rank`` of ``size`` ranks that are threads of this process (``shared`` is theirs)."""
+    """Rank ``rank`` of ``size`` ranks that are threads of this process (``shared`` is theirs).
+    Every step checks that all ranks make the same call (operation, source, size), as a real
+    group would need: a rank that differs fails the test instead of pairing with another call."""
 
     def __init__(self, shared, rank):
         self.shared, self.rank, self.size = shared, rank, shared["size"]
@@ -28,7 +30,16 @@ class ThreadGroup(distributed.Collectives):
     def _step(self):
         self.shared["barrier"].wait(timeout=60)  # a hang becomes a BrokenBarrierError
 
+    def _same_call(self, call):
+        self.shared.setdefault("calls", [None] * self.size)[self.rank] = call
+        self._step()
+        calls = list(self.shared["calls"])
+        if len(set(calls)) != 1:
+            self.shared["barrier"].abort()
+            raise AssertionError(f"the ranks made different collective calls: {calls}")
+
     def broadcast(self, array, src):
+        self._same_call(("broadcast", src, array.shape, str(array.dtype)))
         if self.rank == src:
             self.shared["slot"] = np.array(array, copy=True)
         self._step()
@@ -37,6 +48,7 @@ class ThreadGroup(distributed.Collectives):
         self._step()
 
     def all_gather_object(self, obj):
+        self._same_call(("all_gather_object",))
         self.shared.setdefault("objects", [None] * self.size)[self.rank] = obj
         self._step()
         out = list(self.shared["objects"])
@@ -329,5 +341,68 @@ def test_a_shard_pattern_or_dimension_that_fits_nothing_is_refused(model):
 def test_shard_and_staging_need_a_process_group(model):
     path, _ = model
     with emulator_for(path) as dev:
-        with pytest.raises(ValueError, match="process_group"):
-            cunvme.load_safetensors(dev, path, framework="numpy", shard={"lm_head.weight": 0})
+        for kw in ({"shard": {"lm_head.weight": 0}}, {"staging_bytes": 1 << 20}, {"chunk_bytes": 4096}, {"progress": True}):
+            with pytest.raises(ValueError, match="process_group"):
+                cunvme.load_safetensors(dev, path, framework="numpy", **kw)
+
+
+# --- edge cases --------------------------------------------------------------------------------
+
+
+def write(tmp_path, tensors, name="edge.safetensors"):
+    path = tmp_path / name
+    make_safetensors.write_safetensors(path, tensors, align=8)
+    return path
+
+
+def test_tensors_without_elements_replicated_and_sharded(tmp_path):
+    tensors = {"z": np.zeros((0,), np.float32), "a": np.arange(10, dtype=np.float32), "y": np.zeros((3, 0), np.float64),
+               "w": np.zeros((0, 8), np.float32)}
+    path = write(tmp_path, tensors)
+    for shard in (None, {"w": 1, "y": 0}):
+        out = run_ranks(3, lambda g, s=shard: load(g, path, [], shard=s))
+        for r, loaded in enumerate(out):
+            assert not isinstance(loaded, BaseException), loaded
+            for name, a in tensors.items():
+                expected = np.array_split(a, 3, axis=shard[name])[r] if shard and name in shard else a
+                assert loaded[name].shape == expected.shape, name
+                np.testing.assert_array_equal(loaded[name], expected)
+
+
+def test_more_ranks_than_tensors_and_everything_sharded(tmp_path):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    path = write(tmp_path, {"a": a})
+    for loaded in run_ranks(4, lambda g: load(g, path, [])):
+        assert not isinstance(loaded, BaseException), loaded
+        np.testing.assert_array_equal(loaded["a"], a)
+    out = run_ranks(2, lambda g: load(g, path, [], shard={"a": 1}))
+    for r, loaded in enumerate(out):
+        assert not isinstance(loaded, BaseException), loaded
+        np.testing.assert_array_equal(loaded["a"], np.array_split(a, 2, axis=1)[r])
+
+
+def test_a_small_tensor_sharded_across_rows_fits_the_default_staging(tmp_path):
+    a = np.arange(2 * 64, dtype=np.float32).reshape(2, 64)  # 512 bytes: a row is 256
+    path = write(tmp_path, {"a": a, "b": np.arange(10, dtype=np.float32)})
+    out = run_ranks(2, lambda g: load(g, path, [], shard={"a": 1}))
+    for r, loaded in enumerate(out):
+        assert not isinstance(loaded, BaseException), loaded
+        np.testing.assert_array_equal(loaded["a"], np.array_split(a, 2, axis=1)[r])
+
+
+def test_ranks_whose_schedules_differ_all_raise_instead_of_hanging(model):
+    path, _ = model
+
+    def other_blocks(group):  # the same file seen through 512- and 4096-byte blocks
+        with cunvme.Device(f"emu:file={path},readonly,lba={512 if group.rank == 0 else 4096}", gpu=False) as dev:
+            return cunvme.load_safetensors(dev, path, framework="numpy", process_group=group, chunk_bytes=4096)
+
+    for body in (other_blocks, lambda g: load(g, path, [], chunk_bytes=4096 if g.rank == 0 else 1 << 20)):
+        out = run_ranks(2, body)
+        assert all(isinstance(e, cunvme.DistributedLoadError) and "planned different loads" in str(e) for e in out), out
+
+
+def test_a_bad_chunk_size_fails_on_every_rank(model):
+    path, _ = model
+    out = run_ranks(2, lambda g: load(g, path, [], chunk_bytes=0 if g.rank == 1 else 4096))
+    assert all(isinstance(e, cunvme.DistributedLoadError) and "chunk_bytes" in str(e) for e in out), out

@@ -68,5 +68,6 @@ def test_sharded_in_a_subgroup_on_gloo(checkpoint):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a GPU per rank")
 def test_one_rank_per_gpu_on_nccl(checkpoint):
     ranks = min(torch.cuda.device_count(), 4)
-    metrics = torchrun(ranks, checkpoint, "--backend", "nccl", "--check", "--shard", "*.up_proj.weight=0")
+    metrics = torchrun(ranks, checkpoint, "--backend", "nccl", "--check", "--shard", "*.up_proj.weight=0", "--shard", "*.o_proj.weight=1",
+                       "--chunk-bytes", 65536)  # many chunks: the reads' stream and the broadcasts' order
     assert sorted(m["gpu"] for m in metrics) == list(range(ranks))

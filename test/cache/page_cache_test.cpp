@@ -6,7 +6,7 @@
 #include <cunvme/emu/fault_injection.cuh>
 #include <cunvme/host/owners/page_cache_memory.cuh>
 
-#include "../policies/policy_fixture.hpp"
+#include "cache_fixture.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -28,8 +28,7 @@ namespace slot_owner = cunvme::slot_owner;
 
 namespace {
 
-using queue_t = cunvme::queue_policies<slots::multi_producer, completion::cooperative>;
-using cache_t = cunvme::page_cache<queue_t, doorbell::mmio>;
+using cache_t = cpu_cache;
 
 /// An emulator with the pattern filled in, a queue pair and a cache's memory over namespace 1
 /// (8 MiB of 512-byte blocks unless `config` says otherwise; `max_blocks`, where not 0, splits

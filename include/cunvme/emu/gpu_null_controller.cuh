@@ -38,6 +38,7 @@
 #include <cunvme/emu/gpu_null_kernel.cuh>
 #include <cunvme/emu/timing_model.cuh>
 #include <cunvme/host/cuda_error.cuh>
+#include <cunvme/host/gpu/gpu_context.cuh>
 #include <cunvme/io/namespace_view.cuh>
 #include <cunvme/policy/prp.cuh>
 #include <cunvme/policy/queue_view.cuh>
@@ -51,6 +52,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -107,8 +109,21 @@ class gpu_null_controller {
 
   explicit gpu_null_controller(options o) : o_(o) {
     if (o.queues == 0 || o.entries < 2 || o.entries > 65536) throw std::invalid_argument("gpu_null_controller: queues ≥ 1 and entries 2..65536");
-    if (o.threads_per_block % 32 != 0 || o.blocks == 0) throw std::invalid_argument("gpu_null_controller: whole warps and at least one block");
+    if (o.threads_per_block % 32 != 0 || o.threads_per_block == 0 || o.threads_per_block > 1024 || o.blocks == 0) {
+      throw std::invalid_argument("gpu_null_controller: blocks of 32 to 1024 threads, whole warps, and at least one block");
+    }
     timing_ = emu::timing_costs::of(o.timing);  // throws std::invalid_argument for a rate that is no number
+    check(cudaGetDevice(&home_), "find the controller's GPU");
+    try {
+      build(o);
+    } catch (...) {
+      release_all();  // what was allocated before the failure, on every GPU
+      throw;
+    }
+  }
+
+ private:
+  void build(const options& o) {
     const std::uint64_t page = 4096;
     const std::uint32_t cids = o.entries - 1;
     const std::uint32_t list_entries = static_cast<std::uint32_t>(prp::list_bytes_per_command(o.max_transfer_bytes, 12) / 8);
@@ -127,7 +142,6 @@ class gpu_null_controller {
       for (std::uint32_t i = 0; i < o.queues; ++i) queue_at[i] = base + per_queue * i;
     } else {
       if (o.queue_gpus.size() != o.queues) throw std::invalid_argument("gpu_null_controller: queue_gpus names one GPU per queue");
-      check(cudaGetDevice(&home_), "find the controller's GPU");
       for (std::uint32_t i = 0; i < o.queues; ++i) {
         const int gpu = o.queue_gpus[i];
         if (gpu != home_) reach_peer(gpu);
@@ -168,27 +182,23 @@ class gpu_null_controller {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create the controller's stream");
   }
 
+ public:
   gpu_null_controller(const gpu_null_controller&) = delete;
   gpu_null_controller& operator=(const gpu_null_controller&) = delete;
 
   ~gpu_null_controller() {
-    stop();
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    cudaFreeHost(stop_);
-    cudaFree(queue_table_);
-    cudaFree(data_);
-    cudaFree(timeline_);
-    cudaFree(queue_memory_);
-    for (const auto& [gpu, memory] : queue_memories_) {
-      (void)cudaSetDevice(gpu);
-      (void)cudaFree(memory);
+    try {
+      stop();
+    } catch (const std::exception&) {  // a destructor does not throw; the kernel's end is waited for either way
     }
-    if (!queue_memories_.empty()) (void)cudaSetDevice(home_);
+    release_all();
   }
 
-  /// Launches the controller kernel on its own stream (after `prepare_kernels_to_run_beside`).
+  /// Launches the controller kernel on its own stream (after `prepare_kernels_to_run_beside`),
+  /// on the controller's GPU whatever GPU is current.
   void start() {
     if (running_) return;
+    const host::gpu_context_scope home(home_, "gpu-null", std::nothrow);
     prepare_kernels_to_run_beside(null_detail::run<>, null_detail::start_clock<>);
     std::atomic_ref<std::uint32_t>(*stop_).store(0, std::memory_order_release);
     null_detail::controller_view c{queue_table_, o_.queues, reinterpret_cast<cuda::std::byte*>(data_), o_.lba_count, o_.lba_shift, 12, o_.max_transfer_bytes, stop_,
@@ -204,6 +214,7 @@ class gpu_null_controller {
   /// Tells the controller kernel to end and waits for it.
   void stop() {
     if (!running_) return;
+    const host::gpu_context_scope home(home_, "gpu-null", std::nothrow);
     std::atomic_ref<std::uint32_t>(*stop_).store(1, std::memory_order_release);
     running_ = false;
     check(cudaStreamSynchronize(stream_), "end the controller kernel");
@@ -231,17 +242,37 @@ class gpu_null_controller {
     check(cudaMemset(p, 0, bytes), std::string("zero the ") + what);
     return p;
   }
-  /// `allocate` on GPU `gpu`, the controller's GPU current again afterwards.
+  /// `allocate` on GPU `gpu`: zeroed on a stream of its own, so that a persistent kernel
+  /// running on that GPU (another controller, a poller) is not waited for.
   [[nodiscard]] void* allocate_on(int gpu, std::size_t bytes, const char* what) const {
-    check(cudaSetDevice(gpu), "use GPU " + std::to_string(gpu) + " for " + what);
+    const host::gpu_context_scope there(gpu, "gpu-null", std::nothrow);
     void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, bytes);
-    const cudaError_t z = e == cudaSuccess ? cudaMemset(p, 0, bytes) : e;
-    (void)cudaDeviceSynchronize();
-    (void)cudaSetDevice(home_);
-    if (z != cudaSuccess && p != nullptr) (void)cudaFree(p);
-    check(z, std::string("allocate the ") + what + " on GPU " + std::to_string(gpu));
+    cudaStream_t zeroing = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&zeroing, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMemsetAsync(p, 0, bytes, zeroing);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(zeroing);
+    if (zeroing != nullptr) (void)cudaStreamDestroy(zeroing);
+    if (e != cudaSuccess && p != nullptr) (void)cudaFree(p);
+    check(e, std::string("allocate the ") + what + " on GPU " + std::to_string(gpu));
     return p;
+  }
+  /// Frees whatever is allocated (the constructor's failure path and the destructor), and
+  /// leaves the calling thread's current GPU as it was.
+  void release_all() noexcept {
+    const host::gpu_context_scope home(home_, "gpu-null", std::nothrow);
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    if (stop_ != nullptr) (void)cudaFreeHost(stop_);
+    (void)cudaFree(queue_table_);
+    (void)cudaFree(data_);
+    (void)cudaFree(timeline_);
+    (void)cudaFree(queue_memory_);
+    for (const auto& [gpu, memory] : queue_memories_) {
+      const host::gpu_context_scope there(gpu, "gpu-null", std::nothrow);
+      (void)cudaFree(memory);
+    }
+    stream_ = nullptr, stop_ = nullptr, queue_table_ = nullptr, data_ = nullptr, timeline_ = nullptr, queue_memory_ = nullptr;
+    queue_memories_.clear();
   }
   /// Lets the controller's GPU reach GPU `gpu`'s memory (peer access, once).
   void reach_peer(int gpu) const {
@@ -258,7 +289,7 @@ class gpu_null_controller {
 
   options o_;
   void* queue_memory_ = nullptr;
-  int home_ = 0;                                         ///< the controller's GPU (with queue_gpus)
+  int home_ = 0;                                         ///< the controller's GPU (current at construction)
   std::vector<std::pair<int, void*>> queue_memories_;    ///< per queue on its GPU (with queue_gpus)
   null_detail::queue* queue_table_ = nullptr;
   std::byte* data_ = nullptr;
