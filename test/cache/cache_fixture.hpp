@@ -9,5 +9,9 @@ namespace test {
 
 using cache_queue = cunvme::queue_policies<slots::multi_producer, completion::cooperative>;
 using cpu_cache = cunvme::page_cache<cache_queue, doorbell::mmio>;
+using cunvme::page_access;
+using cunvme::page_state;
+namespace page_word = cunvme::page_word;
+namespace slot_owner = cunvme::slot_owner;
 
 }  // namespace test

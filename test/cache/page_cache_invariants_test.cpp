@@ -32,10 +32,6 @@
 
 using namespace test;
 using namespace std::chrono_literals;
-using cunvme::page_access;
-using cunvme::page_state;
-namespace page_word = cunvme::page_word;
-namespace slot_owner = cunvme::slot_owner;
 
 namespace {
 
