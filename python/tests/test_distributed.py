@@ -406,3 +406,30 @@ def test_a_bad_chunk_size_fails_on_every_rank(model):
     path, _ = model
     out = run_ranks(2, lambda g: load(g, path, [], chunk_bytes=0 if g.rank == 1 else 4096))
     assert all(isinstance(e, cunvme.DistributedLoadError) and "chunk_bytes" in str(e) for e in out), out
+
+
+def test_ranks_sharing_one_emulator_per_host_through_attach(model, tmp_path):
+    # Rank 0 owns the emulator over the file and serves it; the other ranks attach to it, each
+    # with queue pairs of its own (docs/sharing.md), as the ranks of one host would.
+    path, want = model
+    socket = str(tmp_path / "emulator.sock")
+    served = threading.Event()
+
+    def body(group):
+        if group.rank == 0:
+            with cunvme.Device(f"emu:shared,file={path},readonly", gpu=False) as owner:
+                owner.serve(socket)
+                served.set()
+                out = cunvme.load_safetensors(owner, path, framework="numpy", process_group=group, chunk_bytes=8192)
+                group.all_gather_object("done")  # the owner outlives the others' use of it
+                return out
+        assert served.wait(30)
+        with cunvme.Device("attach:" + socket, gpu=False) as attached:
+            out = cunvme.load_safetensors(attached, path, framework="numpy", process_group=group, chunk_bytes=8192)
+            group.all_gather_object("done")
+            return out
+
+    for r, loaded in enumerate(run_ranks(3, body)):
+        assert not isinstance(loaded, BaseException), loaded
+        for name, a in want.items():
+            np.testing.assert_array_equal(loaded[name], a, err_msg=f"rank {r}: {name}")
