@@ -4,8 +4,11 @@ two collectives, torch not needed), each rank with its own emulator over the fil
 rank ends with is compared with the files' bytes; failures must reach every rank as one error."""
 import importlib.util
 import json
+import os
 import pathlib
+import tempfile
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -408,11 +411,12 @@ def test_a_bad_chunk_size_fails_on_every_rank(model):
     assert all(isinstance(e, cunvme.DistributedLoadError) and "chunk_bytes" in str(e) for e in out), out
 
 
-def test_ranks_sharing_one_emulator_per_host_through_attach(model, tmp_path):
+def test_ranks_sharing_one_emulator_per_host_through_attach(model):
     # Rank 0 owns the emulator over the file and serves it; the other ranks attach to it, each
-    # with queue pairs of its own (docs/sharing.md), as the ranks of one host would.
+    # with queue pairs of its own (docs/sharing.md), as the ranks of one host would. (A short
+    # socket path: Unix sockets take at most 107 bytes.)
     path, want = model
-    socket = str(tmp_path / "emulator.sock")
+    socket = os.path.join(tempfile.gettempdir(), f"cunvme-dist-{os.getpid()}-{time.monotonic_ns()}.sock")
     served = threading.Event()
 
     def body(group):
