@@ -263,6 +263,8 @@ def _open_files(dev, source):
     opened = []
     for item in expanded:
         path = None if isinstance(item, Placement) else os.fspath(item)
+        if not hasattr(dev, "read") and path is None:
+            raise TypeError("a Placement is read through the one Device given as dev, not a mapping or a callable of paths")
         if callable(dev) and not hasattr(dev, "read"):
             d = dev(path)
         elif hasattr(dev, "get") and not hasattr(dev, "read"):
@@ -380,15 +382,18 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
         except Exception as e:
             failure = f"{type(e).__name__}{_where(current, e)}: {e}"
         host_read_seconds += time.perf_counter() - began
-    if timing:
-        fw.record(timing[1], reads)
-        fw.wait(main, timing[1])
-        timing[1].synchronize()
-        ended = fw.event()
-        fw.record(ended, main)
-        ended.synchronize()
-    if fw.gpu and fw.name != "torch":
-        group.fence()  # the collectives wrote on their own streams, not this framework's
+    try:  # a failure here too must reach the status exchange rather than leave the others in it
+        if timing:
+            fw.record(timing[1], reads)
+            fw.wait(main, timing[1])
+            timing[1].synchronize()
+            ended = fw.event()
+            fw.record(ended, main)
+            ended.synchronize()
+        if fw.gpu and fw.name != "torch":
+            group.fence()  # the collectives wrote on their own streams, not this framework's
+    except Exception as e:
+        failure = failure or f"{type(e).__name__} while waiting for the reads and the exchange: {e}"
     bar.close()
     exchange_seconds = time.perf_counter() - exchange_started
     _agree(group, "reading", failure, None)
@@ -405,7 +410,7 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
     result.buffer = flat
     result.bytes_read = layout["bytes_read"][rank]
     result.seconds = time.perf_counter() - started
-    read_seconds = fw.elapsed_seconds(*timing) if timing else host_read_seconds
+    read_seconds = fw.elapsed_seconds(*timing) if timing else host_read_seconds  # both events done: waited for above
     received = sum(hi - lo for r, (lo, hi) in enumerate(segments) if r != rank)
     result.metrics = {
         "rank": rank, "ranks": ranks, "bytes_read": result.bytes_read, "plan_seconds": plan_seconds,
