@@ -42,9 +42,8 @@ import os
 import sys
 import time
 
-from . import _cunvme
 from ._errors import Error, FormatError
-from .safetensors import Loaded, Placement, SafetensorsFile, _Framework
+from .safetensors import Loaded, Placement, SafetensorsFile, _Framework, _hand_out
 
 __all__ = ["Collectives", "DistributedLoadError", "load_distributed", "read_index", "select", "shard_slices", "split_by_bytes", "split_reads"]
 
@@ -398,12 +397,7 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
     exchange_seconds = time.perf_counter() - exchange_started
     _agree(group, "reading", failure, None)
 
-    result = Loaded()
-    for f, t, at in layout["tensors"]:
-        view, copied = fw.view(flat, at, t)
-        result[t["name"]] = view
-        result.tensor_bytes += t["end"] - t["begin"]
-        result.copied_bytes += (t["end"] - t["begin"]) if copied else 0
+    result = _hand_out(fw, [t for _, t, _ in layout["tensors"]], flat, [at for _, _, at in layout["tensors"]], Loaded())
     for name, tensor in sharded.items():
         result[name] = tensor
         result.tensor_bytes += tensor.nbytes
@@ -452,8 +446,7 @@ def _wait(transfers, current):
     while transfers:
         tr, (f, tensor) = transfers.pop(0)
         current["file"], current["tensor"] = f, tensor
-        if tr is not None:
-            tr.wait()
+        tr.wait()
 
 
 def _where(current, error):
@@ -501,12 +494,10 @@ def _agree(group, phase, failure, digest):
 
 
 def _read(f, fw, lba, blocks, buffer, at, stream, transfers, tensor):
-    bs = f.placement.block_size
-    part = buffer[at:at + blocks * bs]
-    if fw.gpu:
-        transfers.append((f.dev.read(lba, blocks, part, stream=stream), (f, tensor)))
-    else:
-        f.dev.read(lba, blocks, part)
+    """``f.read_blocks``, its transfer (a GPU read's) noted with the file and tensor it serves."""
+    tr = f.read_blocks(fw, lba, blocks, buffer, at, stream)
+    if tr is not None:
+        transfers.append((tr, (f, tensor)))
 
 
 def _plan(files, names, shard, ranks):
@@ -528,11 +519,11 @@ def _plan(files, names, shard, ranks):
             ts = [t for g, t in mine if g is f]
             if not ts:
                 continue
-            pl, data = f.placement, f.header["data_offset"]
+            pl = f.placement
             # Each file's run starts block aligned: its tensors keep the file's alignment.
             cursor = _align(cursor, max(pl.block_size, 256))
             start = cursor if start is None else start
-            size, plan, offsets = _cunvme.plan_reads(pl.block_size, pl.file_size, pl.extents, [(data + t["begin"], t["end"] - t["begin"]) for t in ts])
+            size, plan, offsets = f.plan_tensors(ts)
             ends = [o + t["end"] - t["begin"] for t, o in zip(ts, offsets)]  # increasing: tensors in file order
             for lba, blocks, at in plan:
                 first = ts[min(bisect.bisect_right(ends, at), len(ts) - 1)]["name"]  # the first tensor ending past `at`
@@ -577,7 +568,7 @@ def _read_slices(layout, fw, rank, ranks, stream, transfers, staging_bytes, curr
             continue
         if outer == 1:
             # Contiguous: read just the slice's blocks, the tensor a view of them.
-            size, plan, offsets = _cunvme.plan_reads(pl.block_size, pl.file_size, pl.extents, [(data + lo * inner, piece)])
+            size, plan, offsets = f.plan([(data + lo * inner, piece)])
             buffer = fw.empty(size)
             fw.used_on(buffer, stream)
             for lba, blocks, at in plan:
@@ -598,7 +589,7 @@ def _read_slices(layout, fw, rank, ranks, stream, transfers, staging_bytes, curr
         fw.used_on(result, stream)
         for o0 in range(0, outer, per_chunk):
             o1 = min(outer, o0 + per_chunk)
-            size, plan, offsets = _cunvme.plan_reads(pl.block_size, pl.file_size, pl.extents, [(data + o0 * row, (o1 - o0) * row)])
+            size, plan, offsets = f.plan([(data + o0 * row, (o1 - o0) * row)])
             for lba, blocks, at in plan:
                 _read(f, fw, lba, blocks, staging, at, stream, transfers, t["name"])
             rows = staging[offsets[0]:offsets[0] + (o1 - o0) * row].reshape(o1 - o0, row)[:, lo * inner:hi * inner]

@@ -201,6 +201,16 @@ class _Framework:
         return raw.view(dtype).reshape(self.shape(t)), copied
 
 
+def _hand_out(fw, tensors, buffer, offsets, result):
+    """Tensors ``tensors`` at ``offsets`` of ``buffer`` into ``result`` (a ``Loaded``), counted."""
+    for t, at in zip(tensors, offsets):
+        v, copied = fw.view(buffer, at, t)
+        result[t["name"]] = v
+        result.tensor_bytes += t["end"] - t["begin"]
+        result.copied_bytes += (t["end"] - t["begin"]) if copied else 0
+    return result
+
+
 class Loaded(dict):
     """``{name: tensor}``, with what the load took: ``bytes_read`` (whole blocks), ``tensor_bytes``,
     ``copied_bytes`` (misaligned tensors copied once), ``seconds`` (enqueue to done, host clock)
@@ -276,11 +286,31 @@ class SafetensorsFile:
         self.tensors = {t["name"]: t for t in self.header["tensors"]}
         self.metadata = self.header["metadata"]
 
+    def plan(self, ranges):
+        """The reads of file byte ranges ``[(offset, length)]`` by the C++ planner: ``(buffer
+        bytes, [(lba, blocks, buffer offset)], [each range's offset in the buffer])``."""
+        pl = self.placement
+        return _cunvme.plan_reads(pl.block_size, pl.file_size, pl.extents, ranges)
+
+    def plan_tensors(self, tensors):
+        """``plan`` for the data of ``tensors`` (header dicts), in their order."""
+        data = self.header["data_offset"]
+        return self.plan([(data + t["begin"], t["end"] - t["begin"]) for t in tensors])
+
+    def read_blocks(self, fw, lba, blocks, buffer, at, stream):
+        """One planned read into ``buffer[at:]``: a GPU array's is enqueued on ``stream`` and its
+        ``Transfer`` returned; a host array's is done when this returns (None)."""
+        part = buffer[at:at + blocks * self.placement.block_size]
+        if fw.gpu:
+            return self.dev.read(lba, blocks, part, stream=stream)
+        self.dev.read(lba, blocks, part)
+        return None
+
     def _read_host(self, offset, length):
         """File bytes [offset, offset + length) through the host path (no numpy needed)."""
         if length == 0:
             return b""
-        size, reads, offsets = _cunvme.plan_reads(self.placement.block_size, self.placement.file_size, self.placement.extents, [(offset, length)])
+        size, reads, offsets = self.plan([(offset, length)])
         buf = bytearray(size)
         view = memoryview(buf)
         for lba, blocks, at in reads:
@@ -302,27 +332,11 @@ class SafetensorsFile:
 
     def _enqueue(self, fw, tensors, buffer, stream):
         """Reads for ``tensors`` into ``buffer`` (or a new array); returns (buffer, offsets, transfers, bytes read)."""
-        data = self.header["data_offset"]
-        size, reads, offsets = _cunvme.plan_reads(self.placement.block_size, self.placement.file_size, self.placement.extents,
-                                                  [(data + t["begin"], t["end"] - t["begin"]) for t in tensors])
+        size, reads, offsets = self.plan_tensors(tensors)
         if buffer is None:
             buffer = fw.empty(size)
-        transfers = []
-        bs = self.placement.block_size
-        for lba, blocks, at in reads:
-            if fw.gpu:
-                transfers.append(self.dev.read(lba, blocks, buffer[at:at + blocks * bs], stream=stream))
-            else:
-                self.dev.read(lba, blocks, buffer[at:at + blocks * bs])
-        return buffer, offsets, transfers, sum(b for _, b, _ in reads) * bs
-
-    def _hand_out(self, fw, tensors, buffer, offsets, result):
-        for t, at in zip(tensors, offsets):
-            v, copied = fw.view(buffer, at, t)
-            result[t["name"]] = v
-            result.tensor_bytes += t["end"] - t["begin"]
-            result.copied_bytes += (t["end"] - t["begin"]) if copied else 0
-        return result
+        transfers = [self.read_blocks(fw, lba, blocks, buffer, at, stream) for lba, blocks, at in reads]
+        return buffer, offsets, [tr for tr in transfers if tr is not None], sum(b for _, b, _ in reads) * self.placement.block_size
 
     def load(self, names=None, framework="torch", device=None, stream=None):
         """``names`` (all when None) read into one new array and handed out as views of it: a
@@ -342,7 +356,7 @@ class SafetensorsFile:
         result = Loaded()
         result.bytes_read = read
         result.buffer = buffer
-        self._hand_out(fw, tensors, buffer, offsets, result)
+        _hand_out(fw, tensors, buffer, offsets, result)
         result.seconds = time.perf_counter() - start
         return result
 
@@ -382,11 +396,7 @@ class LayerIterator:
         self.fw = fw
         keys = [layer_key(t["name"]) for t in tensors]
         self.groups = [(key, [tensors[i] for i in idx]) for key, idx in _cunvme.group_keys(keys)]
-        data = file.header["data_offset"]
-        pl = file.placement
-        sizes = [_cunvme.plan_reads(pl.block_size, pl.file_size, pl.extents, [(data + t["begin"], t["end"] - t["begin"]) for t in g])[0]
-                 for _, g in self.groups]
-        self.buffer_bytes = max(sizes, default=0)
+        self.buffer_bytes = max((file.plan_tensors(g)[0] for _, g in self.groups), default=0)
         self.load_events = []
         self.bytes_read = 0
 
@@ -452,7 +462,7 @@ class LayerIterator:
         result = Loaded()
         result.bytes_read = pending["read"]
         result.buffer = buffers[k % self.gpu_buffers]
-        return self.file._hand_out(self.fw, self.groups[k][1], result.buffer, pending["offsets"], result)
+        return _hand_out(self.fw, self.groups[k][1], result.buffer, pending["offsets"], result)
 
     def _loaded(self, k, buffer):
         _, offsets, _, read = self.file._enqueue(self.fw, self.groups[k][1], buffer, None)
@@ -460,7 +470,7 @@ class LayerIterator:
         result = Loaded()
         result.bytes_read = read
         result.buffer = buffer
-        return self.file._hand_out(self.fw, self.groups[k][1], buffer, offsets, result)
+        return _hand_out(self.fw, self.groups[k][1], buffer, offsets, result)
 
 
 def load_safetensors(dev, path_or_placement, framework="torch", device=None, names=None, stream=None, process_group=None, shard=None,
