@@ -141,6 +141,15 @@ void make_bookkeeping(Side& s, const std::vector<std::uint64_t>& pages, unsigned
   cunvme::host::cuda_check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "stream", "bench");
 }
 
+/// Undoes `make_bookkeeping` (on the side's GPU).
+template <class Side>
+void free_bookkeeping(Side& s) {
+  (void)cudaStreamDestroy(s.stream);
+  (void)cudaFree(s.pages);
+  (void)cudaFree(s.last_lba);
+  (void)cudaFree(s.counts);
+}
+
 /// Runs `launch(g, commands_per_thread)` for each of the first `n` GPUs from a host thread of
 /// its own: once with one command per thread (module load, first copies), then, all GPUs after
 /// one barrier, with `commands`. Returns the wall time from the barrier to the last GPU's end.
@@ -244,11 +253,8 @@ nlohmann::json null_controller_run(int n, const std::string& uri, std::uint64_t 
   }
   for (int g = 0; g < n; ++g) {
     (void)cudaSetDevice(g);
-    (void)cudaStreamDestroy(sides[g].stream);
+    free_bookkeeping(sides[g]);
     (void)cudaFree(sides[g].buffer);
-    (void)cudaFree(sides[g].pages);
-    (void)cudaFree(sides[g].last_lba);
-    (void)cudaFree(sides[g].counts);
   }
   (void)cudaSetDevice(0);
   return out;
@@ -375,10 +381,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     for (int g = 0; g < n; ++g) {
       const auto scope = devices[g]->make_current();
-      (void)cudaStreamDestroy(sides[g].stream);
-      (void)cudaFree(sides[g].pages);
-      (void)cudaFree(sides[g].last_lba);
-      (void)cudaFree(sides[g].counts);
+      free_bookkeeping(sides[g]);
       sides[g].buffer = {};
     }
   }

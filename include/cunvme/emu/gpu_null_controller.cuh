@@ -137,7 +137,7 @@ class gpu_null_controller {
     const std::size_t per_queue = up(sq_bytes) + up(cq_bytes) + up(lists_bytes) + up(book.bytes) + up(held_bytes) + page;
     std::vector<std::byte*> queue_at(o.queues);
     if (o.queue_gpus.empty()) {
-      queue_memory_ = allocate(per_queue * o.queues + page, "queues");
+      queue_memory_ = allocate_on(home_, per_queue * o.queues + page, "queues");
       auto* base = reinterpret_cast<std::byte*>(up(reinterpret_cast<std::uintptr_t>(queue_memory_)));
       for (std::uint32_t i = 0; i < o.queues; ++i) queue_at[i] = base + per_queue * i;
     } else {
@@ -173,10 +173,10 @@ class gpu_null_controller {
       queues[i] = null_detail::queue{v.sq, v.cq, v.sq_doorbell, v.cq_doorbell, reinterpret_cast<null_detail::queue_state*>(registers + 64), held, o.entries,
                                      v.qid};
     }
-    queue_table_ = static_cast<null_detail::queue*>(allocate(sizeof(null_detail::queue) * o.queues, "queue table"));
+    queue_table_ = static_cast<null_detail::queue*>(allocate_on(home_, sizeof(null_detail::queue) * o.queues, "queue table"));
     check(cudaMemcpy(queue_table_, queues.data(), sizeof(null_detail::queue) * o.queues, cudaMemcpyHostToDevice), "copy the queue table");
-    if (o.move_data) data_ = static_cast<std::byte*>(allocate(o.lba_count << o.lba_shift, "namespace"));
-    timeline_ = static_cast<std::uint64_t*>(allocate(2 * sizeof *timeline_, "timeline"));  // the timeline, then the epoch
+    if (o.move_data) data_ = static_cast<std::byte*>(allocate_on(home_, o.lba_count << o.lba_shift, "namespace"));
+    timeline_ = static_cast<std::uint64_t*>(allocate_on(home_, 2 * sizeof *timeline_, "timeline"));  // the timeline, then the epoch
     check(cudaHostAlloc(&stop_, sizeof *stop_, cudaHostAllocMapped), "allocate the stop word");
     *stop_ = 0;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create the controller's stream");
@@ -236,14 +236,8 @@ class gpu_null_controller {
 
  private:
   static void check(cudaError_t e, const std::string& what) { host::cuda_check(e, what, "gpu-null"); }
-  static void* allocate(std::size_t bytes, const char* what) {
-    void* p = nullptr;
-    check(cudaMalloc(&p, bytes), std::string("allocate the ") + what);
-    check(cudaMemset(p, 0, bytes), std::string("zero the ") + what);
-    return p;
-  }
-  /// `allocate` on GPU `gpu`: zeroed on a stream of its own, so that a persistent kernel
-  /// running on that GPU (another controller, a poller) is not waited for.
+  /// Zeroed memory on GPU `gpu` (the controller's own, or a queue's): zeroed on a stream of its
+  /// own, so that a persistent kernel running there (another controller, a poller) is not waited for.
   [[nodiscard]] void* allocate_on(int gpu, std::size_t bytes, const char* what) const {
     const host::gpu_context_scope there(gpu, "gpu-null", std::nothrow);
     void* p = nullptr;
