@@ -247,6 +247,18 @@ def test_a_placement_on_one_device_per_rank(model):
             np.testing.assert_array_equal(loaded[name], a)
 
 
+def test_a_placement_with_devices_by_path_is_refused_on_every_rank(model):
+    path, _ = model
+
+    def body(group):
+        with emulator_for(path) as dev:
+            placement = cunvme.Placement.contiguous(dev, path.stat().st_size)
+            return cunvme.load_safetensors(lambda p: dev, placement, framework="numpy", process_group=group)
+
+    out = run_ranks(2, body)
+    assert all(isinstance(e, cunvme.DistributedLoadError) and "Placement is read through the one Device" in str(e) for e in out), out
+
+
 def test_a_sharded_checkpoint_through_its_index_with_globs(sharded_checkpoint):
     index, want = sharded_checkpoint
     names = ["model.layers.*.mlp.weight", "lm_head.weight", "model.embed.weight"]
