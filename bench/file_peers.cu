@@ -8,6 +8,8 @@
 //   pread   the CPU pipeline to beat: --threads threads take --chunk pieces in turn, each thread
 //           with two pinned staging buffers and its own stream, reading one while the other copies
 //   mmap    the file mapped, copied to the GPU with cudaMemcpy 64 MiB at a time
+//   pin     --threads threads pin 64 MiB granules of the mapped file (cudaHostRegister) and copy
+//           each: the ceiling of the emulator's own path, a GPU reading the page cache in place
 //
 // The file is read through once first (untimed), so every method reads from the page cache
 // (cuFile with O_DIRECT bypasses it: that is what GDS does). Each timing covers the transfer and
@@ -270,6 +272,8 @@ class method {
  public:
   virtual ~method() = default;
   virtual void transfer(unsigned char* gpu) = 0;
+  /// Undoes what a transfer left for the next one (untimed, after the checksum).
+  virtual void after_transfer() {}
   [[nodiscard]] virtual std::string note() const = 0;
 };
 
@@ -406,6 +410,86 @@ class mmap_method final : public method {
  private:
   target target_;
   unique_fd file_;
+};
+
+/// The ceiling of a GPU reading the page cache where it lies: --threads threads take 64 MiB
+/// granules of the mapped file in turn, pin each (cudaHostRegister, read-only) and copy it on
+/// their own stream. This is what the emulator does with a file namespace, without NVMe
+/// commands; pinning, not the copy, sets its rate (bench/RESULTS.md P5). The granules are
+/// unpinned after each run, untimed, as the emulator unpins them when it closes.
+class pin_method final : public method {
+ public:
+  pin_method(const target& t, unsigned threads) : target_(t), threads_(threads), file_(open_or_throw(t.path, O_RDONLY)) {}
+  ~pin_method() override { after_transfer(); }
+  pin_method(const pin_method&) = delete;
+  pin_method& operator=(const pin_method&) = delete;
+
+  void transfer(unsigned char* gpu) override {
+    map_ = ::mmap(nullptr, target_.bytes, PROT_READ, MAP_SHARED, file_.get(), 0);
+    if (map_ == MAP_FAILED) {
+      map_ = nullptr;
+      fail_errno("mmap '" + target_.path + "'");
+    }
+    const std::uint64_t granules = (target_.bytes + granule - 1) / granule;
+    pinned_.assign(granules, 0);
+    std::atomic<std::uint64_t> next{0};
+    std::vector<std::string> errors(threads_);
+    std::vector<std::thread> threads;
+    for (unsigned i = 0; i < threads_; ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          check(cudaSetDevice(gpu_ordinal()), "select the GPU");
+          cudaStream_t stream = nullptr;
+          check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "create a stream");
+          const std::unique_ptr<CUstream_st, cudaError_t (*)(cudaStream_t)> owned(stream, cudaStreamDestroy);
+          for (std::uint64_t g = next++; g < granules; g = next++) {
+            auto* host = static_cast<unsigned char*>(map_) + g * granule;
+            const std::uint64_t bytes = std::min(granule, target_.bytes - g * granule);
+            // The last granule's page whole: the mapping covers it.
+            check(cudaHostRegister(host, (bytes + 4095) / 4096 * 4096, cudaHostRegisterPortable | cudaHostRegisterReadOnly), "pin a granule");
+            pinned_[g] = 1;
+            check(cudaMemcpyAsync(gpu + g * granule, host, bytes, cudaMemcpyHostToDevice, stream), "copy a pinned granule");
+          }
+          check(cudaStreamSynchronize(stream), "finish the copies");
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const std::string& e : errors) {
+      if (!e.empty()) throw std::runtime_error(e);
+    }
+  }
+
+  void after_transfer() override {
+    if (map_ == nullptr) return;
+    for (std::size_t g = 0; g < pinned_.size(); ++g) {
+      if (pinned_[g]) (void)cudaHostUnregister(static_cast<unsigned char*>(map_) + g * granule);
+    }
+    (void)cudaGetLastError();
+    ::munmap(map_, target_.bytes);
+    map_ = nullptr;
+    pinned_.clear();
+  }
+
+  [[nodiscard]] std::string note() const override {
+    return std::to_string(threads_) + " threads pin 64 MiB granules of the mapping and copy each (the emulator's path without commands)";
+  }
+
+ private:
+  static constexpr std::uint64_t granule = std::uint64_t{64} << 20;
+  static int gpu_ordinal() {
+    int gpu = 0;
+    check(cudaGetDevice(&gpu), "find the GPU");
+    return gpu;
+  }
+
+  target target_;
+  unsigned threads_;
+  unique_fd file_;
+  void* map_ = nullptr;
+  std::vector<unsigned char> pinned_;  ///< a byte per granule, written by the thread that pinned it, read after the join
 };
 
 bool nvidia_fs_loaded() { return ::access("/proc/driver/nvidia-fs/stats", R_OK) == 0; }
@@ -612,6 +696,7 @@ std::unique_ptr<method> make_method(const std::string& name, const target& t, co
   if (name == "cunvme") return std::make_unique<cunvme_method>(t, o.workers);
   if (name == "pread") return std::make_unique<pread_method>(t, o.threads, o.chunk);
   if (name == "mmap") return std::make_unique<mmap_method>(t);
+  if (name == "pin") return std::make_unique<pin_method>(t, o.threads);
 #ifdef FILE_PEERS_WITH_CUFILE
   return std::make_unique<cufile_method>(t, o.threads, o.cufile_buffered);
 #else
@@ -650,6 +735,7 @@ outcome measure(const std::string& name, const target& t, const options& o, std:
     check(cudaDeviceSynchronize(), name + ": finish the transfer");
     r.runs.push_back(std::chrono::duration<double>(clock() - start).count());
     r.checksum = gpu_checksum(t, sum);
+    m->after_transfer();
     if (r.checksum != expected) {
       throw wrong_bytes("checksum " + hex(r.checksum) + " on the GPU after run " + std::to_string(i + 1) + ", the file's is " + hex(expected));
     }

@@ -14,7 +14,7 @@ CUNVME_NAMESPACE_BEGIN
 namespace bench::file_peers {
 
 /// The ways of moving a file into GPU memory file_peers compares, in the order it runs them.
-inline const std::vector<std::string> all_methods = {"cunvme", "cufile", "pread", "mmap"};
+inline const std::vector<std::string> all_methods = {"cunvme", "cufile", "pread", "mmap", "pin"};
 
 struct options {
   std::string file;

@@ -13,7 +13,8 @@ a barrier, the load, a CUDA synchronize, a barrier; the figure is the slowest ra
 bytes are the checkpoint's tensor bytes (every rank ends with all of them: replicated). Loaders:
 
 - ``cunvme``: ``load_safetensors(..., process_group=group)``, each rank its own emulator over each
-  file (``emu:file=``): a share read by each rank, broadcast over NCCL, pipelined.
+  file (``emu:file=``, ``--workers`` threads each; opened inside the timing): a share read by
+  each rank, broadcast over NCCL, pipelined.
 - ``safetensors``: ``safetensors.torch.load_file(f, device=cuda:N)`` of every file on every rank.
 - ``instanttensor-mmap``, ``instanttensor-buffered``, ``instanttensor`` (its default, direct I/O)
   and ``fastsafetensors`` (``nogds=True``): see ``PEERS`` (run only where importable).
@@ -94,7 +95,7 @@ def load_cunvme(ctx):
     devices = {}
 
     def open_file(path):
-        devices[path] = cunvme.Device(f"emu:file={path},readonly", gpu=ctx["gpu"])
+        devices[path] = cunvme.Device(f"emu:file={path},readonly,workers={ctx['workers']}", gpu=ctx["gpu"])
         return devices[path]
 
     try:
@@ -214,7 +215,7 @@ def run(a):
     with open(index) as f:
         weight_map = json.load(f)["weight_map"]
     files = sorted({os.path.join(a.checkpoint, v) for v in weight_map.values()})
-    ctx = {"gpu": local, "group": group, "ranks": dist.get_world_size(group), "index": index, "files": files}
+    ctx = {"gpu": local, "group": group, "ranks": dist.get_world_size(group), "index": index, "files": files, "workers": a.workers}
     rank0 = dist.get_rank(group) == 0
 
     def say(obj):
@@ -270,6 +271,7 @@ def main(argv):
     r.add_argument("checkpoint")
     r.add_argument("--repeat", type=int, default=3)
     r.add_argument("--loaders", default=None, help="comma-separated (default: every one available)")
+    r.add_argument("--workers", type=int, default=8, help="cunvme: worker threads of each file's emulator")
     a = p.parse_args(argv)
     if a.command == "make":
         make(a.out, a.gb, a.files)

@@ -2,12 +2,19 @@
 #include "test_host.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <sys/mman.h>
@@ -210,7 +217,8 @@ TEST_CASE("the memory hooks' thread_start runs once on every controller thread b
 
 namespace {
 
-/// Memory hooks that record every register_host and unregister_host call.
+/// Memory hooks that record every register_host and unregister_host call, and reach a fake
+/// "GPU" (host memory mapped as device memory) by memcpy, recording each copy's host side.
 struct registration_log {
   struct call {
     void* pointer;
@@ -221,6 +229,7 @@ struct registration_log {
   std::mutex mutex;
   std::vector<call> registered;
   std::vector<call> unregistered;
+  std::vector<std::pair<const std::byte*, std::uint64_t>> host_sides;  ///< of device copies
 
   emu::memory_hooks hooks(bool accept = true) {
     emu::memory_hooks h;
@@ -233,39 +242,183 @@ struct registration_log {
       std::scoped_lock lock(mutex);
       unregistered.push_back(call{p, n, false});
     };
+    h.device_copy.copy = [this](void* dst, const void* src, std::uint64_t bytes, bool to_device, int) {
+      std::memcpy(dst, src, bytes);
+      std::scoped_lock lock(mutex);
+      host_sides.emplace_back(static_cast<const std::byte*>(to_device ? src : dst), bytes);
+      return true;
+    };
+    h.device_copy.wait = [] { return true; };
     return h;
+  }
+  [[nodiscard]] std::vector<call> registrations() {
+    std::scoped_lock lock(mutex);
+    return registered;
   }
 };
 
+/// Page-aligned host memory the controller takes for GPU memory (`memory_kind::device`).
+struct fake_gpu_buffer {
+  fake_gpu_buffer(emu::controller& c, std::size_t bytes)
+      : ctrl(&c), data(static_cast<std::byte*>(std::aligned_alloc(4096, bytes))), size(bytes), bus(c.dma().map(data, bytes, emu::memory_kind::device)) {}
+  fake_gpu_buffer(const fake_gpu_buffer&) = delete;
+  fake_gpu_buffer& operator=(const fake_gpu_buffer&) = delete;
+  ~fake_gpu_buffer() {
+    ctrl->dma().unmap(bus);
+    std::free(data);
+  }
+  emu::controller* ctrl;
+  std::byte* data;
+  std::size_t size;
+  std::uint64_t bus;
+};
+
+constexpr std::uint64_t test_granule = 64 * 1024;
+
+/// One 512-byte-block namespace of 1000 blocks (512 000 bytes: 7 granules of 64 KiB and one
+/// of 53 248 bytes), pinned through `log`, nothing pinned ahead unless asked.
+emu::controller_config pinning_config(registration_log& log, bool accept = true, unsigned ahead = 0) {
+  emu::controller_config config;
+  config.namespaces = {emu::namespace_config::in_memory(512, 1000)};
+  config.memory = log.hooks(accept);
+  config.pinning.granule_bytes = test_granule;
+  config.pinning.ahead = ahead;
+  return config;
+}
+
 }  // namespace
 
-TEST_CASE("register_host sees each namespace's mapping once at construction, unregister_host once at destruction") {
+TEST_CASE("nothing is pinned until a command moves data to or from device memory, then each granule it touches once") {
   registration_log log;
-  emu::controller_config config;
-  config.namespaces = {emu::namespace_config::in_memory(512, 1000), emu::namespace_config::in_memory(4096, 50)};
-  config.memory = log.hooks();
   std::vector<registration_log::call> expected;
   {
-    emu::controller ctrl(config);
-    for (std::uint32_t nsid = 1; nsid <= 2; ++nsid) {
-      expected.push_back(registration_log::call{ctrl.store(nsid).mapping(), ctrl.store(nsid).size(), false});
-      CHECK(ctrl.namespace_memory_pinned(nsid));
+    emu::controller ctrl(pinning_config(log));
+    std::byte* const mapping = ctrl.store(1).mapping();
+    std::vector<std::byte> pattern(512 * 1000);
+    for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<std::byte>(i * 7 + i / 4096);
+    ctrl.store(1).write(0, pattern.data(), pattern.size());
+    test_host host(ctrl);
+    REQUIRE(host.enable());
+    auto q = host.create_pair(1, 16);
+    CHECK(log.registrations().empty());
+    CHECK(ctrl.namespace_pinned_bytes(1) == 0);
+
+    // Into host memory: no device copy, nothing to pin.
+    dma_buffer host_page(ctrl, 4096);
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, host_page.bus)).status() == spec::status::successful_completion);
+    CHECK(log.registrations().empty());
+
+    // Into device memory across the boundary of granules 0 and 1 (bytes 61 440 .. 69 631).
+    fake_gpu_buffer gpu(ctrl, 8192);
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 120, 16, gpu.bus, gpu.bus + 4096)).status() == spec::status::successful_completion);
+    CHECK(std::memcmp(gpu.data, pattern.data() + 61440, 8192) == 0);
+    expected = {{mapping, test_granule, false}, {mapping + test_granule, test_granule, false}};
+    CHECK(log.registrations() == expected);
+    CHECK(ctrl.namespace_pinned_bytes(1) == 2 * test_granule);
+    {
+      // No copy's host side spans two granules (CUDA refuses a copy across two registrations).
+      std::scoped_lock lock(log.mutex);
+      REQUIRE_FALSE(log.host_sides.empty());
+      for (const auto& [p, bytes] : log.host_sides) {
+        CHECK((p - mapping) / test_granule == (p + bytes - 1 - mapping) / test_granule);
+      }
     }
+
+    // Again, and a write from device memory into granule 1: pinned already, not again.
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 120, 16, gpu.bus, gpu.bus + 4096)).status() == spec::status::successful_completion);
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::write, 1, 200, 8, gpu.bus)).status() == spec::status::successful_completion);
+    CHECK(log.registrations() == expected);
+    std::vector<std::byte> back(4096);
+    ctrl.store(1).read(200 * 512, back.data(), back.size());
+    CHECK(std::memcmp(back.data(), gpu.data, 4096) == 0);
+
+    // The last granule is registered to the end of the page holding the namespace's end.
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 992, 8, gpu.bus)).status() == spec::status::successful_completion);
+    expected.push_back({mapping + 7 * test_granule, 512 * 1000 - 7 * test_granule, false});
+    CHECK(log.registrations() == expected);
     std::scoped_lock lock(log.mutex);
-    CHECK(log.registered == expected);
     CHECK(log.unregistered.empty());
   }
   std::sort(log.unregistered.begin(), log.unregistered.end(), [](auto& a, auto& b) { return a.pointer < b.pointer; });
   std::sort(expected.begin(), expected.end(), [](auto& a, auto& b) { return a.pointer < b.pointer; });
-  CHECK(log.unregistered == expected);
-  CHECK(log.registered.size() == 2);
+  CHECK(log.unregistered == expected);  // each once, when the controller goes
 }
 
-TEST_CASE("a read-only file namespace is registered as read-only") {
+TEST_CASE("granules after the furthest one a command used are pinned ahead, each still once") {
+  registration_log log;
+  {
+    emu::controller ctrl(pinning_config(log, true, 2));
+    std::byte* const mapping = ctrl.store(1).mapping();
+    test_host host(ctrl);
+    REQUIRE(host.enable());
+    auto q = host.create_pair(1, 16);
+    fake_gpu_buffer gpu(ctrl, 4096);
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, gpu.bus)).status() == spec::status::successful_completion);
+    // Granule 0 by the command; 1 and 2 by the pin-ahead threads.
+    REQUIRE(test_host::eventually([&] { return ctrl.namespace_pinned_bytes(1) == 3 * test_granule; }));
+    // A command in granule 2 finds it pinned and asks for 3 and 4; one in 7 pins it itself.
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 2 * 128, 8, gpu.bus)).status() == spec::status::successful_completion);
+    REQUIRE(test_host::eventually([&] { return ctrl.namespace_pinned_bytes(1) == 5 * test_granule; }));
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 999, 1, gpu.bus)).status() == spec::status::successful_completion);
+    CHECK(ctrl.namespace_pinned_bytes(1) == 5 * test_granule + (512 * 1000 - 7 * test_granule));
+    auto calls = log.registrations();
+    std::set<void*> pointers;
+    for (const auto& c : calls) pointers.insert(c.pointer);
+    CHECK(pointers.size() == calls.size());
+    CHECK(pointers == std::set<void*>{mapping, mapping + test_granule, mapping + 2 * test_granule, mapping + 3 * test_granule,
+                                      mapping + 4 * test_granule, mapping + 7 * test_granule});
+  }
+  CHECK(log.unregistered.size() == log.registered.size());
+}
+
+TEST_CASE("past the pinning budget granules stay pageable, and reads from them are still right") {
+  registration_log log;
+  auto config = pinning_config(log);
+  config.pinning.budget_bytes = test_granule;  // one granule
+  {
+    emu::controller ctrl(config);
+    std::vector<std::byte> pattern(512 * 1000);
+    for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<std::byte>(i % 251);
+    ctrl.store(1).write(0, pattern.data(), pattern.size());
+    test_host host(ctrl);
+    REQUIRE(host.enable());
+    auto q = host.create_pair(1, 16);
+    fake_gpu_buffer gpu(ctrl, 8192);
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 120, 16, gpu.bus, gpu.bus + 4096)).status() == spec::status::successful_completion);
+    CHECK(std::memcmp(gpu.data, pattern.data() + 61440, 8192) == 0);
+    CHECK(ctrl.namespace_pinned_bytes(1) == test_granule);
+    CHECK(log.registrations().size() == 1);  // granule 1 was not offered to the hook
+  }
+  CHECK(log.unregistered.size() == 1);
+}
+
+TEST_CASE("a namespace whose registrations are declined works, pins nothing and is never unregistered") {
+  registration_log log;
+  {
+    emu::controller ctrl(pinning_config(log, false));
+    CHECK(ctrl.namespace_pinned_bytes(1) == 0);
+    CHECK_THROWS_AS((void)ctrl.namespace_pinned_bytes(2), std::out_of_range);
+    test_host host(ctrl);
+    REQUIRE(host.enable());
+    auto q = host.create_pair(1, 16);
+    fake_gpu_buffer out(ctrl, 4096), in(ctrl, 4096);
+    std::memset(out.data, 0x3c, 4096);
+    CHECK(host.run(*q, spec::make_rw(spec::nvm_opcode::write, 1, 8, 8, out.bus)).status() == spec::status::successful_completion);
+    CHECK(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 8, 8, in.bus)).status() == spec::status::successful_completion);
+    CHECK(std::memcmp(out.data, in.data, 4096) == 0);
+    CHECK(ctrl.namespace_pinned_bytes(1) == 0);
+    // Declined once, never offered again.
+    CHECK(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 8, 8, in.bus)).status() == spec::status::successful_completion);
+  }
+  CHECK(log.registered.size() == 1);
+  CHECK(log.unregistered.empty());
+}
+
+TEST_CASE("a read-only file namespace is registered as read-only, to the end of its last page") {
   const auto dir = std::filesystem::temp_directory_path() / ("cunvme-emu-pin-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto path = dir / "ro.img";
-  { std::ofstream(path, std::ios::binary) << std::string(8192, 'x'); }
+  { std::ofstream(path, std::ios::binary) << std::string(6000, 'x'); }
   {
     registration_log log;
     emu::controller_config config;
@@ -273,35 +426,141 @@ TEST_CASE("a read-only file namespace is registered as read-only") {
     ns.read_only = true;
     config.namespaces = {ns};
     config.memory = log.hooks();
+    config.pinning.stage_files = false;  // pinned, not staged
     emu::controller ctrl(config);
-    std::scoped_lock lock(log.mutex);
-    REQUIRE(log.registered.size() == 1);
-    CHECK(log.registered[0].read_only);
-    CHECK(log.registered[0].bytes == 8192);
+    test_host host(ctrl);
+    REQUIRE(host.enable());
+    auto q = host.create_pair(1, 16);
+    fake_gpu_buffer gpu(ctrl, 4096);
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 8, 4, gpu.bus)).status() == spec::status::successful_completion);
+    CHECK(std::all_of(gpu.data, gpu.data + 6000 - 4096, [](std::byte b) { return b == std::byte{'x'}; }));
+    const auto calls = log.registrations();
+    REQUIRE(calls.size() == 1);
+    CHECK(calls[0].read_only);
+    CHECK(calls[0].bytes == 8192);  // 12 blocks of 512 bytes, the last page whole
   }
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("a namespace whose registration is declined works, reads as unpinned and is never unregistered") {
-  registration_log log;
-  emu::controller_config config;
-  config.namespaces = {emu::namespace_config::in_memory(512, 1000)};
-  config.memory = log.hooks(false);
+TEST_CASE("reads of a file namespace into device memory go through a staging buffer; writes from device memory pin") {
+  const auto dir = std::filesystem::temp_directory_path() / ("cunvme-emu-stage-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "data.img";
+  std::string contents(256 * 1024, '\0');
+  for (std::size_t i = 0; i < contents.size(); ++i) contents[i] = static_cast<char>(i * 31 + i / 512);
+  { std::ofstream(path, std::ios::binary) << contents; }
   {
+    registration_log log;
+    emu::controller_config config;
+    config.namespaces = {emu::namespace_config::from_file(path.string())};
+    config.memory = log.hooks();
+    config.pinning.granule_bytes = test_granule;
+    config.pinning.ahead = 0;
+    config.pinning.staging_bytes = 8192;  // two reads' worth: a burst of eight settles on the way
     emu::controller ctrl(config);
-    CHECK_FALSE(ctrl.namespace_memory_pinned(1));
-    CHECK_THROWS_AS((void)ctrl.namespace_memory_pinned(2), std::out_of_range);
+    std::byte* const mapping = ctrl.store(1).mapping();
     test_host host(ctrl);
     REQUIRE(host.enable());
     auto q = host.create_pair(1, 16);
-    dma_buffer out(ctrl, 4096), in(ctrl, 4096);
-    std::memset(out.data, 0x3c, 4096);
-    CHECK(host.run(*q, spec::make_rw(spec::nvm_opcode::write, 1, 8, 8, out.bus)).status() == spec::status::successful_completion);
-    CHECK(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 8, 8, in.bus)).status() == spec::status::successful_completion);
-    CHECK(std::memcmp(out.data, in.data, 4096) == 0);
+    fake_gpu_buffer gpu(ctrl, 8 * 4096);
+    // Eight 4 KiB reads in one burst, from all over the file, then a 16 KiB one: larger than
+    // the staging buffer, it copies from the store.
+    for (std::uint64_t i = 0; i < 8; ++i) (void)host.place(*q, spec::make_rw(spec::nvm_opcode::read, 1, i * 56, 8, gpu.bus + i * 4096));
+    host.ring_sq(*q);
+    for (int i = 0; i < 8; ++i) {
+      const auto cqe = host.next_completion(*q, std::chrono::seconds(5));
+      REQUIRE(cqe.has_value());
+      CHECK(cqe->status() == spec::status::successful_completion);
+    }
+    for (std::uint64_t i = 0; i < 8; ++i) CHECK(std::memcmp(gpu.data + i * 4096, contents.data() + i * 56 * 512, 4096) == 0);
+    {
+      std::scoped_lock lock(log.mutex);
+      CHECK(log.registered.empty());  // staged: the file is not pinned
+      for (const auto& [p, bytes] : log.host_sides) CHECK_FALSE((p >= mapping && p < mapping + contents.size()));  // from the staging buffer
+    }
+    dma_buffer list(ctrl, 4096);
+    for (int i = 1; i < 4; ++i) list.as<std::uint64_t>()[i - 1] = gpu.bus + 4096u * i;
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 100, 32, gpu.bus, list.bus)).status() == spec::status::successful_completion);
+    CHECK(std::memcmp(gpu.data, contents.data() + 100 * 512, 16384) == 0);
+    CHECK(ctrl.namespace_pinned_bytes(1) == 0);
+    // A write from device memory pins the granule it lands in.
+    std::memset(gpu.data, 0x5a, 4096);
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::write, 1, 8, 8, gpu.bus)).status() == spec::status::successful_completion);
+    CHECK(ctrl.namespace_pinned_bytes(1) == test_granule);
+    // Reads from a pinned granule copy straight from the store.
+    {
+      std::scoped_lock lock(log.mutex);
+      log.host_sides.clear();
+    }
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 8, 8, gpu.bus + 4096)).status() == spec::status::successful_completion);
+    CHECK(std::all_of(gpu.data + 4096, gpu.data + 8192, [](std::byte b) { return b == std::byte{0x5a}; }));
+    std::scoped_lock lock(log.mutex);
+    REQUIRE(log.host_sides.size() == 1);
+    CHECK(log.host_sides[0].first == mapping + 8 * 512);
   }
-  CHECK(log.registered.size() == 1);
-  CHECK(log.unregistered.empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a pinning granule that is not a power of two of at least a page is refused when the controller is built") {
+  registration_log log;
+  auto config = pinning_config(log);
+  config.pinning.granule_bytes = 3 * 4096;
+  CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("power of two"), std::invalid_argument);
+  config.pinning.granule_bytes = 512;
+  CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("at least a page"), std::invalid_argument);
+}
+
+TEST_CASE("threads pinning the same granules at once register each exactly once") {
+  // Eight threads use random ranges while two pin-ahead threads pin what follows them: every
+  // granule is registered once, each `use` returns with its granules pinned, and all are
+  // unregistered once at the end (ThreadSanitizer runs this too).
+  registration_log log;
+  std::atomic<int> in_register{0}, overlapped{0};
+  auto hooks = log.hooks();
+  auto record = hooks.register_host;
+  hooks.register_host = [&](void* p, std::size_t n, bool ro) {
+    if (in_register.fetch_add(1) > 0) overlapped.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // widen the window for a second claim
+    in_register.fetch_sub(1);
+    return record(p, n, ro);
+  };
+  std::vector<std::byte> memory(64 * test_granule);
+  auto* mapping = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(memory.data()) + 4095) / 4096 * 4096);
+  const std::uint64_t bytes = 60 * test_granule;
+  emu::pinning_config pin;
+  pin.granule_bytes = test_granule;
+  pin.threads = 2;
+  {
+    emu::detail::pinned_granules granules(mapping, bytes, false, pin, hooks.register_host, hooks.unregister_host);
+    emu::detail::pin_ahead_pool pool(pin.threads);
+    std::vector<std::thread> threads;
+    std::atomic<int> unpinned_after_use{0};
+    for (unsigned t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        std::uint64_t x = 0x9e3779b97f4a7c15ull * (t + 1);
+        for (int i = 0; i < 200; ++i) {
+          x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+          const std::uint64_t offset = x % bytes;
+          const std::uint64_t len = 1 + (x >> 40) % std::min<std::uint64_t>(3 * test_granule, bytes - offset);
+          granules.use(offset, len);
+          for (std::uint64_t g = granules.granule_of(offset); g <= granules.granule_of(offset + len - 1); ++g) {
+            if (!granules.is_pinned(g)) unpinned_after_use.fetch_add(1);
+          }
+          pool.request(granules, granules.granule_of(offset + len - 1) + 1, 3);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    pool.stop();
+    CHECK(unpinned_after_use == 0);
+    const auto calls = log.registrations();
+    std::set<void*> pointers;
+    for (const auto& c : calls) pointers.insert(c.pointer);
+    CHECK(pointers.size() == calls.size());  // never twice
+    CHECK(granules.pinned_bytes() == calls.size() * test_granule);
+    MESSAGE(calls.size() << " granules registered, " << overlapped.load() << " registrations overlapped another");
+  }
+  CHECK(log.unregistered.size() == log.registered.size());
 }
 
 TEST_CASE("Write Zeroes on a pinned namespace clears the range in place") {

@@ -108,17 +108,36 @@ TEST_CASE("BAR0 is pinned, mapped memory: a store from a kernel reaches the cont
   CHECK(test_host::eventually([&] { return ctrl.stats().doorbell_errors == 1; }));
 }
 
-TEST_CASE("with CUDA memory each namespace is pinned while the controller lives") {
+TEST_CASE("with CUDA memory a namespace is pinned a granule at a time as reads into GPU memory use it, and unpinned when the controller goes") {
+  // Granules of 64 KiB and a read across the boundary of the first two: CUDA refuses a copy
+  // whose host side spans two registrations, so the controller must split it there.
+  auto config = cuda_config();
+  config.pinning.granule_bytes = 64 * 1024;
+  config.pinning.ahead = 0;
   void* mapping = nullptr;
+  unsigned flags = 0;
   {
-    emu::controller ctrl(cuda_config());
-    REQUIRE(ctrl.namespace_memory_pinned(1));
+    emu::controller ctrl(config);
     mapping = ctrl.store(1).mapping();
-    unsigned flags = 0;
+    CHECK(ctrl.namespace_pinned_bytes(1) == 0);
+    CHECK(cudaHostGetFlags(&flags, mapping) != cudaSuccess);  // nothing pinned at construction
+    (void)cudaGetLastError();
+    test_host host(ctrl);
+    REQUIRE(host.enable());
+    auto q = host.create_pair(1, 16);
+    std::vector<std::byte> expect(128 * 1024);
+    for (std::size_t i = 0; i < expect.size(); ++i) expect[i] = static_cast<std::byte>(i * 29 + i / 4096);
+    ctrl.store(1).write(0, expect.data(), expect.size());
+    device_memory gpu(ctrl, 8192);
+    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 120, 16, gpu.bus, gpu.bus + 4096)).status() == spec::status::successful_completion);
+    std::vector<std::byte> back(8192);
+    REQUIRE_CUDA(cudaMemcpy(back.data(), gpu.data, back.size(), cudaMemcpyDeviceToHost));
+    CHECK(std::memcmp(back.data(), expect.data() + 120 * 512, back.size()) == 0);
+    CHECK(ctrl.namespace_pinned_bytes(1) == 128 * 1024);
     CHECK(cudaHostGetFlags(&flags, mapping) == cudaSuccess);  // the driver knows it as pinned memory
+    CHECK(cudaHostGetFlags(&flags, static_cast<std::byte*>(mapping) + 64 * 1024) == cudaSuccess);
     CHECK(cudaGetLastError() == cudaSuccess);
   }
-  unsigned flags = 0;
   CHECK(cudaHostGetFlags(&flags, mapping) != cudaSuccess);  // unregistered before it was unmapped
   (void)cudaGetLastError();
 }

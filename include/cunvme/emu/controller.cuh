@@ -100,6 +100,7 @@ class controller : private detail::admin_commands {
   ~controller() {
     stop_.store(true, std::memory_order_release);
     for (auto& t : threads_) t.join();
+    pin_ahead_.stop();
     for (auto& n : namespaces_) {
       try {
         n.store.flush();
@@ -238,15 +239,18 @@ class controller : private detail::admin_commands {
     return namespaces_[nsid - 1].store;
   }
 
-  /// Whether namespace `nsid`'s memory was registered through `memory_hooks::register_host`
-  /// (with `cuda_memory()`: pinned, so copies into GPU memory run at pinned-copy speed).
-  /// false where no hook is installed or registration failed; the namespace works either way.
-  [[nodiscard]] bool namespace_memory_pinned(std::uint32_t nsid) const {
+  /// Bytes of namespace `nsid`'s memory registered through `memory_hooks::register_host` now
+  /// (with `cuda_memory()`: pinned, so copies between them and GPU memory run at pinned-copy
+  /// speed). Granules are pinned as commands move their data to or from device memory, and
+  /// ahead of them (`controller_config::pinning`); 0 where no hook is installed, nothing was
+  /// used yet, or every registration was declined. The namespace works either way.
+  [[nodiscard]] std::uint64_t namespace_pinned_bytes(std::uint32_t nsid) const {
     if (nsid == 0 || nsid > namespaces_.size()) {
-      throw std::out_of_range("emu::controller::namespace_memory_pinned: no namespace " + std::to_string(nsid) +
+      throw std::out_of_range("emu::controller::namespace_pinned_bytes: no namespace " + std::to_string(nsid) +
                               " (the controller has " + std::to_string(namespaces_.size()) + ")");
     }
-    return namespaces_[nsid - 1].registration.active();
+    const auto& pinning = namespaces_[nsid - 1].pinning;
+    return pinning ? pinning->pinned_bytes() : 0;
   }
 
   /// false when Read and Write move no data (`controller_config::move_data`): a benchmark

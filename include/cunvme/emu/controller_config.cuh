@@ -5,6 +5,7 @@
 #include <cunvme/config.cuh>
 #include <cunvme/emu/dma_space.cuh>
 #include <cunvme/emu/fault_injection.cuh>
+#include <cunvme/emu/namespace_pinning.cuh>
 #include <cunvme/emu/timing_model.cuh>
 
 #include <chrono>
@@ -78,12 +79,14 @@ struct memory_hooks {
   device_copier device_copy;
   /// Makes host memory the controller copies from and to fast for `device_copy`
   /// (cudaHostRegister: a copy from pageable memory is staged by the driver at about half
-  /// the bandwidth). Called once per namespace at construction with the namespace's whole
-  /// mapping (`read_only`: mapped without write access); false leaves it pageable, which
-  /// only makes copies slower (`controller::namespace_memory_pinned` tells). Empty: nothing
-  /// is registered.
+  /// the bandwidth). Called for one granule of a namespace's mapping at a time
+  /// (`controller_config::pinning`), the first time a command moves data between it and
+  /// device memory or ahead of that, from worker threads and the pin-ahead threads, never
+  /// twice for one granule (`read_only`: mapped without write access); false leaves the
+  /// granule pageable, which only makes copies slower (`controller::namespace_pinned_bytes`
+  /// tells). Empty: nothing is registered.
   std::function<bool(void* pointer, std::size_t bytes, bool read_only)> register_host;
-  /// Undoes a successful `register_host`, before the namespace's memory is unmapped.
+  /// Undoes each successful `register_host`, before the namespace's memory is unmapped.
   std::function<void(void* pointer, std::size_t bytes)> unregister_host;
   /// Opens GPU memory another process exported (a 64-byte CUDA IPC handle) in this process, for
   /// a controller shared with it (host/sharing/): the allocation's device address and size,
@@ -155,6 +158,7 @@ struct controller_config {
   std::vector<fault_rule> faults;
   std::uint64_t fault_seed = 1;
   memory_hooks memory;                       ///< empty: page-aligned host memory
+  pinning_config pinning;                    ///< how `memory.register_host` pins the namespaces, granule by granule
 };
 
 }  // namespace emu

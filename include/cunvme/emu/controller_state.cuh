@@ -13,6 +13,7 @@
 #include <cunvme/emu/dma_space.cuh>
 #include <cunvme/emu/events.cuh>
 #include <cunvme/emu/fault_injection.cuh>
+#include <cunvme/emu/namespace_pinning.cuh>
 #include <cunvme/emu/prp_walker.cuh>
 #include <cunvme/emu/timing_model.cuh>
 #include <cunvme/spec/queue_entry.cuh>
@@ -127,6 +128,25 @@ class controller_state {
     prp_walker walker;
     std::vector<std::byte> scratch;
     std::mt19937_64 rng;
+    /// Pinned memory the engine's staged reads copy through (`pinning_config::stage_files`):
+    /// bytes [0, staged) hold data of copies not settled yet; emptied by `settle_copies`.
+    struct staging_buffer {
+      std::byte* data = nullptr;
+      std::size_t bytes = 0;
+      std::function<void(void*, std::size_t)> release;
+      staging_buffer() = default;
+      staging_buffer(const staging_buffer&) = delete;
+      staging_buffer& operator=(const staging_buffer&) = delete;
+      ~staging_buffer() {
+        if (data == nullptr) return;
+        if (release) {
+          release(data, bytes);
+        } else {
+          std::free(data);
+        }
+      }
+    } staging;
+    std::size_t staged = 0;
   };
   /// The I/O counts of every engine and the CQEs of every CQ, summed (relaxed: a snapshot).
   struct io_totals {
@@ -145,55 +165,6 @@ class controller_state {
     for (std::uint32_t q = 0; cqs_ && q <= config_.max_io_queues; ++q) t.completions_posted += cqs_[q].posted.load(relaxed);
     return t;
   }
-  /// A namespace's mapping registered through `memory_hooks::register_host`, unregistered
-  /// when this is destroyed. Keeps the pointer, not the store: namespaces move while the
-  /// vector holding them grows, their mappings do not.
-  class host_registration {
-   public:
-    host_registration() = default;
-    /// Registers `store`'s mapping; an inactive registration when the hook declines.
-    host_registration(backing_store& store, const memory_hooks& hooks) {
-      if (!hooks.register_host || !hooks.register_host(store.mapping(), store.size(), store.read_only())) return;
-      // Write Zeroes and Deallocate must now write zeros rather than drop the pinned pages.
-      store.set_pages_pinned(true);
-      pointer_ = store.mapping();
-      bytes_ = store.size();
-      unregister_ = hooks.unregister_host;
-      active_ = true;
-    }
-    host_registration(host_registration&& other) noexcept
-        : pointer_(std::exchange(other.pointer_, nullptr)),
-          bytes_(std::exchange(other.bytes_, 0)),
-          unregister_(std::move(other.unregister_)),
-          active_(std::exchange(other.active_, false)) {}
-    host_registration& operator=(host_registration&& other) noexcept {
-      if (this != &other) {
-        release();
-        pointer_ = std::exchange(other.pointer_, nullptr);
-        bytes_ = std::exchange(other.bytes_, 0);
-        unregister_ = std::move(other.unregister_);
-        active_ = std::exchange(other.active_, false);
-      }
-      return *this;
-    }
-    host_registration(const host_registration&) = delete;
-    host_registration& operator=(const host_registration&) = delete;
-    ~host_registration() { release(); }
-
-    [[nodiscard]] bool active() const noexcept { return active_; }
-
-   private:
-    void release() noexcept {
-      if (active_ && unregister_) unregister_(pointer_, bytes_);
-      active_ = false;
-    }
-
-    void* pointer_ = nullptr;
-    std::size_t bytes_ = 0;
-    std::function<void(void*, std::size_t)> unregister_;
-    bool active_ = false;
-  };
-
   struct namespace_state {
     backing_store store;
     std::uint32_t lba_size;
@@ -202,8 +173,9 @@ class controller_state {
     bool read_only;
     std::uint16_t ms;  // metadata bytes per block (LBAF.MS)
     bool extended;     // metadata at the end of each block (FLBAS bit 4), else through MPTR
-    // Declared after `store`, so destroyed (unregistered) before the store is unmapped.
-    host_registration registration;
+    // Declared after `store`, so destroyed (unpinned) before the store is unmapped. Null
+    // where no `register_host` hook is installed: nothing is pinned.
+    std::unique_ptr<pinned_granules> pinning;
 
     /// Store (and data buffer) bytes per block: extended LBAs carry their metadata inline.
     [[nodiscard]] std::uint64_t data_stride() const noexcept { return std::uint64_t{lba_size} + (extended ? ms : 0u); }
@@ -341,8 +313,14 @@ class controller_state {
       const std::uint8_t lbads = n.lba_size == 512 ? 9 : 12;
       namespace_state& added = namespaces_.emplace_back(
           namespace_state{std::move(store), n.lba_size, lbads, blocks, n.read_only, n.metadata_size, n.extended_lba && n.metadata_size != 0, {}});
-      // Before any worker thread starts: the store's pinned flag is then fixed while they run.
-      added.registration = host_registration(added.store, config_.memory);
+      // Before any worker thread starts: the store's pinned flag is then fixed while they run
+      // (set for the whole store, since any granule of it may be pinned by then).
+      if (config_.memory.register_host) {
+        added.pinning = std::make_unique<pinned_granules>(added.store.mapping(), added.store.size(), added.store.read_only(), config_.pinning,
+                                                          config_.memory.register_host, config_.memory.unregister_host,
+                                                          config_.pinning.stage_files && added.store.file_backed());
+        added.store.set_pages_pinned(true);
+      }
     }
   }
 
@@ -412,6 +390,8 @@ class controller_state {
   std::vector<std::unique_ptr<engine>> engines_;  // workers 0..N-1, then the admin thread's
   std::unique_ptr<fault_injector> faults_;
   std::unique_ptr<timing_scheduler> timing_;
+  // After `namespaces_`: its threads stop before the granules they pin are destroyed.
+  pin_ahead_pool pin_ahead_{config_.pinning.threads};
 
   // Owned by the admin thread.
   std::uint64_t page_size_ = 4096;  // CC.MPS, set when the controller is enabled

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include <stdlib.h>
-#include <unistd.h>
 
 CUNVME_NAMESPACE_BEGIN
 namespace emu {
@@ -154,13 +153,6 @@ inline int gpu_of(const void* pointer) noexcept {
   return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged ? attributes.device : -1;
 }
 
-/// The machine's physical memory in bytes (0 when the system will not say).
-inline std::size_t physical_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
-}
-
 }  // namespace detail
 
 /// Call first in `main`, before any CUDA call, in a program whose kernels wait for emulated
@@ -182,14 +174,14 @@ inline void prepare_cuda_environment() {
 /// `memory_hooks` for a controller whose BAR and CMB GPU threads can write to, and whose
 /// DMA reaches GPU memory registered as `memory_kind::device`.
 ///
-/// Each namespace is pinned (cudaHostRegister) when the controller is built, since copies
-/// from pageable memory go through the driver's staging buffers at about half the pinned
-/// bandwidth. That faults in and locks every page of the store: a 1 GiB RAM namespace
-/// costs 1 GiB of locked memory and a fraction of a second, a file namespace is read in
-/// whole. A store larger than half the machine's memory stays pageable (pinning a sparse
-/// RAM namespace past physical memory would summon the OOM killer), as does one the driver
-/// refuses; `controller::namespace_memory_pinned` tells. To never pin, clear
-/// `register_host` in the returned hooks.
+/// Namespaces are pinned (cudaHostRegister) a granule at a time as commands move their data
+/// to or from GPU memory, and ahead of them (`controller_config::pinning`), since copies from
+/// pageable memory go through the driver's staging buffers at about half the pinned
+/// bandwidth. Pinning faults in and locks the granule's pages: a file namespace is read
+/// where it is used, not whole at open. Past the pinning budget (half the machine's memory
+/// by default) or where the driver refuses, granules stay pageable;
+/// `controller::namespace_pinned_bytes` tells. To never pin, clear `register_host` in the
+/// returned hooks.
 ///
 /// Usage: examples/snippets/kernels.cu, `emulator_with_cuda_memory`.
 [[nodiscard]] inline memory_hooks cuda_memory() {
@@ -211,18 +203,26 @@ inline void prepare_cuda_environment() {
     (void)cudaHostUnregister(p);
     std::free(p);
   };
-  hooks.register_host = [](void* p, std::size_t bytes, bool read_only) {
-    const long page_size = ::sysconf(_SC_PAGESIZE);
-    const std::size_t page = page_size > 0 ? static_cast<std::size_t>(page_size) : 4096;
-    // The store's mapping starts on a page; its last page is mapped whole.
-    const std::size_t rounded = (bytes + page - 1) / page * page;
-    if (rounded > detail::physical_memory_bytes() / 2) return false;
+  // The GPU current where the hooks are made (the one a `cunvme::device` opens the emulator
+  // for): the emulator's threads start on it, not on GPU 0 where a new thread would.
+  int home = 0;
+  if (cudaGetDevice(&home) != cudaSuccess) (void)cudaGetLastError();
+  hooks.register_host = [home](void* p, std::size_t bytes, bool read_only) {
+    // The pin-ahead threads start on no GPU: registering from GPU 0 would make a context
+    // there, in a process that may not use GPU 0 at all.
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != home) {
+      if (cudaSetDevice(home) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+      }
+    }
     // Portable: pinned for every context, the worker threads' included. ReadOnly: a
     // PROT_READ mapping (a read-only file namespace) cannot be pinned for writing.
     const unsigned flags = cudaHostRegisterPortable | (read_only ? cudaHostRegisterReadOnly : 0u);
-    if (cudaHostRegister(p, rounded, flags) == cudaSuccess) return true;
+    if (cudaHostRegister(p, bytes, flags) == cudaSuccess) return true;
     // The failure is not sticky, but would stay the thread's last error and surface in the
-    // user's next cudaGetLastError; the namespace just stays pageable.
+    // user's next cudaGetLastError; the granule just stays pageable.
     (void)cudaGetLastError();
     return false;
   };
@@ -287,10 +287,6 @@ inline void prepare_cuda_environment() {
     }
     return ok;
   };
-  // The emulator's threads start on the GPU current where the hooks were made (the one a
-  // `cunvme::device` opens the emulator for), not on GPU 0 where a new thread would.
-  int home = 0;
-  if (cudaGetDevice(&home) != cudaSuccess) (void)cudaGetLastError();
   hooks.device_copy.thread_start = [home] {
     try {
       if (cudaSetDevice(home) != cudaSuccess) (void)cudaGetLastError();

@@ -88,11 +88,18 @@ class nvm_commands : public queues {
   /// together have no order (NVMe 2.0 base specification, "Command Ordering Requirements"),
   /// so a later write may overlap an earlier read.
   void settle_copies(engine& e, const dma_space::view& mem) {
-    if (e.awaiting.empty() && e.holds.empty()) return;
+    if (e.awaiting.empty() && e.holds.empty()) {
+      // Staged reads into device memory keep a hold until their copies settle (or wait for
+      // them at once, when contended): with none held, nothing in flight reads the staging buffer.
+      e.staged = 0;
+      return;
+    }
     const bool copied = mem.finish_device_writes();
-    // The data has left the store: writers may have its ranges again.
+    // The data has left the store: writers may have its ranges again, and staged reads the
+    // staging buffer.
     e.holds.clear();
     e.held_locks = 0;
+    e.staged = 0;
     if (!copied && e.command_copies) e.command_copies_lost = true;
     e.command_copies = false;
     if (!copied) {
@@ -122,6 +129,7 @@ class nvm_commands : public queues {
       }
       e.holds.clear();
       e.held_locks = 0;
+      e.staged = 0;
     }
     engine& e;
     const dma_space::view& mem;
@@ -171,6 +179,54 @@ class nvm_commands : public queues {
     bool ok = false;
     store.with_read_access(offset, len, offset2, len2, [&](const std::byte* p, const std::byte* p2) { ok = copy(p, p2) && mem.finish_device_writes(); });
     return ok;
+  }
+
+  /// Pins the granules a command's data (and separate metadata) lie in before it copies them
+  /// to or from device memory, and asks for the granules after them to be pinned ahead.
+  void pin_for_device_copies(namespace_state& n, std::uint64_t at, std::uint64_t bytes, std::uint64_t metadata_at, std::uint64_t metadata_bytes) {
+    pinned_granules& granules = *n.pinning;
+    granules.use(at, bytes);
+    granules.use(metadata_at, metadata_bytes);
+    pin_ahead_.request(granules, granules.granule_of(at + bytes - 1) + 1, config_.pinning.ahead);
+  }
+
+  /// Where a read's copy of store bytes [piece, piece + len) into `region` should come from:
+  /// the store itself, or (device memory, a namespace that stages, the bytes not pinned) a
+  /// copy of them in the engine's staging buffer, made now. The staged copy stays put until
+  /// `settle_copies`; a full buffer is settled first, and bytes it cannot hold come from the
+  /// store (pageable: slower, not wrong).
+  const std::byte* staged_source(engine& e, const dma_space::view& mem, const namespace_state& n, const dma_region& region, const std::byte* piece,
+                                 std::uint64_t len) {
+    if (region.kind != memory_kind::device || !n.pinning || !n.pinning->stages() || n.pinning->is_pinned(piece)) return piece;
+    engine::staging_buffer& staging = e.staging;
+    if (staging.data == nullptr) {
+      const std::size_t bytes = static_cast<std::size_t>(config_.pinning.staging_bytes);
+      try {
+        staging.data = allocate(bytes);  // pinned with cuda_memory()
+      } catch (const std::exception&) {
+        return piece;  // no staging for this engine now: copies come from the store
+      }
+      staging.bytes = bytes;
+      staging.release = config_.memory.release;
+    }
+    if (len > staging.bytes) return piece;
+    if (staging.bytes - e.staged < len) settle_copies(e, mem);  // empties it
+    std::byte* out = staging.data + e.staged;
+    std::memcpy(out, piece, static_cast<std::size_t>(len));
+    // 64-byte steps keep every staged copy's source aligned as the store's was.
+    e.staged += static_cast<std::size_t>((len + 63) / 64 * 64);
+    if (e.staged > staging.bytes) e.staged = staging.bytes;
+    return out;
+  }
+
+  /// Calls `copy(piece, at, length)` over [p, p + len) of `n`'s store cut where its pinned
+  /// granules meet: CUDA refuses a copy whose host side spans two registrations.
+  template <class Byte, class Copy>
+  [[nodiscard]] static bool by_granule(const namespace_state& n, Byte* p, std::uint64_t len, Copy&& copy) {
+    if (!n.pinning) return copy(p, std::uint64_t{0}, len);
+    return n.pinning->for_each_piece(p, len, [&](const std::byte*, std::uint64_t at, std::uint64_t length) {
+      return copy(p + at, at, length);
+    });
   }
 
   [[nodiscard]] static bool lands_on_device(const std::vector<data_segment>& segments) noexcept {
@@ -255,22 +311,29 @@ class nvm_commands : public queues {
       const std::uint64_t from = metadata ? sqe.mptr - metadata->bus : 0;
       bool ok = true;
       e.command_copies = e.command_copies_lost = false;
+      const bool on_device = lands_on_device(e.walker.segments()) || (metadata && metadata->kind == memory_kind::device);
+      if (on_device && n->pinning && (is_write || !n->pinning->stages())) pin_for_device_copies(*n, at, bytes, metadata_at, metadata_bytes);
       if (is_write) {
         n->store.with_write_access(at, bytes, metadata_at, metadata_bytes, [&](std::byte* p, std::byte* mp) {
           for (const auto& seg : e.walker.segments()) {
-            if (ok) ok = mem.copy_out(seg.region, seg.offset, p, seg.length);
+            if (ok) ok = by_granule(*n, p, seg.length, [&](std::byte* piece, std::uint64_t off, std::uint64_t len) { return mem.copy_out(seg.region, seg.offset + off, piece, len); });
             p += seg.length;
           }
-          if (ok && metadata) ok = mem.copy_out(*metadata, from, mp, metadata_bytes);
+          if (ok && metadata) ok = by_granule(*n, mp, metadata_bytes, [&](std::byte* piece, std::uint64_t off, std::uint64_t len) { return mem.copy_out(*metadata, from + off, piece, len); });
         });
       } else {
-        const bool in_flight = lands_on_device(e.walker.segments()) || (metadata && metadata->kind == memory_kind::device);
-        ok = read_from_store(e, mem, n->store, at, bytes, metadata_at, metadata_bytes, in_flight, [&](const std::byte* p, const std::byte* mp) {
+        ok = read_from_store(e, mem, n->store, at, bytes, metadata_at, metadata_bytes, on_device, [&](const std::byte* p, const std::byte* mp) {
           for (const auto& seg : e.walker.segments()) {
-            if (!mem.copy_in(seg.region, seg.offset, p, seg.length)) return false;
+            if (!by_granule(*n, p, seg.length, [&](const std::byte* piece, std::uint64_t off, std::uint64_t len) {
+                  return mem.copy_in(seg.region, seg.offset + off, staged_source(e, mem, *n, seg.region, piece, len), len);
+                })) {
+              return false;
+            }
             p += seg.length;
           }
-          return !metadata || mem.copy_in(*metadata, from, mp, metadata_bytes);
+          return !metadata || by_granule(*n, mp, metadata_bytes, [&](const std::byte* piece, std::uint64_t off, std::uint64_t len) {
+                   return mem.copy_in(*metadata, from + off, staged_source(e, mem, *n, *metadata, piece, len), len);
+                 });
         });
       }
       if (!ok) return failed(spec::status::data_transfer_error);

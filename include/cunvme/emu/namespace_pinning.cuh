@@ -1,0 +1,314 @@
+// A namespace's memory pinned for DMA as commands use it, a granule at a time, instead of
+// all of it when the controller is built.
+//
+// Pinning (cudaHostRegister) a page-cached file costs about as much as reading it: on an
+// H200's host, 8 GiB took 0.23–0.27 s from one thread and ~0.22 s from 4 (the driver
+// serializes most of it), bench/RESULTS.md P5. Pinning the whole file at open made a load
+// wait that long before its first byte moved. Pinned a granule (64 MiB) at a time, the first
+// command reads after one granule's pinning, a few threads pin the granules that follow the
+// furthest one used (so a sequential load finds them pinned), and a file larger than the
+// budget is pinned only as far as the budget goes, the rest copied from pageable memory.
+#pragma once
+
+#include <cunvme/config.cuh>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+CUNVME_NAMESPACE_BEGIN
+namespace emu {
+
+/// How a controller pins its namespaces' memory (`memory_hooks::register_host`).
+struct pinning_config {
+  /// Bytes pinned by one `register_host` call: a power of two, at least a page. Each granule
+  /// is its own registration, so a copy never spans two (CUDA refuses a copy whose source
+  /// spans two registrations; the controller splits its copies at granule boundaries).
+  std::uint64_t granule_bytes = std::uint64_t{64} << 20;
+  /// Granules pinned in the background after the furthest one a command moved data through,
+  /// so that sequential reads find them pinned: 4 × 64 MiB stays ~20 ms ahead of a 50 GB/s
+  /// load and costs 256 MiB of pinned memory past what was read. 0: only what commands use.
+  unsigned ahead = 4;
+  /// Threads doing the background pinning (started at the first request). The driver
+  /// serializes most of a registration: more than 2–4 do not pin faster.
+  unsigned threads = 2;
+  /// Bytes of one namespace that may be pinned at once; 0: half the machine's memory. Pinning
+  /// past physical memory would summon the OOM killer, and a sparse RAM namespace can be
+  /// larger than the machine. Granules past the budget stay pageable (copies from them go
+  /// through the driver's staging buffers, at a fraction of the pinned bandwidth).
+  std::uint64_t budget_bytes = 0;
+  /// Reads of a file namespace into device memory copy through a pinned staging buffer of
+  /// each worker (`staging_bytes`) instead of pinning the file. Pinning a page-cached file
+  /// holds the driver while it runs, stalling the workers' copies, so the first read of a
+  /// file ran at pin time plus copy time (18–20 GB/s for 7.3 GB on an H200); staged, at the
+  /// host's copy rate (bench/RESULTS.md P5). A file read again and again is faster pinned
+  /// (45 GB/s there): set false. Writes from device memory and RAM namespaces always pin.
+  bool stage_files = true;
+  /// Each worker's staging buffer (pinned through `memory_hooks::allocate`, at its first
+  /// staged read). A burst whose staged reads fill it waits for their copies first; a read
+  /// larger than it copies from pageable memory.
+  std::uint64_t staging_bytes = std::uint64_t{32} << 20;
+};
+
+namespace detail {
+
+/// The machine's physical memory in bytes (0 when the system will not say).
+inline std::uint64_t physical_memory_bytes() noexcept {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
+/// One namespace's mapping as granules, each pinned at most once and unpinned when this is
+/// destroyed (before the mapping goes). Thread-safe: worker threads and the pin-ahead threads
+/// call `pin` and `queue` at once; each granule is registered by exactly one of them.
+class pinned_granules {
+ public:
+  using register_function = std::function<bool(void* pointer, std::size_t bytes, bool read_only)>;
+  using unregister_function = std::function<void(void* pointer, std::size_t bytes)>;
+
+  /// `mapping` (page-aligned, `bytes` long, its last page mapped whole) in granules of
+  /// `config.granule_bytes`, none pinned yet. Throws std::invalid_argument for a granule
+  /// that is not a power of two of at least a page.
+  /// `stages`: reads into device memory go through staging buffers (`pinning_config::stage_files`).
+  pinned_granules(std::byte* mapping, std::uint64_t bytes, bool read_only, const pinning_config& config, register_function register_host,
+                  unregister_function unregister_host, bool stages = false)
+      : mapping_(mapping),
+        bytes_(bytes),
+        read_only_(read_only),
+        stages_(stages),
+        granule_(config.granule_bytes),
+        budget_(config.budget_bytes != 0 ? config.budget_bytes : physical_memory_bytes() / 2),
+        register_(std::move(register_host)),
+        unregister_(std::move(unregister_host)) {
+    const auto page_size = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE) > 0 ? ::sysconf(_SC_PAGESIZE) : 4096);
+    if (granule_ < page_size || (granule_ & (granule_ - 1)) != 0) {
+      throw std::invalid_argument("emu: a pinning granule of " + std::to_string(granule_) + " bytes: it must be a power of two of at least a page (" +
+                                  std::to_string(page_size) + " bytes)");
+    }
+    page_ = page_size;
+    count_ = (bytes_ + granule_ - 1) / granule_;
+    states_ = std::make_unique<std::atomic<std::uint8_t>[]>(count_);
+    for (std::uint64_t g = 0; g < count_; ++g) states_[g].store(unpinned, std::memory_order_relaxed);
+  }
+  pinned_granules(const pinned_granules&) = delete;
+  pinned_granules& operator=(const pinned_granules&) = delete;
+
+  /// Unpins every granule pinned. Nothing may pin or copy any more (the controller's threads
+  /// and the pin-ahead pool have stopped).
+  ~pinned_granules() {
+    for (std::uint64_t g = 0; g < count_; ++g) {
+      if (states_[g].load(std::memory_order_acquire) != pinned) continue;
+      try {
+        unregister_(mapping_ + g * granule_, granule_length(g));
+      } catch (...) {
+        // A destructor must not throw; the registration goes with the process.
+      }
+    }
+  }
+
+  [[nodiscard]] std::uint64_t granule_bytes() const noexcept { return granule_; }
+  /// Whether reads into device memory are staged rather than pinned (`pinning_config::stage_files`).
+  [[nodiscard]] bool stages() const noexcept { return stages_; }
+  /// Whether `p` (in the mapping) lies in a pinned granule.
+  [[nodiscard]] bool is_pinned(const std::byte* p) const noexcept { return is_pinned(granule_of(static_cast<std::uint64_t>(p - mapping_))); }
+  [[nodiscard]] std::uint64_t granule_count() const noexcept { return count_; }
+  [[nodiscard]] std::uint64_t granule_of(std::uint64_t offset) const noexcept { return offset / granule_; }
+  /// Bytes pinned now.
+  [[nodiscard]] std::uint64_t pinned_bytes() const noexcept { return pinned_bytes_.load(std::memory_order_relaxed); }
+  [[nodiscard]] bool is_pinned(std::uint64_t g) const noexcept { return g < count_ && states_[g].load(std::memory_order_acquire) == pinned; }
+
+  /// Pins every granule [offset, offset + len) touches that is not pinned yet, waiting for
+  /// those another thread is pinning. Declined granules (budget, or the hook said no) stay
+  /// pageable: copies from them are slower, never wrong.
+  void use(std::uint64_t offset, std::uint64_t len) {
+    if (len == 0) return;
+    const std::uint64_t last = granule_of(offset + len - 1);
+    for (std::uint64_t g = granule_of(offset); g <= last && g < count_; ++g) pin(g, true);
+  }
+
+  /// Pins granule `g` if no thread has claimed it. `wait`: then wait until it is pinned or
+  /// declined, else return at once.
+  void pin(std::uint64_t g, bool wait) {
+    std::atomic<std::uint8_t>& state = states_[g];
+    std::uint8_t seen = state.load(std::memory_order_acquire);
+    while (seen == unpinned || seen == queued) {
+      if (state.compare_exchange_weak(seen, pinning, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        const bool ok = register_granule(g);
+        {
+          // Under the mutex, so a waiter cannot check the state and sleep between the store
+          // and the notification.
+          std::scoped_lock lock(wait_mutex_);
+          state.store(ok ? pinned : declined, std::memory_order_release);
+        }
+        pinned_changed_.notify_all();
+        return;
+      }
+    }
+    if (seen != pinning || !wait) return;
+    std::unique_lock lock(wait_mutex_);
+    pinned_changed_.wait(lock, [&] { return state.load(std::memory_order_acquire) != pinning; });
+  }
+
+  /// Marks granule `g` as wanted by the pin-ahead threads; false if it already was, or is
+  /// pinned, pinning or declined (so each granule is queued at most once).
+  [[nodiscard]] bool queue(std::uint64_t g) noexcept {
+    if (g >= count_) return false;
+    std::uint8_t expected = unpinned;
+    return states_[g].compare_exchange_strong(expected, queued, std::memory_order_acq_rel);
+  }
+  /// Whether granule `g` is unpinned and not queued: worth queueing. A load, no write, so the
+  /// per-command check of the granules ahead costs no shared-line traffic once they are pinned.
+  [[nodiscard]] bool wanted(std::uint64_t g) const noexcept { return g < count_ && states_[g].load(std::memory_order_relaxed) == unpinned; }
+
+  /// Calls `f(piece, at, length)` for the pieces of [p, p + len) of the mapping cut at
+  /// granule boundaries (`at`: the piece's distance from `p`), stopping at the first false.
+  /// A single piece when the range lies in one granule, as nearly every command's does.
+  template <class F>
+  [[nodiscard]] bool for_each_piece(const std::byte* p, std::uint64_t len, F&& f) const {
+    std::uint64_t at = 0;
+    while (at < len) {
+      const auto offset = static_cast<std::uint64_t>(p + at - mapping_);
+      const std::uint64_t to_boundary = granule_ - offset % granule_;
+      const std::uint64_t piece = to_boundary < len - at ? to_boundary : len - at;
+      if (!f(p + at, at, piece)) return false;
+      at += piece;
+    }
+    return true;
+  }
+
+ private:
+  enum : std::uint8_t { unpinned, queued, pinning, pinned, declined };
+
+  /// Granule `g`'s bytes, its last page whole (the mapping covers it).
+  [[nodiscard]] std::size_t granule_length(std::uint64_t g) const noexcept {
+    const std::uint64_t start = g * granule_;
+    const std::uint64_t end = start + granule_ < bytes_ ? start + granule_ : bytes_;
+    return static_cast<std::size_t>((end - start + page_ - 1) / page_ * page_);
+  }
+
+  [[nodiscard]] bool register_granule(std::uint64_t g) noexcept {
+    const std::size_t length = granule_length(g);
+    if (pinned_bytes_.fetch_add(length, std::memory_order_relaxed) + length > budget_) {
+      pinned_bytes_.fetch_sub(length, std::memory_order_relaxed);
+      return false;
+    }
+    bool ok = false;
+    try {
+      ok = register_(mapping_ + g * granule_, length, read_only_);
+    } catch (...) {
+      ok = false;  // a hook that throws declines, as one that returns false
+    }
+    if (!ok) pinned_bytes_.fetch_sub(length, std::memory_order_relaxed);
+    return ok;
+  }
+
+  std::byte* mapping_;
+  std::uint64_t bytes_;
+  bool read_only_;
+  bool stages_;
+  std::uint64_t granule_;
+  std::uint64_t budget_;
+  std::uint64_t page_ = 4096;
+  std::uint64_t count_ = 0;
+  register_function register_;
+  unregister_function unregister_;
+  std::unique_ptr<std::atomic<std::uint8_t>[]> states_;
+  std::atomic<std::uint64_t> pinned_bytes_{0};
+  std::mutex wait_mutex_;
+  std::condition_variable pinned_changed_;
+};
+
+/// The threads that pin granules ahead of the commands, for every namespace of a controller.
+/// Declared after the namespaces in the controller, so stopped before they are destroyed.
+class pin_ahead_pool {
+ public:
+  explicit pin_ahead_pool(unsigned threads) : wanted_threads_(threads) {}
+  pin_ahead_pool(const pin_ahead_pool&) = delete;
+  pin_ahead_pool& operator=(const pin_ahead_pool&) = delete;
+  ~pin_ahead_pool() { stop(); }
+
+  /// Queues the granules `first .. first + count - 1` of `granules` that no thread has
+  /// claimed. Starts the threads the first time; where none can start, nothing is pinned
+  /// ahead (commands still pin what they use).
+  void request(pinned_granules& granules, std::uint64_t first, std::uint64_t count) {
+    if (wanted_threads_ == 0) return;
+    bool any = false;
+    for (std::uint64_t g = first; g < first + count; ++g) any = any || granules.wanted(g);
+    if (!any) return;
+    {
+      std::scoped_lock lock(mutex_);
+      if (stopping_) return;
+      start_threads();
+      if (threads_.empty()) return;
+      for (std::uint64_t g = first; g < first + count; ++g) {
+        if (granules.queue(g)) work_.emplace_back(&granules, g);
+      }
+    }
+    work_ready_.notify_all();
+  }
+
+  /// Stops the threads after the registrations they are in; granules still queued stay
+  /// unpinned (a command that uses one pins it itself).
+  void stop() noexcept {
+    {
+      std::scoped_lock lock(mutex_);
+      stopping_ = true;
+      work_.clear();
+    }
+    work_ready_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
+ private:
+  void start_threads() {
+    if (started_) return;
+    started_ = true;
+    for (unsigned i = 0; i < wanted_threads_; ++i) {
+      try {
+        threads_.emplace_back([this] { run(); });
+      } catch (const std::system_error&) {
+        break;  // fewer threads pin ahead; with none, commands pin what they use
+      }
+    }
+  }
+
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      work_ready_.wait(lock, [&] { return stopping_ || !work_.empty(); });
+      if (stopping_) return;
+      const auto [granules, g] = work_.front();
+      work_.pop_front();
+      lock.unlock();
+      granules->pin(g, false);
+      lock.lock();
+    }
+  }
+
+  unsigned wanted_threads_;
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::deque<std::pair<pinned_granules*, std::uint64_t>> work_;
+  std::vector<std::thread> threads_;
+  bool started_ = false;
+  bool stopping_ = false;
+};
+
+}  // namespace detail
+}  // namespace emu
+CUNVME_NAMESPACE_END
