@@ -426,7 +426,6 @@ TEST_CASE("a read-only file namespace is registered as read-only, to the end of 
     ns.read_only = true;
     config.namespaces = {ns};
     config.memory = log.hooks();
-    config.pinning.stage_files = false;  // pinned, not staged
     emu::controller ctrl(config);
     test_host host(ctrl);
     REQUIRE(host.enable());
@@ -438,65 +437,6 @@ TEST_CASE("a read-only file namespace is registered as read-only, to the end of 
     REQUIRE(calls.size() == 1);
     CHECK(calls[0].read_only);
     CHECK(calls[0].bytes == 8192);  // 12 blocks of 512 bytes, the last page whole
-  }
-  std::filesystem::remove_all(dir);
-}
-
-TEST_CASE("reads of a file namespace into device memory go through a staging buffer; writes from device memory pin") {
-  const auto dir = std::filesystem::temp_directory_path() / ("cunvme-emu-stage-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const auto path = dir / "data.img";
-  std::string contents(256 * 1024, '\0');
-  for (std::size_t i = 0; i < contents.size(); ++i) contents[i] = static_cast<char>(i * 31 + i / 512);
-  { std::ofstream(path, std::ios::binary) << contents; }
-  {
-    registration_log log;
-    emu::controller_config config;
-    config.namespaces = {emu::namespace_config::from_file(path.string())};
-    config.memory = log.hooks();
-    config.pinning.granule_bytes = test_granule;
-    config.pinning.ahead = 0;
-    config.pinning.staging_bytes = 8192;  // two reads' worth: a burst of eight settles on the way
-    emu::controller ctrl(config);
-    std::byte* const mapping = ctrl.store(1).mapping();
-    test_host host(ctrl);
-    REQUIRE(host.enable());
-    auto q = host.create_pair(1, 16);
-    fake_gpu_buffer gpu(ctrl, 8 * 4096);
-    // Eight 4 KiB reads in one burst, from all over the file, then a 16 KiB one: larger than
-    // the staging buffer, it copies from the store.
-    for (std::uint64_t i = 0; i < 8; ++i) (void)host.place(*q, spec::make_rw(spec::nvm_opcode::read, 1, i * 56, 8, gpu.bus + i * 4096));
-    host.ring_sq(*q);
-    for (int i = 0; i < 8; ++i) {
-      const auto cqe = host.next_completion(*q, std::chrono::seconds(5));
-      REQUIRE(cqe.has_value());
-      CHECK(cqe->status() == spec::status::successful_completion);
-    }
-    for (std::uint64_t i = 0; i < 8; ++i) CHECK(std::memcmp(gpu.data + i * 4096, contents.data() + i * 56 * 512, 4096) == 0);
-    {
-      std::scoped_lock lock(log.mutex);
-      CHECK(log.registered.empty());  // staged: the file is not pinned
-      for (const auto& [p, bytes] : log.host_sides) CHECK_FALSE((p >= mapping && p < mapping + contents.size()));  // from the staging buffer
-    }
-    dma_buffer list(ctrl, 4096);
-    for (int i = 1; i < 4; ++i) list.as<std::uint64_t>()[i - 1] = gpu.bus + 4096u * i;
-    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 100, 32, gpu.bus, list.bus)).status() == spec::status::successful_completion);
-    CHECK(std::memcmp(gpu.data, contents.data() + 100 * 512, 16384) == 0);
-    CHECK(ctrl.namespace_pinned_bytes(1) == 0);
-    // A write from device memory pins the granule it lands in.
-    std::memset(gpu.data, 0x5a, 4096);
-    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::write, 1, 8, 8, gpu.bus)).status() == spec::status::successful_completion);
-    CHECK(ctrl.namespace_pinned_bytes(1) == test_granule);
-    // Reads from a pinned granule copy straight from the store.
-    {
-      std::scoped_lock lock(log.mutex);
-      log.host_sides.clear();
-    }
-    REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 8, 8, gpu.bus + 4096)).status() == spec::status::successful_completion);
-    CHECK(std::all_of(gpu.data + 4096, gpu.data + 8192, [](std::byte b) { return b == std::byte{0x5a}; }));
-    std::scoped_lock lock(log.mutex);
-    REQUIRE(log.host_sides.size() == 1);
-    CHECK(log.host_sides[0].first == mapping + 8 * 512);
   }
   std::filesystem::remove_all(dir);
 }

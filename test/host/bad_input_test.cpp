@@ -42,6 +42,19 @@ TEST_CASE("URI numbers beyond their key's range are refused, naming key and valu
   CHECK(refused_naming("emu:mpsmin=16", "mpsmin", "16"));
 }
 
+TEST_CASE("the pinning keys set how namespaces are pinned; a granule that is not a power of two is refused") {
+  auto c = host::open("emu:blocks=1000,pin_granule_mb=256,pin_ahead=0,pin_threads=3");
+  const emu::pinning_config& pin = emulator(c).config().pinning;
+  CHECK(pin.granule_bytes == std::uint64_t{256} << 20);
+  CHECK(pin.ahead == 0);
+  CHECK(pin.threads == 3);
+  auto defaults = host::open("emu:blocks=1000");
+  CHECK(emulator(defaults).config().pinning.granule_bytes == emu::pinning_config{}.granule_bytes);
+  CHECK(refused_naming("emu:pin_granule_mb=48", "pin_granule_mb", "power of two"));
+  CHECK(refused_naming("emu:pin_granule_mb=0", "pin_granule_mb", "0"));
+  CHECK(refused_naming("emu:pin_threads=65", "pin_threads", "65"));
+}
+
 TEST_CASE("URI numbers that are not plain decimal numbers are refused") {
   CHECK(refused_naming("emu:blocks=-1", "blocks", "-1"));
   CHECK(refused_naming("emu:blocks=+8", "blocks", "+8"));

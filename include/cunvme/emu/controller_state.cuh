@@ -128,25 +128,6 @@ class controller_state {
     prp_walker walker;
     std::vector<std::byte> scratch;
     std::mt19937_64 rng;
-    /// Pinned memory the engine's staged reads copy through (`pinning_config::stage_files`):
-    /// bytes [0, staged) hold data of copies not settled yet; emptied by `settle_copies`.
-    struct staging_buffer {
-      std::byte* data = nullptr;
-      std::size_t bytes = 0;
-      std::function<void(void*, std::size_t)> release;
-      staging_buffer() = default;
-      staging_buffer(const staging_buffer&) = delete;
-      staging_buffer& operator=(const staging_buffer&) = delete;
-      ~staging_buffer() {
-        if (data == nullptr) return;
-        if (release) {
-          release(data, bytes);
-        } else {
-          std::free(data);
-        }
-      }
-    } staging;
-    std::size_t staged = 0;
   };
   /// The I/O counts of every engine and the CQEs of every CQ, summed (relaxed: a snapshot).
   struct io_totals {
@@ -317,8 +298,7 @@ class controller_state {
       // (set for the whole store, since any granule of it may be pinned by then).
       if (config_.memory.register_host) {
         added.pinning = std::make_unique<pinned_granules>(added.store.mapping(), added.store.size(), added.store.read_only(), config_.pinning,
-                                                          config_.memory.register_host, config_.memory.unregister_host,
-                                                          config_.pinning.stage_files && added.store.file_backed());
+                                                          config_.memory.register_host, config_.memory.unregister_host);
         added.store.set_pages_pinned(true);
       }
     }

@@ -50,17 +50,6 @@ struct pinning_config {
   /// larger than the machine. Granules past the budget stay pageable (copies from them go
   /// through the driver's staging buffers, at a fraction of the pinned bandwidth).
   std::uint64_t budget_bytes = 0;
-  /// Reads of a file namespace into device memory copy through a pinned staging buffer of
-  /// each worker (`staging_bytes`) instead of pinning the file. Pinning a page-cached file
-  /// holds the driver while it runs, stalling the workers' copies, so the first read of a
-  /// file ran at pin time plus copy time (18–20 GB/s for 7.3 GB on an H200); staged, at the
-  /// host's copy rate (bench/RESULTS.md P5). A file read again and again is faster pinned
-  /// (45 GB/s there): set false. Writes from device memory and RAM namespaces always pin.
-  bool stage_files = true;
-  /// Each worker's staging buffer (pinned through `memory_hooks::allocate`, at its first
-  /// staged read). A burst whose staged reads fill it waits for their copies first; a read
-  /// larger than it copies from pageable memory.
-  std::uint64_t staging_bytes = std::uint64_t{32} << 20;
 };
 
 namespace detail {
@@ -83,13 +72,11 @@ class pinned_granules {
   /// `mapping` (page-aligned, `bytes` long, its last page mapped whole) in granules of
   /// `config.granule_bytes`, none pinned yet. Throws std::invalid_argument for a granule
   /// that is not a power of two of at least a page.
-  /// `stages`: reads into device memory go through staging buffers (`pinning_config::stage_files`).
   pinned_granules(std::byte* mapping, std::uint64_t bytes, bool read_only, const pinning_config& config, register_function register_host,
-                  unregister_function unregister_host, bool stages = false)
+                  unregister_function unregister_host)
       : mapping_(mapping),
         bytes_(bytes),
         read_only_(read_only),
-        stages_(stages),
         granule_(config.granule_bytes),
         budget_(config.budget_bytes != 0 ? config.budget_bytes : physical_memory_bytes() / 2),
         register_(std::move(register_host)),
@@ -121,10 +108,6 @@ class pinned_granules {
   }
 
   [[nodiscard]] std::uint64_t granule_bytes() const noexcept { return granule_; }
-  /// Whether reads into device memory are staged rather than pinned (`pinning_config::stage_files`).
-  [[nodiscard]] bool stages() const noexcept { return stages_; }
-  /// Whether `p` (in the mapping) lies in a pinned granule.
-  [[nodiscard]] bool is_pinned(const std::byte* p) const noexcept { return is_pinned(granule_of(static_cast<std::uint64_t>(p - mapping_))); }
   [[nodiscard]] std::uint64_t granule_count() const noexcept { return count_; }
   [[nodiscard]] std::uint64_t granule_of(std::uint64_t offset) const noexcept { return offset / granule_; }
   /// Bytes pinned now.
@@ -219,7 +202,6 @@ class pinned_granules {
   std::byte* mapping_;
   std::uint64_t bytes_;
   bool read_only_;
-  bool stages_;
   std::uint64_t granule_;
   std::uint64_t budget_;
   std::uint64_t page_ = 4096;

@@ -88,18 +88,11 @@ class nvm_commands : public queues {
   /// together have no order (NVMe 2.0 base specification, "Command Ordering Requirements"),
   /// so a later write may overlap an earlier read.
   void settle_copies(engine& e, const dma_space::view& mem) {
-    if (e.awaiting.empty() && e.holds.empty()) {
-      // Staged reads into device memory keep a hold until their copies settle (or wait for
-      // them at once, when contended): with none held, nothing in flight reads the staging buffer.
-      e.staged = 0;
-      return;
-    }
+    if (e.awaiting.empty() && e.holds.empty()) return;
     const bool copied = mem.finish_device_writes();
-    // The data has left the store: writers may have its ranges again, and staged reads the
-    // staging buffer.
+    // The data has left the store: writers may have its ranges again.
     e.holds.clear();
     e.held_locks = 0;
-    e.staged = 0;
     if (!copied && e.command_copies) e.command_copies_lost = true;
     e.command_copies = false;
     if (!copied) {
@@ -129,7 +122,6 @@ class nvm_commands : public queues {
       }
       e.holds.clear();
       e.held_locks = 0;
-      e.staged = 0;
     }
     engine& e;
     const dma_space::view& mem;
@@ -188,35 +180,6 @@ class nvm_commands : public queues {
     granules.use(at, bytes);
     granules.use(metadata_at, metadata_bytes);
     pin_ahead_.request(granules, granules.granule_of(at + bytes - 1) + 1, config_.pinning.ahead);
-  }
-
-  /// Where a read's copy of store bytes [piece, piece + len) into `region` should come from:
-  /// the store itself, or (device memory, a namespace that stages, the bytes not pinned) a
-  /// copy of them in the engine's staging buffer, made now. The staged copy stays put until
-  /// `settle_copies`; a full buffer is settled first, and bytes it cannot hold come from the
-  /// store (pageable: slower, not wrong).
-  const std::byte* staged_source(engine& e, const dma_space::view& mem, const namespace_state& n, const dma_region& region, const std::byte* piece,
-                                 std::uint64_t len) {
-    if (region.kind != memory_kind::device || !n.pinning || !n.pinning->stages() || n.pinning->is_pinned(piece)) return piece;
-    engine::staging_buffer& staging = e.staging;
-    if (staging.data == nullptr) {
-      const std::size_t bytes = static_cast<std::size_t>(config_.pinning.staging_bytes);
-      try {
-        staging.data = allocate(bytes);  // pinned with cuda_memory()
-      } catch (const std::exception&) {
-        return piece;  // no staging for this engine now: copies come from the store
-      }
-      staging.bytes = bytes;
-      staging.release = config_.memory.release;
-    }
-    if (len > staging.bytes) return piece;
-    if (staging.bytes - e.staged < len) settle_copies(e, mem);  // empties it
-    std::byte* out = staging.data + e.staged;
-    std::memcpy(out, piece, static_cast<std::size_t>(len));
-    // 64-byte steps keep every staged copy's source aligned as the store's was.
-    e.staged += static_cast<std::size_t>((len + 63) / 64 * 64);
-    if (e.staged > staging.bytes) e.staged = staging.bytes;
-    return out;
   }
 
   /// Calls `copy(piece, at, length)` over [p, p + len) of `n`'s store cut where its pinned
@@ -312,7 +275,7 @@ class nvm_commands : public queues {
       bool ok = true;
       e.command_copies = e.command_copies_lost = false;
       const bool on_device = lands_on_device(e.walker.segments()) || (metadata && metadata->kind == memory_kind::device);
-      if (on_device && n->pinning && (is_write || !n->pinning->stages())) pin_for_device_copies(*n, at, bytes, metadata_at, metadata_bytes);
+      if (on_device && n->pinning) pin_for_device_copies(*n, at, bytes, metadata_at, metadata_bytes);
       if (is_write) {
         n->store.with_write_access(at, bytes, metadata_at, metadata_bytes, [&](std::byte* p, std::byte* mp) {
           for (const auto& seg : e.walker.segments()) {
@@ -325,14 +288,14 @@ class nvm_commands : public queues {
         ok = read_from_store(e, mem, n->store, at, bytes, metadata_at, metadata_bytes, on_device, [&](const std::byte* p, const std::byte* mp) {
           for (const auto& seg : e.walker.segments()) {
             if (!by_granule(*n, p, seg.length, [&](const std::byte* piece, std::uint64_t off, std::uint64_t len) {
-                  return mem.copy_in(seg.region, seg.offset + off, staged_source(e, mem, *n, seg.region, piece, len), len);
+                  return mem.copy_in(seg.region, seg.offset + off, piece, len);
                 })) {
               return false;
             }
             p += seg.length;
           }
           return !metadata || by_granule(*n, mp, metadata_bytes, [&](const std::byte* piece, std::uint64_t off, std::uint64_t len) {
-                   return mem.copy_in(*metadata, from + off, staged_source(e, mem, *n, *metadata, piece, len), len);
+                   return mem.copy_in(*metadata, from + off, piece, len);
                  });
         });
       }

@@ -347,8 +347,8 @@ namespace detail {
 /// `emu:` options: lba=512|4096, blocks=N, namespaces=1..1024, file=PATH (the namespaces'
 /// bytes: ⌈size / block⌉ blocks unless `blocks` is given, `emu::namespace_config::from_file`), cmb_mb=0..4095,
 /// timing=none|gen4-tlc|datacenter-gen4|scm, workers=1..1024, pin_granule_mb=1..2^20 (a power
-/// of two), pin_ahead=N, pin_threads=0..64 and stage_files=0|1 (`emu::pinning_config`: how a
-/// namespace is pinned, or a file's reads staged, for copies to and from GPU memory), mpsmin=0..15 (CAP.MPSMIN: the
+/// of two), pin_ahead=N and pin_threads=0..64 (`emu::pinning_config`: how a namespace is pinned
+/// for copies to and from GPU memory), mpsmin=0..15 (CAP.MPSMIN: the
 /// smallest controller page is 2^(12 + mpsmin) bytes), and the flags (bare, =1/true or
 /// =0/false) pattern (every namespace filled with `pattern_word`), readonly (Write, Write Zeroes and deallocation
 /// fail with Namespace Is Write Protected; a file is opened read-only), spin (worker threads poll without ever sleeping: for latency measurements, at a
@@ -384,7 +384,6 @@ namespace detail {
   }
   if (const auto ahead = o.number("pin_ahead", 0, 1u << 20)) config.pinning.ahead = static_cast<unsigned>(*ahead);
   if (const auto threads = o.number("pin_threads", 0, 64)) config.pinning.threads = static_cast<unsigned>(*threads);
-  if (const auto stage = o.number("stage_files", 0, 1)) config.pinning.stage_files = *stage == 1;
   if (const auto mpsmin = o.number("mpsmin", 0, 15)) {
     // CAP.MPSMIN: the host then uses 2^(12 + mpsmin)-byte pages, as it must on such a controller.
     config.mpsmin = static_cast<std::uint8_t>(*mpsmin);
