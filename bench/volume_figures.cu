@@ -2,8 +2,11 @@
 // with its baseline in the same run, on volumes of on-GPU null controllers with data (the
 // command path's figures, not a drive's: no PCIe, no host threads):
 //
-//   P7a  random 8-byte gathers through `array<uint64_t>`, every access a hit, ÷ the same gather
-//        from a plain GPU array (per thread `a[i]`, and a warp's `gather`) — on a volume of four
+//   P7a  8-byte reads through `array<uint64_t>` (per thread `a[i]`), every access a hit, ÷ the
+//        same reads from a plain GPU array, 64 Ki to 4 Mi threads, in two shapes: coalesced (a
+//        warp reads 32 consecutive elements of one random page, BaM's shape) and random (each
+//        lane its own element); HBM's copy bandwidth beside them. Checked by comparing the sums
+//        of the values read, so nothing is verified inside the timed kernels. On a volume of four
 //        emulators (hits do no I/O; with no endless controller kernel beside them, Nsight
 //        Compute can profile these kernels: `--only p7a`)
 //   P7b  random 4 KiB pages through the cache, (almost) every access a miss, ÷ raw `volume_io`
@@ -218,36 +221,56 @@ __global__ void cached_pages(cache_t c, volume_view shape, std::uint64_t seed, t
   atomicAdd(&t->ok, ok), atomicAdd(&t->failed, failed), atomicAdd(&t->mismatched, bad);
 }
 
-/// `rounds` random 8-byte elements per thread of the first `span`: per thread (`a[i]`) or per warp (`gather`).
-template <bool Warp>
-__global__ void gather_words(words_t a, volume_view shape, std::uint64_t span, unsigned rounds, std::uint64_t seed, std::uint64_t* scratch, tally* t) {
-  // P7a's volume is of `emu:pattern` members: their words are `pattern_expected`.
-  __shared__ warp_group::temp_storage storage[8];
-  warp_group warp(storage[threadIdx.x / 32]);
+/// P7a's two access shapes.
+enum class shape {
+  random,     ///< every lane its own element
+  coalesced,  ///< a warp's 32 lanes read 32 consecutive elements (256 bytes) of one random page: BaM's benchmark shape
+};
+
+/// The element thread `thread` reads in round `r` of a span of `mask + 1` elements (a power of
+/// two: no division). A hash of a few integer operations, so that making the index costs
+/// little beside the read it names.
+template <shape S>
+__device__ __forceinline__ std::uint64_t element(std::uint64_t thread, unsigned r, std::uint64_t mask, std::uint64_t seed) {
+  if constexpr (S == shape::random) {
+    return mix(seed ^ (thread << 20) ^ r) & mask;
+  } else {
+    const std::uint64_t page = mix(seed ^ ((thread / 32) << 20) ^ r) & (mask >> 9);
+    return page << 9 | ((r * 32u) & 511u) | (thread & 31u);
+  }
+}
+
+/// Adds a thread's sum of the values it read into `sum`, a warp at a time. The gathers are
+/// checked by comparing sums afterwards, so that no expected value is computed while timed.
+__device__ void add_to_sum(unsigned long long* sum, unsigned long long v) {
+  for (int lanes = 16; lanes > 0; lanes /= 2) v += __shfl_down_sync(0xffffffffu, v, lanes);
+  if (threadIdx.x % 32 == 0) atomicAdd(sum, v);
+}
+
+/// `rounds` elements per thread through the cache (`a[i]`, every one a hit after the warm-up).
+template <shape S>
+__global__ void cached_gather(words_t a, std::uint64_t mask, unsigned rounds, std::uint64_t seed, unsigned long long* sum, tally* t) {
   const std::uint64_t thread = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  std::uint64_t* indices = scratch + thread / 32 * 64;
-  unsigned long long ok = 0, failed = 0, bad = 0;
+  unsigned long long total = 0, failed = 0;
   for (unsigned r = 0; r < rounds; ++r) {
-    const std::uint64_t i = mix(seed ^ (thread << 20) ^ r) % span;
     std::uint64_t v = 0;
-    io_result res;
-    if constexpr (Warp) {
-      indices[warp.rank()] = i;
-      __syncwarp();
-      res = a.gather(warp, indices, 32, indices + 32);
-      v = indices[32 + warp.rank()];
-      __syncwarp();
-    } else {
-      res = a.get(i, v);
-    }
-    if (res.ok()) {
-      ++ok;
-      bad += v != pattern_expected(shape, i);
+    if (a.get(element<S>(thread, r, mask, seed), v).ok()) {
+      total += v;
     } else {
       ++failed;
     }
   }
-  atomicAdd(&t->ok, ok), atomicAdd(&t->failed, failed), atomicAdd(&t->mismatched, bad);
+  add_to_sum(sum, total);
+  if (failed != 0) atomicAdd(&t->failed, failed);
+}
+
+/// The same elements from a plain GPU array of the same words: the baseline of the same shape.
+template <shape S>
+__global__ void plain_gather(const std::uint64_t* words, std::uint64_t mask, unsigned rounds, std::uint64_t seed, unsigned long long* sum) {
+  const std::uint64_t thread = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  unsigned long long total = 0;
+  for (unsigned r = 0; r < rounds; ++r) total += words[element<S>(thread, r, mask, seed)];
+  add_to_sum(sum, total);
 }
 
 /// Thread p reads element p × 512: every page of the first `pages` once (the warm-up).
@@ -255,18 +278,6 @@ __global__ void touch_pages(words_t a, std::uint64_t pages, tally* t) {
   const std::uint64_t p = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   std::uint64_t v = 0;
   if (p < pages && !a.get(p * 512, v).ok()) atomicAdd(&t->failed, 1ull);
-}
-
-/// The same gather from a plain GPU array of the words.
-__global__ void plain_gather(const std::uint64_t* words, volume_view shape, std::uint64_t span, unsigned rounds, std::uint64_t seed, tally* t) {
-  const std::uint64_t thread = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  unsigned long long ok = 0, bad = 0;
-  for (unsigned r = 0; r < rounds; ++r) {
-    const std::uint64_t i = mix(seed ^ (thread << 20) ^ r) % span;
-    ++ok;
-    bad += words[i] != pattern_expected(shape, i);
-  }
-  atomicAdd(&t->ok, ok), atomicAdd(&t->mismatched, bad);
 }
 
 __global__ void copy_words_out(const volume_view shape, std::uint64_t* words, std::uint64_t span) {
@@ -350,7 +361,8 @@ int main(int argc, char** argv) {
     (void)cudaSetDeviceFlags(cudaDeviceLmemResizeToMax);
     tally* t = nullptr;
     check(cudaHostAlloc(&t, sizeof *t, cudaHostAllocMapped), "allocate the tally");
-    emu::prepare_kernels_to_run_beside(raw_reads, cached_pages, gather_words<false>, gather_words<true>, plain_gather, touch_pages);
+    emu::prepare_kernels_to_run_beside(raw_reads, cached_pages, cached_gather<shape::random>, cached_gather<shape::coalesced>, plain_gather<shape::random>,
+                                       plain_gather<shape::coalesced>, touch_pages);
     const unsigned grid = threads / 256;
     constexpr std::uint64_t lbas = std::uint64_t{1} << 20;  // 512 MiB a member
     bool all_ok = true;
@@ -394,8 +406,9 @@ int main(int argc, char** argv) {
       report("P7b cached random pages (misses)", miss);
       if (miss.ok && base_same.ok) std::printf("P7b misses / raw, same threads: %.2f (target >= 0.9)\n", miss.per_second / base_same.per_second);
     }
-    // P7a: 8-byte gathers over 64 MiB of a volume of four emulators, cached in 16384 slots:
-    // all hits after a warm-up pass.
+    // P7a: 8-byte reads over 64 MiB of a volume of four emulators, cached in 16384 GPU-memory
+    // slots (all hits after a warm-up pass), against the same reads from a plain GPU array,
+    // for 64 Ki to 4 Mi threads and both shapes; HBM's copy bandwidth measured beside them.
     if (want("p7a")) {
       constexpr auto where = host::tier::host_queues_host_data;
       std::vector<std::unique_ptr<host::controller>> ctrls;
@@ -407,43 +420,93 @@ int main(int argc, char** argv) {
         members.push_back({{queues.back().get()}, 1});
       }
       const auto vol = host::volume::striped(members, 64 * 1024, host::gpu_bookkeeping(*ctrls[0], where));
-      const std::uint64_t span = (std::uint64_t{64} << 20) / 8;
-      std::uint64_t* scratch = nullptr;
+      const std::uint64_t span = (std::uint64_t{64} << 20) / 8;  // a power of two: `element` masks
+      const std::uint64_t mask = span - 1;
       std::uint64_t* words = nullptr;
-      check(cudaMalloc(&scratch, std::size_t{threads} * 2 * 8), "scratch");
+      unsigned long long* sums = nullptr;
       check(cudaMalloc(&words, span * 8), "plain words");
+      check(cudaMalloc(&sums, 2 * sizeof *sums), "sums");
       copy_words_out<<<264, 256>>>(vol.view(), words, span);
       check(cudaDeviceSynchronize(), "plain words");
-      constexpr unsigned rounds = 256;
-      const figure plain = timed(t, seconds, false, [&](cudaStream_t s) { plain_gather<<<grid, 256, 0, s>>>(words, vol.view(), span, rounds, 11, t); });
-      report("P7a plain GPU array gather", plain);
-      // The slots in pinned host memory (every hit's bytes cross PCIe), then in GPU memory.
-      for (const bool gpu_slots : {false, true}) {
-        const std::string where_slots = gpu_slots ? "GPU-memory slots" : "pinned-host slots";
-        host::page_cache_memory memory(vol, 4096, 16384, host::gpu_bookkeeping(*ctrls[0], where), gpu_slots ? host::slot_allocator(host::allocate_gpu) : host::slot_allocator{});
-        const cache_t c(memory.device_view(), vol.device_view());
-        const words_t a(c, 0, vol.blocks() * 512 / 8);
-        // Warm-up: every page of the span once (16384 pages into 16384 slots: nothing evicted).
-        (void)timed(t, seconds, false, [&](cudaStream_t s) { touch_pages<<<static_cast<unsigned>(span / 512 / 256), 256, 0, s>>>(a, span / 512, t); });
-        if (t->failed != 0) throw std::runtime_error("warming the cache: " + std::to_string(t->failed) + " reads failed");
-        const std::uint64_t warm_misses = memory.counters().misses;
-        const figure per_thread = timed(t, seconds, false, [&](cudaStream_t s) { gather_words<false><<<grid, 256, 0, s>>>(a, vol.view(), span, rounds, 11, scratch, t); });
-        const figure per_warp = timed(t, seconds, false, [&](cudaStream_t s) { gather_words<true><<<grid, 256, 0, s>>>(a, vol.view(), span, rounds, 11, scratch, t); });
-        const std::uint64_t missed = memory.counters().misses - warm_misses;
-        const std::uint64_t hits = memory.counters().hits;
-        if (missed != 0) {
-          std::printf("P7a (%s): %llu misses after the warm-up: not every access was a hit, no figure\n", where_slots.c_str(), static_cast<unsigned long long>(missed));
-          all_ok = false;
+      {
+        // The physical limit in this run: a 1 GiB device-to-device copy, bytes read and written.
+        void* from = nullptr;
+        void* to = nullptr;
+        check(cudaMalloc(&from, std::size_t{1} << 30), "copy source"), check(cudaMalloc(&to, std::size_t{1} << 30), "copy target");
+        float best = 1e30f;
+        for (int k = 0; k < 3; ++k) {
+          cudaEvent_t e0, e1;
+          check(cudaEventCreate(&e0), "event"), check(cudaEventCreate(&e1), "event");
+          check(cudaEventRecord(e0), "record");
+          check(cudaMemcpy(to, from, std::size_t{1} << 30, cudaMemcpyDeviceToDevice), "device copy");
+          check(cudaEventRecord(e1), "record");
+          check(cudaEventSynchronize(e1), "device copy");
+          float ms = 0;
+          check(cudaEventElapsedTime(&ms, e0, e1), "time");
+          best = std::min(best, ms);
+          cudaEventDestroy(e0), cudaEventDestroy(e1);
         }
-        report(("P7a cached a[i] per thread, " + where_slots).c_str(), per_thread);
-        report(("P7a cached warp gather(), " + where_slots).c_str(), per_warp);
-        std::printf("P7a (%s): %llu hits counted by the cache\n", where_slots.c_str(), static_cast<unsigned long long>(hits));
-        if (missed == 0 && plain.ok && per_thread.ok) {
-          std::printf("P7a hits / plain, %s, per thread: %.3f; warp gather: %.3f (target >= 0.5)\n", where_slots.c_str(), per_thread.per_second / plain.per_second,
-                      per_warp.ok ? per_warp.per_second / plain.per_second : 0.0);
-        }
+        cudaFree(from), cudaFree(to);
+        std::printf("P7a HBM device-to-device copy (read + write)  %8.1f GB/s\n", 2.0 * (1u << 30) / (best / 1e3) / 1e9);
       }
-      cudaFree(scratch), cudaFree(words);
+      host::page_cache_memory memory(vol, 4096, 16384, host::gpu_bookkeeping(*ctrls[0], where), host::slot_allocator(host::allocate_gpu));
+      const cache_t c(memory.device_view(), vol.device_view());
+      const words_t a(c, 0, vol.blocks() * 512 / 8);
+      // Warm-up: every page of the span once (16384 pages into 16384 slots: nothing evicted).
+      (void)timed(t, seconds, false, [&](cudaStream_t s) { touch_pages<<<static_cast<unsigned>(span / 512 / 256), 256, 0, s>>>(a, span / 512, t); });
+      if (t->failed != 0) throw std::runtime_error("warming the cache: " + std::to_string(t->failed) + " reads failed");
+      const std::uint64_t warm_misses = memory.counters().misses;
+      // One shape and thread count: the plain gather, then the cached one; a figure each only
+      // when the cache's sum of the values read equals the plain array's.
+      const auto run_pair = [&](shape sh, unsigned n_threads) {
+        const unsigned rounds = std::max(8u, static_cast<unsigned>((std::uint64_t{1} << 27) / n_threads));
+        const double reads = double(n_threads) * rounds;
+        const char* name = sh == shape::random ? "random" : "coalesced";
+        const auto time_one = [&](auto launch) {
+          check(cudaMemset(sums, 0, 2 * sizeof *sums), "clear sums");
+          *t = {};
+          cudaEvent_t e0, e1;
+          check(cudaEventCreate(&e0), "event"), check(cudaEventCreate(&e1), "event");
+          check(cudaEventRecord(e0), "record");
+          launch();
+          check(cudaGetLastError(), "launch");
+          check(cudaEventRecord(e1), "record");
+          check(cudaEventSynchronize(e1), "gather");
+          float ms = 0;
+          check(cudaEventElapsedTime(&ms, e0, e1), "time");
+          cudaEventDestroy(e0), cudaEventDestroy(e1);
+          unsigned long long sum = 0;
+          check(cudaMemcpy(&sum, sums, sizeof sum, cudaMemcpyDeviceToHost), "read the sum");
+          return std::pair<double, unsigned long long>{reads / (ms / 1e3), sum};
+        };
+        const unsigned blocks = n_threads / 256;
+        const auto [plain_rate, plain_sum] = time_one([&] {
+          if (sh == shape::random) plain_gather<shape::random><<<blocks, 256>>>(words, mask, rounds, 11, sums);
+          else plain_gather<shape::coalesced><<<blocks, 256>>>(words, mask, rounds, 11, sums);
+        });
+        const auto [cached_rate, cached_sum] = time_one([&] {
+          if (sh == shape::random) cached_gather<shape::random><<<blocks, 256>>>(a, mask, rounds, 11, sums, t);
+          else cached_gather<shape::coalesced><<<blocks, 256>>>(a, mask, rounds, 11, sums, t);
+        });
+        std::printf("P7a %-9s %7u threads x %4u: plain %12.0f reads/s (%7.1f GB/s)", name, n_threads, rounds, plain_rate, plain_rate * 8 / 1e9);
+        if (t->failed != 0 || cached_sum != plain_sum) {
+          std::printf("; cached FAILED (%llu failed reads, sum %llx against %llx): no figure\n", t->failed, cached_sum, plain_sum);
+          all_ok = false;
+          return;
+        }
+        std::printf("; cached %12.0f reads/s (%7.1f GB/s); cached / plain %.3f\n", cached_rate, cached_rate * 8 / 1e9, cached_rate / plain_rate);
+      };
+      for (const shape sh : {shape::coalesced, shape::random}) {
+        for (const unsigned n : {std::max(threads, 65536u), 262144u, 1048576u, 4194304u}) run_pair(sh, n);
+      }
+      const std::uint64_t missed = memory.counters().misses - warm_misses;
+      std::printf("P7a %llu misses after the warm-up, %llu hits counted by the cache (BaM's published warm-cache figure: 22.7 G reads/s on an A100)\n",
+                  static_cast<unsigned long long>(missed), static_cast<unsigned long long>(memory.counters().hits));
+      if (missed != 0) {
+        std::printf("P7a: not every access was a hit: the figures above are not of hits\n");
+        all_ok = false;
+      }
+      cudaFree(words), cudaFree(sums);
     }
     cudaFreeHost(t);
     return all_ok ? 0 : 1;

@@ -319,6 +319,11 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
         # The collectives' schedule: every rank must make the same calls with the same sizes,
         # which the digest compares (block sizes or chunk_bytes that differ between ranks change it).
         segments = layout["segments"]
+        if ranks == 1:
+            # Nothing to exchange, so nothing to pipeline with: one step, which lets each
+            # file's reads go out as whole runs (128 MiB steps cost a one-GPU load of 7.3 GB
+            # a third of its rate on an H200: 10.4 against 13.5–14.2 GB/s, bench/RESULTS.md P5).
+            chunk_bytes = max(chunk_bytes, layout["flat_bytes"], 1)
         chunks = [_chunk_count(lo, hi, chunk_bytes) for lo, hi in segments]
         pieces = split_reads(layout["reads"][rank], segments[rank][0], chunk_bytes)
         digest = hashlib.sha256(repr((layout["digest"], segments, layout["flat_bytes"], chunk_bytes)).encode()).hexdigest()
