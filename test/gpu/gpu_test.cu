@@ -115,6 +115,37 @@ __global__ void cache_writes(gpu_cache c, std::uint64_t stride, tally* t) {
 
 __global__ void cache_flush(gpu_cache c, io_result* out) { *out = c.flush(); }
 
+/// Each warp reads, `reads` times, 32 consecutive words of one random page: all its lanes want
+/// the same page at once (they share one reference to it).
+__global__ void cache_warp_reads(gpu_cache c, unsigned reads, std::uint64_t seed, tally* t) {
+  const std::uint64_t thread = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const std::uint64_t warp = thread / 32, lane = thread % 32;
+  for (unsigned i = 0; i < reads; ++i) {
+    const std::uint64_t page = mix(seed ^ (warp << 20) ^ i) % c.pages();
+    const std::uint64_t offset = page * c.page_bytes() + ((i * 32 + lane) % (c.page_bytes() / 8)) * 8;
+    std::uint64_t v = 0;
+    const io_result r = c.read(offset, sizeof v, &v);
+    account(r, t);
+    if (r.ok() && v != word_at(offset)) count(t->mismatched);
+  }
+}
+
+/// The byte warp-mate writes go to: warp w's 32 words lie in page w, 256 bytes further along each page.
+__host__ __device__ constexpr std::uint64_t warp_write_offset(std::uint64_t thread, std::uint64_t page_bytes) {
+  return thread / 32 * page_bytes + (thread / 32 * 256) % page_bytes + thread % 32 * 8;
+}
+
+/// Each lane writes a word of its own into its warp's page (all lanes of a warp the same page
+/// at once), then reads it back through the cache.
+__global__ void cache_warp_writes(gpu_cache c, tally* t) {
+  const std::uint64_t thread = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const std::uint64_t offset = warp_write_offset(thread, c.page_bytes());
+  const std::uint64_t mine = mix(offset) | 1;
+  account(c.write(offset, sizeof mine, &mine), t);
+  std::uint64_t back = 0;
+  if (c.read(offset, sizeof back, &back).ok() && back != mine) count(t->mismatched);
+}
+
 
 /// Each thread's slice of the data buffer: 8 blocks and room for a 60-byte offset.
 constexpr std::uint64_t slice_bytes = 4096 + 64;
@@ -1065,6 +1096,53 @@ TEST_CASE("words written through the cache by every GPU thread reach the namespa
     std::uint64_t v = 0;
     store.read(t * stride, &v, sizeof v);
     wrong += v != (mix(t * stride) | 1);
+  }
+  CHECK(wrong == 0);
+  cudaFreeHost(flushed);
+}
+
+TEST_CASE("a warp's lanes on one page share its reference: coalesced reads under eviction pressure and warp-mate writes all land") {
+  gpu_rig rig(tier::host_queues_host_data);
+  auto q = rig.queue(1024);
+  const namespace_view ns = q->namespace_view(1);
+  {
+    host::page_cache_memory memory(*rig.ctrl, ns, 4096, 1024, host::gpu_bookkeeping(*rig.ctrl, rig.t));  // 4 MiB of slots over 64 MiB
+    const gpu_cache c(memory.device_view(), q->view(), ns);
+    constexpr unsigned blocks = 64, threads = 128, reads = 16;
+    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
+      cache_warp_reads<<<blocks, threads, 0, s>>>(c, reads, 5, rig.counts);
+    });
+    CHECK(rig.counts->ok == std::uint64_t{blocks} * threads * reads);
+    CHECK(rig.counts->failed == 0);
+    CHECK(rig.counts->mismatched == 0);
+    const page_cache_counters n = memory.counters();
+    CHECK(n.evictions > 0);
+    CHECK(n.hits + n.misses == std::uint64_t{blocks} * threads * reads);  // a mate's access counts as a hit
+    CHECK(n.misses <= std::uint64_t{blocks} * threads * reads / 32);       // at most one per warp and round
+    MESSAGE(n.hits << " hits, " << n.misses << " misses, " << n.evictions << " evictions");
+  }
+  *rig.counts = {};
+  host::page_cache_memory memory(*rig.ctrl, ns, 4096, 16, host::gpu_bookkeeping(*rig.ctrl, rig.t));
+  const gpu_cache c(memory.device_view(), q->view(), ns);
+  constexpr unsigned blocks = 32, threads = 128;  // 128 warps: 128 pages through 16 slots
+  io_result* flushed = nullptr;
+  REQUIRE_CUDA(cudaHostAlloc(&flushed, sizeof *flushed, cudaHostAllocMapped));
+  *flushed = io_result::failure(io_error::invalid_request, 0, 0);
+  run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
+    cache_warp_writes<<<blocks, threads, 0, s>>>(c, rig.counts);
+    cache_flush<<<1, 1, 0, s>>>(c, flushed);
+  });
+  CHECK(rig.counts->ok == std::uint64_t{blocks} * threads);
+  CHECK(rig.counts->mismatched == 0);
+  CHECK(flushed->ok());
+  CHECK(memory.counters().evictions > 0);
+  auto& store = rig.emulator->store(1);
+  std::uint64_t wrong = 0;
+  for (std::uint64_t t = 0; t < std::uint64_t{blocks} * threads; ++t) {
+    const std::uint64_t offset = warp_write_offset(t, 4096);
+    std::uint64_t v = 0;
+    store.read(offset, &v, sizeof v);
+    wrong += v != (mix(offset) | 1);
   }
   CHECK(wrong == 0);
   cudaFreeHost(flushed);
