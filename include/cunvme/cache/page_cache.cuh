@@ -367,50 +367,12 @@ class page_cache {
     const cuda::std::uint64_t page = offset >> c_.page_shift;
     const cuda::std::uint64_t within = offset & (c_.page_bytes() - 1);
     if (bytes == 0 || bytes > c_.page_bytes() - within) return io_result::failure(io_error::invalid_request, first_lba(page), 0);
-#if defined(CUNVME_DEVICE_COMPILATION)
-    if (use_page_with_warp_mates(page, within, access, use)) return io_result{};
-#endif
     const cached_page p = acquire(page, access);
     if (!p.ok()) return p.result;
     use(p.data + within);
     release(page);
     return io_result{};
   }
-
-#if defined(CUNVME_DEVICE_COMPILATION)
-  /// Lanes of a warp in `copy` at once that want the same page of this cache, for the same
-  /// access, take it once: the lowest of them acquires it, all use its bytes, and it releases
-  /// it after the last. In the shape graph and GNN kernels gather (and BaM's benchmark), a
-  /// warp's 32 lanes on one page, every hit otherwise takes and gives back 32 references by
-  /// compare-and-swap on one word, one after the other. Returns false, having used nothing,
-  /// where the lane is alone or the leader's acquire failed: each lane then takes the page
-  /// itself and gets its own honest result.
-  template <class Use>
-  [[nodiscard]] __device__ bool use_page_with_warp_mates(cuda::std::uint64_t page, cuda::std::uint64_t within, page_access access, Use& use) const {
-    namespace cg = cooperative_groups;
-    // Partitioned by page, then by cache and access: the labels are exact, so no two lanes
-    // share a reference to different pages. (The table's address is 8-byte aligned: its low
-    // bit is free for the access.)
-    const auto by_page = cg::labeled_partition(cg::coalesced_threads(), static_cast<unsigned long long>(page));
-    const auto mates = cg::labeled_partition(by_page, reinterpret_cast<unsigned long long>(c_.table) | (access == page_access::write ? 1ull : 0ull));
-    if (mates.size() == 1) return false;
-    unsigned long long data = 0;
-    if (mates.thread_rank() == 0) {
-      const cached_page p = acquire(page, access);
-      data = p.ok() ? reinterpret_cast<unsigned long long>(p.data) : 0;
-      if (p.ok() && mates.size() > 1) add(c_.counters->hits, mates.size() - 1);  // the mates' accesses, served by this one
-    }
-    // The barrier orders the leader's acquire (which saw the filler's bytes) before the
-    // mates' use of them, and below, every mate's use before the leader's release.
-    data = mates.shfl(data, 0);
-    mates.sync();
-    if (data == 0) return false;
-    use(reinterpret_cast<unsigned char*>(data) + within);
-    mates.sync();
-    if (mates.thread_rank() == 0) (void)release(page);
-    return true;
-  }
-#endif
 
   [[nodiscard]] CUNVME_HOST_DEVICE unsigned char* slot_bytes(cuda::std::uint32_t slot) const noexcept {
     return c_.data + (cuda::std::uint64_t{slot} << c_.page_shift);
@@ -419,9 +381,6 @@ class page_cache {
   CUNVME_HOST_DEVICE void mark_referenced(cuda::std::uint32_t slot) const noexcept {
     bookkeeping_word<cuda::std::uint32_t> bit(c_.referenced[slot]);
     if (bit.load(cuda::std::memory_order_relaxed) == 0) bit.store(1, cuda::std::memory_order_relaxed);
-  }
-  CUNVME_HOST_DEVICE static void add(cuda::std::uint64_t& counter, cuda::std::uint64_t n) noexcept {
-    bookkeeping_word<cuda::std::uint64_t>(counter).fetch_add(n, cuda::std::memory_order_relaxed);
   }
   CUNVME_HOST_DEVICE static void count(cuda::std::uint64_t& counter) noexcept {
 #if defined(CUNVME_DEVICE_COMPILATION)
@@ -432,9 +391,9 @@ class page_cache {
     // partition by address.
     namespace cg = cooperative_groups;
     const auto lanes = cg::labeled_partition(cg::coalesced_threads(), reinterpret_cast<unsigned long long>(&counter));
-    if (lanes.thread_rank() == 0) add(counter, lanes.size());
+    if (lanes.thread_rank() == 0) bookkeeping_word<cuda::std::uint64_t>(counter).fetch_add(lanes.size(), cuda::std::memory_order_relaxed);
 #else
-    add(counter, 1);
+    bookkeeping_word<cuda::std::uint64_t>(counter).fetch_add(1, cuda::std::memory_order_relaxed);
 #endif
   }
 
