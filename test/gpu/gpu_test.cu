@@ -115,6 +115,9 @@ __global__ void cache_writes(gpu_cache c, std::uint64_t stride, tally* t) {
 
 __global__ void cache_flush(gpu_cache c, io_result* out) { *out = c.flush(); }
 
+/// The shape of `read_through_small_cache`'s grid.
+constexpr unsigned small_cache_blocks = 64, small_cache_threads = 128, small_cache_reads = 16;
+
 /// Each warp reads, `reads` times, 32 consecutive words of one random page: all its lanes want
 /// the same page at once.
 __global__ void cache_warp_reads(gpu_cache c, unsigned reads, std::uint64_t seed, tally* t) {
@@ -1030,17 +1033,18 @@ TEST_CASE("a registered buffer freed before deregister_buffer is refused, never 
 }
 
 
-TEST_CASE("GPU threads read random words through a cache 1/16 of the namespace: every word verified, pages evicted and refilled") {
+/// 64 × 128 GPU threads read 16 words each of a 64 MiB namespace through a cache of 1024 slots
+/// (4 MiB): `launch(stream, cache, tally)` runs the reading kernel. Every word is verified; the
+/// cache's counters are returned.
+template <class Launch>
+page_cache_counters read_through_small_cache(Launch launch) {
   gpu_rig rig(tier::host_queues_host_data);
   auto q = rig.queue(1024);
   const namespace_view ns = q->namespace_view(1);
-  host::page_cache_memory memory(*rig.ctrl, ns, 4096, 1024, host::gpu_bookkeeping(*rig.ctrl, rig.t));  // 4 MiB of slots over 64 MiB
+  host::page_cache_memory memory(*rig.ctrl, ns, 4096, 1024, host::gpu_bookkeeping(*rig.ctrl, rig.t));
   const gpu_cache c(memory.device_view(), q->view(), ns);
-  constexpr unsigned blocks = 64, threads = 128, reads = 16;
-  run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
-    cache_reads<<<blocks, threads, 0, s>>>(c, reads, 0, 7, rig.counts);
-  });
-  CHECK(rig.counts->ok == std::uint64_t{blocks} * threads * reads);
+  run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) { launch(s, c, rig.counts); });
+  CHECK(rig.counts->ok == std::uint64_t{small_cache_blocks} * small_cache_threads * small_cache_reads);
   CHECK(rig.counts->failed == 0);
   CHECK(rig.counts->mismatched == 0);
   const page_cache_counters n = memory.counters();
@@ -1049,6 +1053,13 @@ TEST_CASE("GPU threads read random words through a cache 1/16 of the namespace: 
   CHECK(n.fill_failures == 0);
   CHECK(q->cids_in_use() == 0);
   MESSAGE(n.hits << " hits, " << n.misses << " misses, " << n.evictions << " evictions, " << n.coalesced_waits << " coalesced waits");
+  return n;
+}
+
+TEST_CASE("GPU threads read random words through a cache 1/16 of the namespace: every word verified, pages evicted and refilled") {
+  (void)read_through_small_cache([](cudaStream_t s, const gpu_cache& c, tally* t) {
+    cache_reads<<<small_cache_blocks, small_cache_threads, 0, s>>>(c, small_cache_reads, 0, 7, t);
+  });
 }
 
 TEST_CASE("the whole grid hammering eight pages reads each once; every other access is a hit") {
@@ -1102,25 +1113,13 @@ TEST_CASE("words written through the cache by every GPU thread reach the namespa
 }
 
 TEST_CASE("a warp's lanes on one page at once: coalesced reads under eviction pressure and warp-mate writes all land") {
+  const page_cache_counters n = read_through_small_cache([](cudaStream_t s, const gpu_cache& c, tally* t) {
+    cache_warp_reads<<<small_cache_blocks, small_cache_threads, 0, s>>>(c, small_cache_reads, 5, t);
+  });
+  CHECK(n.hits + n.misses == std::uint64_t{small_cache_blocks} * small_cache_threads * small_cache_reads);  // every access once, a hit or a miss
   gpu_rig rig(tier::host_queues_host_data);
   auto q = rig.queue(1024);
   const namespace_view ns = q->namespace_view(1);
-  {
-    host::page_cache_memory memory(*rig.ctrl, ns, 4096, 1024, host::gpu_bookkeeping(*rig.ctrl, rig.t));  // 4 MiB of slots over 64 MiB
-    const gpu_cache c(memory.device_view(), q->view(), ns);
-    constexpr unsigned blocks = 64, threads = 128, reads = 16;
-    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) {
-      cache_warp_reads<<<blocks, threads, 0, s>>>(c, reads, 5, rig.counts);
-    });
-    CHECK(rig.counts->ok == std::uint64_t{blocks} * threads * reads);
-    CHECK(rig.counts->failed == 0);
-    CHECK(rig.counts->mismatched == 0);
-    const page_cache_counters n = memory.counters();
-    CHECK(n.evictions > 0);
-    CHECK(n.hits + n.misses == std::uint64_t{blocks} * threads * reads);  // every access once, a hit or a miss
-    MESSAGE(n.hits << " hits, " << n.misses << " misses, " << n.evictions << " evictions");
-  }
-  *rig.counts = {};
   host::page_cache_memory memory(*rig.ctrl, ns, 4096, 16, host::gpu_bookkeeping(*rig.ctrl, rig.t));
   const gpu_cache c(memory.device_view(), q->view(), ns);
   constexpr unsigned blocks = 32, threads = 128;  // 128 warps: 128 pages through 16 slots
