@@ -83,8 +83,10 @@ def read_index(path):
     return sorted(set(files.values())), files
 
 
-def _is_glob(pattern):
-    return any(c in pattern for c in "*?[")
+def _picks(pattern, name, names):
+    """Whether ``pattern`` picks ``name``: a pattern that is the name of a tensor of ``names``
+    picks that tensor alone (names may hold '[', '*' or '?'); any other is a glob."""
+    return name == pattern if pattern in names else fnmatch.fnmatchcase(name, pattern)
 
 
 def select(names, patterns):
@@ -95,8 +97,9 @@ def select(names, patterns):
     if isinstance(patterns, str):
         raise TypeError("names must be a list of names or globs, not one string")
     picked = set()
+    known = set(names)
     for p in patterns:
-        hit = [n for n in names if fnmatch.fnmatchcase(n, p)] if _is_glob(p) else ([p] if p in set(names) else [])
+        hit = [n for n in names if _picks(p, n, known)]
         if not hit:
             raise KeyError(f"{p!r} matches no tensor of the checkpoint")
         picked.update(hit)
@@ -136,9 +139,10 @@ def _shard_dims(tensors, shard):
     if not shard:
         return {}
     dims, used = {}, set()
+    known = {t["name"] for t in tensors}
     for t in tensors:
         for pattern, dim in shard.items():
-            if fnmatch.fnmatchcase(t["name"], pattern) if _is_glob(pattern) else t["name"] == pattern:
+            if _picks(pattern, t["name"], known):
                 rank = len(t["shape"])
                 if not isinstance(dim, int) or not -rank <= dim < rank:
                     raise ValueError(f"tensor {t['name']!r} of shape {list(t['shape'])} has no dimension {dim!r} to shard along")

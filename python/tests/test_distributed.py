@@ -162,6 +162,19 @@ def test_names_pick_exact_names_and_globs_in_checkpoint_order():
         distributed.select(names, "head")
 
 
+def test_a_name_with_glob_characters_picks_that_tensor_exactly():
+    # Tensor names may hold '[', '*' or '?' (an index in a name): the name itself picks the one
+    # tensor so named, not what it would match as a glob ('w[0]' as a glob is 'w0').
+    names = ["w[0]", "w0", "x*", "xy", "p?", "pq"]
+    assert distributed.select(names, ["w[0]"]) == ["w[0]"]
+    assert distributed.select(names, ["x*"]) == ["x*"]
+    assert distributed.select(names, ["p?"]) == ["p?"]
+    assert distributed.select(names, ["w[0-9]"]) == ["w0"]  # no such name: a glob
+    tensors = [{"name": n, "shape": [4, 2], "element_bits": 16, "dtype": "BF16"} for n in names]
+    assert distributed._shard_dims(tensors, {"w[0]": 1}) == {"w[0]": 1}
+    assert distributed._shard_dims(tensors, {"x*": 0}) == {"x*": 0}
+
+
 @pytest.mark.parametrize("text, why", [
     ("{not json", "not a JSON index"),
     ("[1, 2]", "weight_map"),
