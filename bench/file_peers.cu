@@ -415,7 +415,7 @@ class mmap_method final : public method {
 /// The ceiling of a GPU reading the page cache where it lies: --threads threads take 64 MiB
 /// granules of the mapped file in turn, pin each (cudaHostRegister, read-only) and copy it on
 /// their own stream. This is what the emulator does with a file namespace, without NVMe
-/// commands; pinning, not the copy, sets its rate (bench/RESULTS.md P5). The granules are
+/// commands; pinning, not the copy, sets its rate (bench/RESULTS.md P9). The granules are
 /// unpinned after each run, untimed, as the emulator unpins them when it closes.
 class pin_method final : public method {
  public:
@@ -433,26 +433,30 @@ class pin_method final : public method {
     const std::uint64_t granules = (target_.bytes + granule - 1) / granule;
     pinned_.assign(granules, 0);
     std::atomic<std::uint64_t> next{0};
+    std::atomic<bool> failed{false};
     std::vector<std::string> errors(threads_);
     std::vector<std::thread> threads;
+    const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE) > 0 ? ::sysconf(_SC_PAGESIZE) : 4096);
+    const int gpu_ordinal = current_gpu();
     for (unsigned i = 0; i < threads_; ++i) {
       threads.emplace_back([&, i] {
         try {
-          check(cudaSetDevice(gpu_ordinal()), "select the GPU");
+          check(cudaSetDevice(gpu_ordinal), "select the GPU");
           cudaStream_t stream = nullptr;
           check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "create a stream");
           const std::unique_ptr<CUstream_st, cudaError_t (*)(cudaStream_t)> owned(stream, cudaStreamDestroy);
-          for (std::uint64_t g = next++; g < granules; g = next++) {
+          for (std::uint64_t g = next++; g < granules && !failed.load(); g = next++) {
             auto* host = static_cast<unsigned char*>(map_) + g * granule;
             const std::uint64_t bytes = std::min(granule, target_.bytes - g * granule);
             // The last granule's page whole: the mapping covers it.
-            check(cudaHostRegister(host, (bytes + 4095) / 4096 * 4096, cudaHostRegisterPortable | cudaHostRegisterReadOnly), "pin a granule");
+            check(cudaHostRegister(host, (bytes + page - 1) / page * page, cudaHostRegisterPortable | cudaHostRegisterReadOnly), "pin a granule");
             pinned_[g] = 1;
             check(cudaMemcpyAsync(gpu + g * granule, host, bytes, cudaMemcpyHostToDevice, stream), "copy a pinned granule");
           }
           check(cudaStreamSynchronize(stream), "finish the copies");
         } catch (const std::exception& e) {
           errors[i] = e.what();
+          failed = true;  // the others stop taking granules
         }
       });
     }
@@ -479,7 +483,7 @@ class pin_method final : public method {
 
  private:
   static constexpr std::uint64_t granule = std::uint64_t{64} << 20;
-  static int gpu_ordinal() {
+  static int current_gpu() {
     int gpu = 0;
     check(cudaGetDevice(&gpu), "find the GPU");
     return gpu;

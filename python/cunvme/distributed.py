@@ -302,7 +302,7 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
                      progress=None, chunk_bytes=128 << 20):
     """See the module's text. Returns a ``Loaded`` dict of this rank's tensors, with
     ``metrics``: this rank's bytes read, the time of its reads and of the whole exchange.
-    ``chunk_bytes``: the pipeline's step (see ``split_reads``)."""
+    ``chunk_bytes``: the pipeline's step (see ``split_reads``); a group of one rank reads in one step."""
     group = process_group if isinstance(process_group, Collectives) else _TorchGroup(process_group)
     rank, ranks = group.rank, group.size
     started = time.perf_counter()
@@ -324,9 +324,10 @@ def load_distributed(dev, source, process_group, framework="torch", device=None,
         # which the digest compares (block sizes or chunk_bytes that differ between ranks change it).
         segments = layout["segments"]
         if ranks == 1:
-            # Nothing to exchange, so nothing to pipeline with: one step, which lets each
-            # file's reads go out as whole runs (128 MiB steps cost a one-GPU load of 7.3 GB
-            # a third of its rate on an H200: 10.4 against 13.5–14.2 GB/s, bench/RESULTS.md P5).
+            # Nothing to exchange, so nothing to pipeline with: one step (``chunk_bytes`` is not
+            # used), which lets each file's reads go out as whole runs. On an H200 a 7.3 GB load
+            # ran at 10.0-10.4 GB/s in 128 MiB steps and 12.8-14.2 in 1 GiB ones (P9 in
+            # bench/RESULTS.md).
             chunk_bytes = max(chunk_bytes, layout["flat_bytes"], 1)
         chunks = [_chunk_count(lo, hi, chunk_bytes) for lo, hi in segments]
         pieces = split_reads(layout["reads"][rank], segments[rank][0], chunk_bytes)

@@ -332,7 +332,8 @@ TEST_CASE("nothing is pinned until a command moves data to or from device memory
     ctrl.store(1).read(200 * 512, back.data(), back.size());
     CHECK(std::memcmp(back.data(), gpu.data, 4096) == 0);
 
-    // The last granule is registered to the end of the page holding the namespace's end.
+    // The last granule, shorter than the others, is registered to its end (the rounding to a
+    // whole last page is the read-only file case's).
     REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 992, 8, gpu.bus)).status() == spec::status::successful_completion);
     expected.push_back({mapping + 7 * test_granule, 512 * 1000 - 7 * test_granule, false});
     CHECK(log.registrations() == expected);
@@ -445,9 +446,30 @@ TEST_CASE("a pinning granule that is not a power of two of at least a page is re
   registration_log log;
   auto config = pinning_config(log);
   config.pinning.granule_bytes = 3 * 4096;
-  CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("power of two"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("granule of 12288 bytes"), std::invalid_argument);
   config.pinning.granule_bytes = 512;
-  CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("at least a page"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("granule of 512 bytes"), std::invalid_argument);
+  config.memory = {};  // no hook, nothing to pin: still refused
+  CHECK_THROWS_WITH_AS(emu::controller{config}, doctest::Contains("power of two of at least a page"), std::invalid_argument);
+}
+
+TEST_CASE("the pinning budget counts every controller's pinned granules in the process together") {
+  registration_log log_a, log_b;
+  auto config_a = pinning_config(log_a);
+  auto config_b = pinning_config(log_b);
+  config_a.pinning.budget_bytes = config_b.pinning.budget_bytes = emu::detail::process_pinned_bytes().load() + test_granule;
+  emu::controller a(config_a), b(config_b);
+  test_host host_a(a), host_b(b);
+  REQUIRE(host_a.enable());
+  REQUIRE(host_b.enable());
+  auto qa = host_a.create_pair(1, 16);
+  auto qb = host_b.create_pair(1, 16);
+  fake_gpu_buffer gpu_a(a, 4096), gpu_b(b, 4096);
+  REQUIRE(host_a.run(*qa, spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, gpu_a.bus)).status() == spec::status::successful_completion);
+  REQUIRE(host_b.run(*qb, spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, gpu_b.bus)).status() == spec::status::successful_completion);
+  CHECK(a.namespace_pinned_bytes(1) == test_granule);
+  CHECK(b.namespace_pinned_bytes(1) == 0);  // the process had reached the budget
+  CHECK(log_b.registrations().empty());
 }
 
 TEST_CASE("threads pinning the same granules at once register each exactly once") {
@@ -503,25 +525,81 @@ TEST_CASE("threads pinning the same granules at once register each exactly once"
   CHECK(log.unregistered.size() == log.registered.size());
 }
 
-TEST_CASE("Write Zeroes on a pinned namespace clears the range in place") {
+TEST_CASE("Write Zeroes clears a pinned granule in place and hands an unpinned granule's pages back") {
   registration_log log;
-  emu::controller_config config;
-  config.namespaces = {emu::namespace_config::in_memory(512, 1000)};
-  config.memory = log.hooks();
-  emu::controller ctrl(config);
+  emu::controller ctrl(pinning_config(log));  // granules of 64 KiB, nothing pinned ahead
   test_host host(ctrl);
   REQUIRE(host.enable());
   auto q = host.create_pair(1, 16);
   auto& store = ctrl.store(1);
-  std::vector<std::byte> junk(64 * 1024, std::byte{0xa5});
+  std::vector<std::byte> junk(2 * test_granule, std::byte{0xa5});
   store.write(0, junk.data(), junk.size());
-  REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::write_zeroes, 1, 0, 128)).status() == spec::status::successful_completion);
-  // Pinned pages stay in the mapping (whatever a device reads through them is what the host sees).
+  // A read into device memory pins granule 0; granule 1 stays unpinned.
+  fake_gpu_buffer gpu(ctrl, 4096);
+  REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, gpu.bus)).status() == spec::status::successful_completion);
+  REQUIRE(ctrl.namespace_pinned_bytes(1) == test_granule);
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> resident(64 * 1024 / page);
-  REQUIRE(::mincore(store.mapping(), 64 * 1024, resident.data()) == 0);
-  CHECK(std::all_of(resident.begin(), resident.end(), [](unsigned char r) { return (r & 1u) != 0; }));
-  std::vector<std::byte> back(64 * 1024);
+  const auto resident_pages = [&](std::uint64_t offset) {
+    std::vector<unsigned char> resident(test_granule / page);
+    REQUIRE(::mincore(store.mapping() + offset, test_granule, resident.data()) == 0);
+    return std::count_if(resident.begin(), resident.end(), [](unsigned char r) { return (r & 1u) != 0; });
+  };
+  // Both granules whole: 256 blocks of 512 bytes.
+  REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::write_zeroes, 1, 0, 256)).status() == spec::status::successful_completion);
+  // Pinned pages stay in the mapping (whatever a device reads through them is what the host
+  // sees); the unpinned granule's are handed back.
+  CHECK(resident_pages(0) == static_cast<std::ptrdiff_t>(test_granule / page));
+  CHECK(resident_pages(test_granule) == 0);
+  std::vector<std::byte> back(2 * test_granule);
   store.read(0, back.data(), back.size());
   CHECK(std::all_of(back.begin(), back.end(), [](std::byte b) { return b == std::byte{0}; }));
+  // The granule held while its pages went is pinned by the next read that needs it.
+  REQUIRE(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 128, 8, gpu.bus)).status() == spec::status::successful_completion);
+  CHECK(ctrl.namespace_pinned_bytes(1) == 2 * test_granule);
+}
+
+TEST_CASE("zeroing and pinning the same granules from many threads never pins a granule whose pages are being handed back") {
+  // The hook checks that no zeroing of its granule is in progress when it is called (the
+  // granule is held while its pages go), with threads zeroing and pinning at random.
+  registration_log log;
+  auto hooks = log.hooks();
+  std::atomic<int> zeroing_now[8] = {};
+  std::atomic<int> overlaps{0};
+  std::byte* base = nullptr;
+  auto record = hooks.register_host;
+  hooks.register_host = [&](void* p, std::size_t n, bool ro) {
+    const auto g = static_cast<std::size_t>((static_cast<std::byte*>(p) - base) / test_granule);
+    if (zeroing_now[g].load() != 0) overlaps.fetch_add(1);
+    return record(p, n, ro);
+  };
+  std::vector<std::byte> memory(9 * test_granule);
+  base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(memory.data()) + 4095) / 4096 * 4096);
+  emu::pinning_config pin;
+  pin.granule_bytes = test_granule;
+  for (int round = 0; round < 20; ++round) {
+    emu::detail::pinned_granules granules(base, 8 * test_granule, false, pin, hooks.register_host, hooks.unregister_host);
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (std::uint64_t i = 0; i < 64; ++i) {
+          const std::uint64_t g = (i * 5 + t * 3 + static_cast<std::uint64_t>(round)) % 8;
+          if (i % 3 != 0) {  // two uses in three, over every granule
+            granules.use(g * test_granule, 1);
+            continue;
+          }
+          std::uint8_t before = 0;
+          if (!granules.hold_unpinned(g, before)) continue;
+          zeroing_now[g].fetch_add(1);
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          zeroing_now[g].fetch_sub(1);
+          granules.end_hold(g, before);
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (std::uint64_t g = 0; g < 8; ++g) CHECK(granules.is_pinned(g));  // every granule was used at least once
+  }
+  CHECK(overlaps == 0);
+  std::scoped_lock lock(log.mutex);
+  CHECK(log.unregistered.size() == log.registered.size());
 }

@@ -44,10 +44,11 @@ TEST_CASE("regions are separated by unmapped guard space") {
   std::vector<std::byte> a(4096), b(4096);
   const auto bus_a = dma.map(a.data(), a.size());
   const auto bus_b = dma.map(b.data(), b.size());
-  // One empty granule at least between a's end and b's start. (Not `bus_b - bus_a >= 2
-  // granules`: bus addresses keep the pointers' offsets in their granule, so that failed
-  // whenever a's offset exceeded b's.)
-  CHECK(bus_b >= bus_a + a.size() + emu::dma_space::bus_granule);
+  // A whole empty granule between the granule a ends in and the one b starts in. (Not
+  // `bus_b - bus_a >= 2 granules`: bus addresses keep the pointers' offsets in their granule,
+  // so that failed whenever a's offset exceeded b's.)
+  constexpr std::uint64_t g = emu::dma_space::bus_granule;
+  CHECK(bus_b / g * g >= (bus_a + a.size() + g - 1) / g * g + g);
   CHECK_FALSE(dma.find(bus_a + 4096, 1).has_value());
 }
 

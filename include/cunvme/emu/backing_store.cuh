@@ -131,7 +131,6 @@ class backing_store {
         fd_(std::exchange(other.fd_, -1)),
         page_bytes_(other.page_bytes_),
         read_only_(other.read_only_),
-        pages_pinned_(std::exchange(other.pages_pinned_, false)),
         path_(std::move(other.path_)),
         locks_(std::move(other.locks_)) {}
 
@@ -144,7 +143,6 @@ class backing_store {
       fd_ = std::exchange(other.fd_, -1);
       page_bytes_ = other.page_bytes_;
       read_only_ = other.read_only_;
-      pages_pinned_ = std::exchange(other.pages_pinned_, false);
       path_ = std::move(other.path_);
       locks_ = std::move(other.locks_);
     }
@@ -167,12 +165,6 @@ class backing_store {
   /// that DMAs to and from it, such as cudaHostRegister. Bytes are read and written through
   /// the functions below, which lock; this pointer is not for that.
   [[nodiscard]] std::byte* mapping() const noexcept { return data_; }
-
-  /// Tells the store whether its pages are pinned for DMA. While they are, `zero` writes
-  /// zeros instead of handing whole pages back: a pinned page dropped from the mapping
-  /// stays where the DMA engine reads and writes while the mapping faults in a fresh one,
-  /// and the two would no longer agree. Call while no access is in progress.
-  void set_pages_pinned(bool pinned) noexcept { pages_pinned_ = pinned; }
 
   /// Copies [offset, offset + len) to `dst`. Throws std::out_of_range outside the store.
   void read(std::uint64_t offset, void* dst, std::uint64_t len) const {
@@ -199,17 +191,19 @@ class backing_store {
   /// Afterwards [offset, offset + len) reads as zeros (Write Zeroes, Deallocate). Whole pages
   /// are handed back — a hole punched in a file, fresh zero pages in RAM — so deallocating
   /// a large range frees space instead of writing zeros over it; the partial pages at either
-  /// end are cleared by hand (all of it, while the pages are pinned: `set_pages_pinned`).
-  /// Bytes past `file_bytes()` read as zeros already and are left alone. Throws
-  /// std::logic_error on a read-only store and std::out_of_range outside the store.
-  void zero(std::uint64_t offset, std::uint64_t len) {
+  /// end are cleared by hand, and all of it when `pages_stay` (pages pinned for DMA: a pinned
+  /// page dropped from the mapping stays where the DMA engine reads and writes while the
+  /// mapping faults in a fresh one, and the two would no longer agree). Bytes past
+  /// `file_bytes()` read as zeros already and are left alone. Throws std::logic_error on a
+  /// read-only store and std::out_of_range outside the store.
+  void zero(std::uint64_t offset, std::uint64_t len, bool pages_stay = false) {
     check_writable("zero");
     check_range(offset, len, "zero");
     if (offset >= file_bytes_) return;
     len = std::min(len, file_bytes_ - offset);
     for_each_piece(offset, len, [&](std::uint64_t at, std::uint64_t n) {
       range_lock<lock_mode::exclusive> lock(locks_.get(), at, n);
-      clear(at, n);
+      clear(at, n, pages_stay);
     });
   }
 
@@ -398,7 +392,7 @@ class backing_store {
   }
 
   /// Zeroes [offset, offset + len); the caller holds it exclusively.
-  void clear(std::uint64_t offset, std::uint64_t len) {
+  void clear(std::uint64_t offset, std::uint64_t len, bool pages_stay) {
     // `data_` is page aligned (mmap of file offset 0), so store offsets align as addresses do.
     const std::uint64_t end = offset + len;
     const std::uint64_t pages_begin = (offset + page_bytes_ - 1) / page_bytes_ * page_bytes_;
@@ -409,7 +403,7 @@ class backing_store {
     }
     std::memset(data_ + offset, 0, pages_begin - offset);
     std::memset(data_ + pages_end, 0, end - pages_end);
-    if (pages_pinned_ || !release_pages(pages_begin, pages_end - pages_begin)) {
+    if (pages_stay || !release_pages(pages_begin, pages_end - pages_begin)) {
       std::memset(data_ + pages_begin, 0, pages_end - pages_begin);
     }
   }
@@ -439,7 +433,6 @@ class backing_store {
   int fd_ = -1;
   std::uint64_t page_bytes_ = 4096;
   bool read_only_ = false;
-  bool pages_pinned_ = false;
   std::string path_;
   std::unique_ptr<lock_table> locks_;
 };

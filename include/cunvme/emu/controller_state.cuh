@@ -173,8 +173,35 @@ class controller_state {
     }
     /// Write Zeroes and deallocation: data and metadata of the blocks read back as zeros.
     void zero_blocks(std::uint64_t slba, std::uint64_t blocks) {
-      store.zero(slba * data_stride(), blocks * data_stride());
-      if (separate_metadata()) store.zero(metadata_offset(slba), blocks * ms);
+      zero(slba * data_stride(), blocks * data_stride());
+      if (separate_metadata()) zero(metadata_offset(slba), blocks * ms);
+    }
+    /// Store bytes [offset, offset + len) as zeros, a granule at a time where pinning is on:
+    /// a pinned granule's pages stay (zeros are written), any other's are handed back with
+    /// its pinning held off meanwhile.
+    void zero(std::uint64_t offset, std::uint64_t len) {
+      if (!pinning) {
+        store.zero(offset, len);
+        return;
+      }
+      const std::uint64_t granule = pinning->granule_bytes();
+      for (std::uint64_t at = offset; at < offset + len;) {
+        const std::uint64_t piece = std::min(granule - at % granule, offset + len - at);
+        const std::uint64_t g = pinning->granule_of(at);
+        std::uint8_t before = 0;
+        if (pinning->hold_unpinned(g, before)) {
+          struct end_hold {
+            pinned_granules& p;
+            std::uint64_t g;
+            std::uint8_t before;
+            ~end_hold() { p.end_hold(g, before); }
+          } held{*pinning, g, before};
+          store.zero(at, piece);
+        } else {
+          store.zero(at, piece, true);
+        }
+        at += piece;
+      }
     }
   };
   /// What executing a command produced.
@@ -281,6 +308,7 @@ class controller_state {
   }
 
   void open_namespaces() {
+    pinned_granules::check_granule(config_.pinning.granule_bytes);  // refused with or without a hook
     claim_files();
     for (const auto& n : config_.namespaces) {
       const std::uint64_t per_block = n.stored_block_bytes();
@@ -294,12 +322,9 @@ class controller_state {
       const std::uint8_t lbads = n.lba_size == 512 ? 9 : 12;
       namespace_state& added = namespaces_.emplace_back(
           namespace_state{std::move(store), n.lba_size, lbads, blocks, n.read_only, n.metadata_size, n.extended_lba && n.metadata_size != 0, {}});
-      // Before any worker thread starts: the store's pinned flag is then fixed while they run
-      // (set for the whole store, since any granule of it may be pinned by then).
       if (config_.memory.register_host) {
         added.pinning = std::make_unique<pinned_granules>(added.store.mapping(), added.store.size(), added.store.read_only(), config_.pinning,
                                                           config_.memory.register_host, config_.memory.unregister_host);
-        added.store.set_pages_pinned(true);
       }
     }
   }

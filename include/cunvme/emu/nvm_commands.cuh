@@ -174,12 +174,16 @@ class nvm_commands : public queues {
   }
 
   /// Pins the granules a command's data (and separate metadata) lie in before it copies them
-  /// to or from device memory, and asks for the granules after them to be pinned ahead.
+  /// to or from device memory, and, where its data reaches past every granule used before,
+  /// asks for the granules after it to be pinned ahead. (A worker may wait here for another
+  /// thread's registration while it holds earlier reads' store ranges: registering takes no
+  /// store lock, so that delays writers to them, and cannot deadlock.)
   void pin_for_device_copies(namespace_state& n, std::uint64_t at, std::uint64_t bytes, std::uint64_t metadata_at, std::uint64_t metadata_bytes) {
     pinned_granules& granules = *n.pinning;
     granules.use(at, bytes);
     granules.use(metadata_at, metadata_bytes);
-    pin_ahead_.request(granules, granules.granule_of(at + bytes - 1) + 1, config_.pinning.ahead);
+    const std::uint64_t last = granules.granule_of(at + bytes - 1);
+    if (granules.advanced_to(last)) pin_ahead_.request(granules, last + 1, config_.pinning.ahead);
   }
 
   /// Calls `copy(piece, at, length)` over [p, p + len) of `n`'s store cut where its pinned
