@@ -300,10 +300,15 @@ class pin_ahead_pool {
     {
       std::scoped_lock lock(mutex_);
       if (stopping_) return;
-      start_threads();
-      if (threads_.empty()) return;
-      for (std::uint64_t g = first; g < first + count; ++g) {
-        if (granules.queue(g)) work_.emplace_back(&granules, g);
+      try {
+        start_threads();
+        if (threads_.empty()) return;
+        for (std::uint64_t g = first; g < first + count; ++g) {
+          if (granules.queue(g)) work_.emplace_back(&granules, g);
+        }
+      } catch (const std::exception&) {
+        // Out of memory for the list: pinning ahead is an optimization, and a granule left
+        // queued is pinned by the first command that uses it.
       }
     }
     work_ready_.notify_all();
@@ -329,7 +334,7 @@ class pin_ahead_pool {
     for (unsigned i = 0; i < wanted_threads_; ++i) {
       try {
         threads_.emplace_back([this] { run(); });
-      } catch (const std::system_error&) {
+      } catch (const std::exception&) {
         break;  // fewer threads pin ahead; with none, commands pin what they use
       }
     }
