@@ -258,19 +258,8 @@ struct registration_log {
 };
 
 /// Page-aligned host memory the controller takes for GPU memory (`memory_kind::device`).
-struct fake_gpu_buffer {
-  fake_gpu_buffer(emu::controller& c, std::size_t bytes)
-      : ctrl(&c), data(static_cast<std::byte*>(std::aligned_alloc(4096, bytes))), size(bytes), bus(c.dma().map(data, bytes, emu::memory_kind::device)) {}
-  fake_gpu_buffer(const fake_gpu_buffer&) = delete;
-  fake_gpu_buffer& operator=(const fake_gpu_buffer&) = delete;
-  ~fake_gpu_buffer() {
-    ctrl->dma().unmap(bus);
-    std::free(data);
-  }
-  emu::controller* ctrl;
-  std::byte* data;
-  std::size_t size;
-  std::uint64_t bus;
+struct fake_gpu_buffer : dma_buffer {
+  fake_gpu_buffer(emu::controller& c, std::size_t bytes) : dma_buffer(c, bytes, 4096, emu::memory_kind::device) {}
 };
 
 constexpr std::uint64_t test_granule = 64 * 1024;

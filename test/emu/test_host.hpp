@@ -22,12 +22,13 @@ namespace spec = cunvme::spec;
 namespace emu = cunvme::emu;
 using namespace std::chrono_literals;
 
-/// Page-aligned memory registered with the controller's IOMMU.
+/// Page-aligned memory registered with the controller's IOMMU, as host memory or (`kind`) as
+/// memory the controller takes for a GPU's, which it reaches through `memory_hooks::device_copy`.
 struct dma_buffer {
-  dma_buffer(emu::controller& c, std::size_t bytes, std::size_t align = 4096) : ctrl(&c), size(bytes) {
+  dma_buffer(emu::controller& c, std::size_t bytes, std::size_t align = 4096, emu::memory_kind kind = emu::memory_kind::host) : ctrl(&c), size(bytes) {
     data = static_cast<std::byte*>(std::aligned_alloc(align, (bytes + align - 1) / align * align));
     std::memset(data, 0, bytes);
-    bus = c.dma().map(data, bytes);
+    bus = c.dma().map(data, bytes, kind);
   }
   dma_buffer(const dma_buffer&) = delete;
   dma_buffer& operator=(const dma_buffer&) = delete;

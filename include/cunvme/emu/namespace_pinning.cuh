@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cunvme/config.cuh>
+#include <cunvme/detail/system_memory.cuh>
 
 #include <algorithm>
 #include <atomic>
@@ -59,13 +60,6 @@ struct pinning_config {
 
 namespace detail {
 
-/// The machine's physical memory in bytes (0 when the system will not say).
-inline std::uint64_t physical_memory_bytes() noexcept {
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
-}
-
 /// Bytes of namespaces pinned in this process now, every controller's together: what
 /// `pinning_config::budget_bytes` is compared against.
 inline std::atomic<std::uint64_t>& process_pinned_bytes() noexcept {
@@ -91,7 +85,7 @@ class pinned_granules {
         bytes_(bytes),
         read_only_(read_only),
         granule_(config.granule_bytes),
-        budget_(config.budget_bytes != 0 ? config.budget_bytes : physical_memory_bytes() / 2),
+        budget_(config.budget_bytes != 0 ? config.budget_bytes : cunvme::detail::physical_memory_bytes() / 2),
         register_(std::move(register_host)),
         unregister_(std::move(unregister_host)) {
     check_granule(granule_);

@@ -379,8 +379,12 @@ namespace detail {
   if (const auto mb = o.number("cmb_mb", 0, max_cmb_mb)) config.cmb_bytes = *mb << 20;
   if (const auto workers = o.number("workers", 1, 1024)) config.workers = static_cast<unsigned>(*workers);
   if (const auto mb = o.number("pin_granule_mb", 1, 1u << 20)) {
-    if ((*mb & (*mb - 1)) != 0) o.refuse("pin_granule_mb", "'pin_granule_mb' must be a power of two");
     config.pinning.granule_bytes = *mb << 20;
+    try {
+      emu::detail::pinned_granules::check_granule(config.pinning.granule_bytes);  // the controller's own rule
+    } catch (const std::invalid_argument& e) {
+      o.refuse("pin_granule_mb", e.what());
+    }
   }
   if (const auto ahead = o.number("pin_ahead", 0, 1u << 20)) config.pinning.ahead = static_cast<unsigned>(*ahead);
   if (const auto threads = o.number("pin_threads", 0, 64)) config.pinning.threads = static_cast<unsigned>(*threads);

@@ -24,6 +24,7 @@
 
 #include <cunvme/config.cuh>
 #include <cunvme/detail/file_descriptor.cuh>
+#include <cunvme/detail/system_memory.cuh>
 #include <cunvme/host/backend/emu_backend.cuh>
 #include <cunvme/host/controller/controller.cuh>
 #include <cunvme/host/error.cuh>
@@ -76,8 +77,8 @@ class controller_owner {
     if (ctrl_.shadow_doorbells()) {
       throw error("Share", ctrl_.name(), "shadow doorbells are in effect (in the owner's memory): open the controller with shadow_doorbells off to share it");
     }
-    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-    max_bytes_per_process_ = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2 : std::uint64_t{1} << 34;
+    const std::uint64_t machine = cunvme::detail::physical_memory_bytes();
+    max_bytes_per_process_ = machine != 0 ? machine / 2 : std::uint64_t{1} << 34;
     listener_ = cunvme::detail::file_descriptor(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
     if (!listener_) throw error("Share", path_, std::system_error(errno, std::generic_category(), "socket").what());
     const sockaddr_un address = socket_address(path_, "Share");
