@@ -84,6 +84,21 @@ TEST_CASE("a miss reads the page from the namespace and a hit returns the same b
   CHECK(counters.fills == 1);
   CHECK(counters.hits == 2);
   CHECK(c.io_commands() == 1);
+  // One fill: the slot's generation went odd for it and even again after it, and hits leave it.
+  CHECK(c.memory.slot_generation(page_word::slot(c.memory.page_entry(3))) == 2);
+}
+
+TEST_CASE("every refill of a slot moves its generation on by two, and it is even whenever the slot holds a page") {
+  cache_rig c(4096, 1);
+  const cache_t cache = c.cache();
+  for (std::uint64_t page = 0; page < 5; ++page) {
+    std::uint64_t word = 0;
+    REQUIRE(cache.read(page * 4096, 8, &word).ok());
+    CHECK(word == word_at(page * 4096));
+    CHECK(c.memory.slot_entry(0) == slot_owner::of_page(page));
+    CHECK(c.memory.slot_generation(0) == 2 * (page + 1));
+  }
+  CHECK(c.memory.counters().evictions == 4);
 }
 
 /// A cache shape: page bytes, the namespace's block bytes, and blocks per command (0: MDTS).
@@ -361,7 +376,10 @@ TEST_CASE("an injected read error reaches exactly the threads that access the pa
     }
   }
   CHECK(page_word::state(c.memory.page_entry(5)) == page_state::invalid);
-  for (std::uint32_t s = 0; s < 8; ++s) CHECK(c.memory.slot_entry(s) != slot_owner::of_page(5));
+  for (std::uint32_t s = 0; s < 8; ++s) {
+    CHECK(c.memory.slot_entry(s) != slot_owner::of_page(5));
+    CHECK(c.memory.slot_generation(s) % 2 == 0);  // a failed read completed: its slot is free and stable again
+  }
   const auto counters = c.memory.counters();
   // Each accessor of page 5 read it itself (a waiter retries the fill), so each got its own status.
   CHECK(counters.fill_failures == threads / 2);
@@ -406,7 +424,12 @@ TEST_CASE("a lost completion becomes a bounded timeout for the accessor, its slo
   CHECK(counters.retired_slots == 1);
   CHECK(counters.fill_failures == 1);
   unsigned retired = 0;
-  for (std::uint32_t s = 0; s < 8; ++s) retired += c.memory.slot_entry(s) == slot_owner::retired;
+  for (std::uint32_t s = 0; s < 8; ++s) {
+    const bool gone = c.memory.slot_entry(s) == slot_owner::retired;
+    retired += gone;
+    // Odd for good where the controller may still write the slot: no unreferenced reader trusts it.
+    CHECK((c.memory.slot_generation(s) % 2 == 1) == gone);
+  }
   CHECK(retired == 1);
   cunvme::page_ref again(cache, 9, page_access::read);
   REQUIRE(again.ok());

@@ -53,7 +53,7 @@ class array {
 
   /// Copies element `i` into `out` (untouched on failure).
   [[nodiscard]] CUNVME_HOST_DEVICE io_result get(cuda::std::uint64_t i, T& out) const {
-    unsigned char bytes[sizeof(T)];
+    alignas(T) unsigned char bytes[sizeof(T)];  // aligned: the cache copies it in T-wide loads, not byte by byte
     const io_result r = move(i, bytes, page_access::read);
     if (r.ok()) cuda::std::memcpy(&out, bytes, sizeof(T));
     return r;
@@ -63,7 +63,7 @@ class array {
   /// device on eviction or `cache().flush()`. An element across two pages is written in two
   /// pieces; a failure between them leaves the first piece written.
   [[nodiscard]] CUNVME_HOST_DEVICE io_result set(cuda::std::uint64_t i, const T& value) const {
-    unsigned char bytes[sizeof(T)];
+    alignas(T) unsigned char bytes[sizeof(T)];
     cuda::std::memcpy(bytes, &value, sizeof(T));
     return move(i, bytes, page_access::write);
   }

@@ -15,6 +15,14 @@
 //   A failed fill puts the word back to INVALID and hands the reader's io_result to that thread;
 //   waiters then fill it themselves, so each gets its own honest result, never bytes that did
 //   not arrive.
+// - unreferenced hit (GPU threads' `read`): the page's word gives its slot; the slot's generation
+//   (page_table.cuh) is read before and after copying the bytes, the word once more in between;
+//   an even generation that did not move, with the word still VALID in that slot, means the copy
+//   is the page's. Nothing shared is written but the clock bit (once) and the hit counter (once
+//   per group of lanes), so a warp's 32 lanes on one page cost one set of loads, not 32 swaps on
+//   one word. Anything else (not VALID, a fill under way, a slot refilled) takes the hit or miss
+//   path above. CPU threads always take references: their copy would race with the
+//   controller's writes of the slot in the C++ memory model.
 // - every wait is bounded by the queue's timeout and ends in an io_result.
 #pragma once
 
@@ -173,15 +181,24 @@ class page_cache {
   }
 
   /// Copies `bytes` at byte `offset` of the namespace into `out`, through the cache. The range
-  /// must lie within one page (invalid_request otherwise): for small values.
+  /// must lie within one page (invalid_request otherwise): for small values. On the GPU a hit
+  /// takes no reference (the unreferenced hit above).
   [[nodiscard]] CUNVME_HOST_DEVICE io_result read(cuda::std::uint64_t offset, cuda::std::uint64_t bytes, void* out) const {
-    return copy(offset, bytes, page_access::read, [&](unsigned char* at) { cuda::std::memcpy(out, at, bytes); });
+#if defined(CUNVME_DEVICE_COMPILATION)
+    const cuda::std::uint64_t page = offset >> c_.page_shift;
+    const cuda::std::uint64_t within = offset & (c_.page_bytes() - 1);
+    if (page < c_.pages && blocks_per_page_ != 0 && bytes != 0 && bytes <= c_.page_bytes() - within &&
+        read_unreferenced(page, within, bytes, out)) {
+      return io_result{};
+    }
+#endif
+    return copy(offset, bytes, page_access::read, [&](unsigned char* at) { copy_bytes(out, at, bytes); });
   }
 
   /// Copies `bytes` from `in` to byte `offset` of the namespace, through the cache (the page
   /// becomes dirty; it reaches the namespace on eviction or `flush`). Within one page.
   [[nodiscard]] CUNVME_HOST_DEVICE io_result write(cuda::std::uint64_t offset, cuda::std::uint64_t bytes, const void* in) const {
-    return copy(offset, bytes, page_access::write, [&](unsigned char* at) { cuda::std::memcpy(at, in, bytes); });
+    return copy(offset, bytes, page_access::write, [&](unsigned char* at) { copy_bytes(at, in, bytes); });
   }
 
   /// Writes back every dirty page no thread holds, then sends an NVM Flush so the writes are
@@ -234,16 +251,28 @@ class page_cache {
       return {r, nullptr};
     }
     bookkeeping_word<cuda::std::uint64_t> owner(c_.owners[slot]);
+    bookkeeping_word<cuda::std::uint32_t> generation(c_.generations[slot]);
+    // Only the claimer writes a slot's generation. Odd before the read is sent: an unreferenced
+    // reader still copying the slot's last page then finds another generation after its copy.
+    // On the GPU the fence (system scope) orders the store before the submission's writes, and
+    // so before the controller can write the slot; CPU threads take no unreferenced hits.
+    const cuda::std::uint32_t refilling = generation.load(cuda::std::memory_order_relaxed) + 1;
+    generation.store(refilling, cuda::std::memory_order_relaxed);
+#if defined(CUNVME_DEVICE_COMPILATION)
+    cuda::atomic_thread_fence(cuda::std::memory_order_release, cuda::thread_scope_system);
+#endif
     const io_result r = fill(page, slot);
     if (!r.ok()) {
       count(c_.counters->fill_failures);
       // A read that timed out was abandoned, not cancelled: the controller may still write the
-      // slot, so it must never hold another page. Any other failure completed (or sent nothing),
-      // so the slot is free; release, so the next claimer's acquire orders its read after this one's.
+      // slot, so it must never hold another page (and its generation stays odd). Any other failure
+      // completed (or sent nothing), so the slot is free; release, so the next claimer's acquire
+      // orders its read after this one's.
       if (r.error == io_error::timeout) {
         owner.store(slot_owner::retired, cuda::std::memory_order_relaxed);
         count(c_.counters->retired_slots);
       } else {
+        generation.store(refilling + 1, cuda::std::memory_order_relaxed);
         owner.store(slot_owner::empty, cuda::std::memory_order_release);
       }
       word.store(page_word::make(page_state::invalid), cuda::std::memory_order_release);
@@ -251,13 +280,70 @@ class page_cache {
     }
     count(c_.counters->fills);
     // The owner before the word (both release): an evictor that finds the owner then checks
-    // that the word names this slot, which it does only once VALID is published.
+    // that the word names this slot, which it does only once VALID is published. The even
+    // generation between them (release: the bytes the read brought are seen by a reader that
+    // acquires it) and before VALID, which is what an unreferenced reader's checks rely on.
     owner.store(slot_owner::of_page(page), cuda::std::memory_order_release);
+    generation.store(refilling + 1, cuda::std::memory_order_release);
     mark_referenced(slot);
     // Release: the bytes the read brought (ordered before this by the completion record's
     // acquire) are visible to every thread whose hit reads this VALID.
     word.store(page_word::make(page_state::valid, slot, access == page_access::write, 1), cuda::std::memory_order_release);
     return {io_result{}, slot_bytes(slot)};
+  }
+
+  /// The unreferenced hit: copies `bytes` at `within` of `page` into `out` where the page is
+  /// VALID and its slot is not refilled during the copy, and counts the hit; false (nothing
+  /// counted, `out` perhaps written) otherwise, and the caller takes the referenced path.
+  [[nodiscard]] CUNVME_HOST_DEVICE bool read_unreferenced(cuda::std::uint64_t page, cuda::std::uint64_t within, cuda::std::uint64_t bytes,
+                                                          void* out) const {
+    bookkeeping_word<cuda::std::uint64_t> word(c_.table[page]);
+    // Relaxed: only the slot is taken from it; the generation decides what may be read.
+    const cuda::std::uint64_t seen = word.load(cuda::std::memory_order_relaxed);
+    if (page_word::state(seen) != page_state::valid) return false;
+    const cuda::std::uint32_t slot = page_word::slot(seen);
+    bookkeeping_word<cuda::std::uint32_t> generation(c_.generations[slot]);
+    // Acquire: pairs with the release of this even generation by the fill that set it, so the
+    // copy sees the bytes that fill brought (and what writers released since), not older ones.
+    const cuda::std::uint32_t before = generation.load(cuda::std::memory_order_acquire);
+    if ((before & 1) != 0) return false;
+    // The word again, now that the generation is known: VALID in this slot means the slot held
+    // the page at `before`. An evictor moves the word off VALID before it makes the generation
+    // odd (so an older VALID cannot be read here), and a later fill of the page into this slot
+    // publishes VALID (release) after a newer generation, which the fence below makes the second
+    // look see.
+    const cuda::std::uint64_t again = word.load(cuda::std::memory_order_relaxed);
+    if (page_word::state(again) != page_state::valid || page_word::slot(again) != slot) return false;
+    // The copy's loads before the second look at the generation: one aligned 8-byte value (an
+    // `array<uint64_t>` element) by an acquire load of it, anything else by a fence after the
+    // copy (on the H200 the acquire load served 7–12 % more hits: bench/RESULTS.md, P7a).
+    const unsigned char* from = slot_bytes(slot) + within;
+    if (bytes == 8 && (reinterpret_cast<cuda::std::uintptr_t>(from) | reinterpret_cast<cuda::std::uintptr_t>(out)) % 8 == 0) {
+      auto& value = *const_cast<cuda::std::uint64_t*>(reinterpret_cast<const cuda::std::uint64_t*>(from));
+      *static_cast<cuda::std::uint64_t*>(out) = bookkeeping_word<cuda::std::uint64_t>(value).load(cuda::std::memory_order_acquire);
+    } else {
+      copy_bytes(out, from, bytes);
+      cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device);
+    }
+    if (generation.load(cuda::std::memory_order_relaxed) != before) return false;
+    mark_referenced(slot);
+    count(c_.counters->hits);
+    return true;
+  }
+
+  /// Copies `bytes` bytes in the widest units both addresses and the size allow: a GPU's
+  /// `memcpy` of an unknown alignment moves one byte per load.
+  CUNVME_HOST_DEVICE static void copy_bytes(void* to, const void* from, cuda::std::uint64_t bytes) noexcept {
+#if defined(CUNVME_DEVICE_COMPILATION)
+    const auto aligned = reinterpret_cast<cuda::std::uintptr_t>(to) | reinterpret_cast<cuda::std::uintptr_t>(from) | bytes;
+    const auto move = [&]<class Unit>(Unit) {
+      for (cuda::std::uint64_t i = 0; i < bytes / sizeof(Unit); ++i) static_cast<Unit*>(to)[i] = static_cast<const Unit*>(from)[i];
+    };
+    if (aligned % 16 == 0) return move(uint4{});
+    if (aligned % 8 == 0) return move(cuda::std::uint64_t{});
+    if (aligned % 4 == 0) return move(cuda::std::uint32_t{});
+#endif
+    cuda::std::memcpy(to, from, bytes);
   }
 
   /// Finds a slot for `page` by clock with second chance: a set clock bit is cleared and the

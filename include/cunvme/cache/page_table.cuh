@@ -1,12 +1,18 @@
 // The page cache's shared state: one 64-bit word per page of the namespace (its state, the
-// slot holding it, whether it is dirty, how many threads hold it), one owner word and one
-// clock bit per slot, and the counters. `page_cache` (page_cache.cuh) works on it;
+// slot holding it, whether it is dirty, how many threads hold it), one owner word, one clock
+// bit and one generation per slot, and the counters. `page_cache` (page_cache.cuh) works on it;
 // `host::page_cache_memory` lays it out once, zeroed, and hands out the view.
 //
 // Why one word per page: a hit is then a single compare-and-swap that both checks the page is
 // VALID and adds a reference, so no lock is taken on the lookup path, and an evictor can take a
 // page only by the same kind of swap from "VALID with no references" — a page some thread holds
 // can never be evicted under it (the bug BaM's PR #39 fixed in its cache).
+//
+// Why a generation per slot: GPU threads that only read a page need not write shared state at
+// all. A slot's generation is odd while its bytes are being replaced and moves on with every
+// refill, so a reader that finds the same even generation before and after copying its bytes
+// (and the page's word naming that slot in between) copied the page's bytes, with no reference
+// taken: `page_cache::read`'s unreferenced hit.
 #pragma once
 
 #include <cunvme/config.cuh>
@@ -105,6 +111,7 @@ struct page_cache_view {
   cuda::std::uint64_t* table = nullptr;              ///< [pages]: page_word per page of the namespace
   cuda::std::uint64_t* owners = nullptr;             ///< [slots]: slot_owner per slot
   cuda::std::uint32_t* referenced = nullptr;         ///< [slots]: clock bits, set by hits, cleared by the hand
+  cuda::std::uint32_t* generations = nullptr;        ///< [slots]: odd while a fill replaces the slot's bytes; +2 per refill
   page_cache_counters* counters = nullptr;
   unsigned char* data = nullptr;                     ///< [slots × page_bytes()]: the slots' bytes
   prp::page_list data_bus{};                         ///< the same bytes as the controller reaches them
@@ -131,15 +138,16 @@ inline constexpr unsigned min_cache_page_shift = 12;
 inline constexpr unsigned max_cache_page_shift = 16;
 
 /// Where a cache's bookkeeping lies in one zeroed allocation: the counters, then the page
-/// table, the slot owners, the clock bits and the data's page addresses (8-byte aligned).
+/// table, the slot owners, the clock bits, the generations and the data's page addresses
+/// (8-byte aligned).
 struct page_cache_layout {
-  cuda::std::size_t table_at = 0, owners_at = 0, referenced_at = 0, bus_pages_at = 0, bytes = 0;
+  cuda::std::size_t table_at = 0, owners_at = 0, referenced_at = 0, generations_at = 0, bus_pages_at = 0, bytes = 0;
 
   /// The layout for `pages` pages, `slots` slots and `data_pages` data pages; false where a
   /// size does not fit `size_t` (callers refuse such a cache).
   [[nodiscard]] static constexpr bool of(cuda::std::uint64_t pages, cuda::std::uint64_t slots, cuda::std::uint64_t data_pages,
                                          page_cache_layout& out) noexcept {
-    // Each count below 2^58 (on a 64-bit size_t): four arrays of at most 8 bytes an entry then
+    // Each count below 2^58 (on a 64-bit size_t): five arrays of at most 8 bytes an entry then
     // sum to less than 2^63, so nothing below wraps.
     constexpr cuda::std::uint64_t limit = ~cuda::std::size_t{0} / 64;
     if (pages > limit || slots > limit || data_pages > limit) return false;
@@ -147,7 +155,8 @@ struct page_cache_layout {
     l.table_at = sizeof(page_cache_counters);
     l.owners_at = l.table_at + static_cast<cuda::std::size_t>(pages) * 8;
     l.referenced_at = l.owners_at + static_cast<cuda::std::size_t>(slots) * 8;
-    l.bus_pages_at = (l.referenced_at + static_cast<cuda::std::size_t>(slots) * 4 + 7) / 8 * 8;
+    l.generations_at = l.referenced_at + static_cast<cuda::std::size_t>(slots) * 4;
+    l.bus_pages_at = (l.generations_at + static_cast<cuda::std::size_t>(slots) * 4 + 7) / 8 * 8;
     l.bytes = l.bus_pages_at + static_cast<cuda::std::size_t>(data_pages) * 8;
     out = l;
     return true;
@@ -159,6 +168,7 @@ struct page_cache_layout {
     view.table = reinterpret_cast<cuda::std::uint64_t*>(base + table_at);
     view.owners = reinterpret_cast<cuda::std::uint64_t*>(base + owners_at);
     view.referenced = reinterpret_cast<cuda::std::uint32_t*>(base + referenced_at);
+    view.generations = reinterpret_cast<cuda::std::uint32_t*>(base + generations_at);
   }
 };
 

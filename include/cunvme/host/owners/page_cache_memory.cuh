@@ -151,6 +151,16 @@ class page_cache_memory {
     return w;
   }
 
+  /// A snapshot of `slot`'s generation (odd while a fill replaces its bytes, and for good once a
+  /// fill into it timed out); throws `host::error` past the last slot.
+  [[nodiscard]] std::uint32_t slot_generation(std::uint32_t slot) const {
+    if (slot >= view_.slots) throw error("Read page cache slot", device_, "slot " + std::to_string(slot) + " is past the last (" + std::to_string(view_.slots) + ")");
+    if (host_view_.generations != nullptr) return bookkeeping_word<std::uint32_t>(host_view_.generations[slot]).load(cuda::std::memory_order_acquire);
+    std::uint32_t g = 0;
+    read_bookkeeping(&g, layout_.generations_at + std::uint64_t{slot} * 4, sizeof g);
+    return g;
+  }
+
  private:
   /// log2 of `page_bytes`, which must be a power of two from 4 KiB to 64 KiB.
   [[nodiscard]] unsigned page_shift_of(const std::string& what, std::uint64_t page_bytes) const {
