@@ -26,6 +26,7 @@
 // - every wait is bounded by the queue's timeout and ends in an io_result.
 #pragma once
 
+#include <cunvme/cache/page_ref.cuh>
 #include <cunvme/cache/page_table.cuh>
 #include <cunvme/config.cuh>
 #include <cunvme/detail/access.cuh>
@@ -48,18 +49,6 @@
 #include <cuda/std/type_traits>
 
 CUNVME_NAMESPACE_BEGIN
-
-/// What an acquirer means to do with a page: writers mark it dirty, so it is written back
-/// before its slot is reused and by `flush`.
-enum class page_access : cuda::std::uint8_t { read, write };
-
-/// An acquired page: its bytes until `release`, or why there are none.
-struct cached_page {
-  io_result result{};
-  unsigned char* data = nullptr;  ///< page_bytes() bytes of the page; nullptr unless `result` is success
-
-  [[nodiscard]] CUNVME_HOST_DEVICE constexpr bool ok() const noexcept { return result.ok(); }
-};
 
 /// The cache, as GPU or CPU threads use it: a trivially copyable value over a `page_cache_view`
 /// (the shared state), the queue pair its reads and write-backs go through and the namespace.
@@ -259,7 +248,7 @@ class page_cache {
     const cuda::std::uint32_t refilling = generation.load(cuda::std::memory_order_relaxed) + 1;
     generation.store(refilling, cuda::std::memory_order_relaxed);
 #if defined(CUNVME_DEVICE_COMPILATION)
-    cuda::atomic_thread_fence(cuda::std::memory_order_release, cuda::thread_scope_system);
+    access::stores_before_submission();
 #endif
     const io_result r = fill(page, slot);
     if (!r.ok()) {
@@ -292,9 +281,10 @@ class page_cache {
     return {io_result{}, slot_bytes(slot)};
   }
 
-  /// The unreferenced hit: copies `bytes` at `within` of `page` into `out` where the page is
-  /// VALID and its slot is not refilled during the copy, and counts the hit; false (nothing
-  /// counted, `out` perhaps written) otherwise, and the caller takes the referenced path.
+#if defined(CUNVME_DEVICE_COMPILATION)
+  /// The unreferenced hit (GPU threads only): copies `bytes` at `within` of `page` into `out`
+  /// where the page is VALID and its slot is not refilled during the copy, and counts the hit;
+  /// false (nothing counted, `out` perhaps written) otherwise: the caller takes the referenced path.
   [[nodiscard]] CUNVME_HOST_DEVICE bool read_unreferenced(cuda::std::uint64_t page, cuda::std::uint64_t within, cuda::std::uint64_t bytes,
                                                           void* out) const {
     bookkeeping_word<cuda::std::uint64_t> word(c_.table[page]);
@@ -323,13 +313,14 @@ class page_cache {
       *static_cast<cuda::std::uint64_t*>(out) = bookkeeping_word<cuda::std::uint64_t>(value).load(cuda::std::memory_order_acquire);
     } else {
       copy_bytes(out, from, bytes);
-      cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device);
+      access::loads_before_later_loads();
     }
     if (generation.load(cuda::std::memory_order_relaxed) != before) return false;
     mark_referenced(slot);
     count(c_.counters->hits);
     return true;
   }
+#endif
 
   /// Copies `bytes` bytes in the widest units both addresses and the size allow: a GPU's
   /// `memcpy` of an unknown alignment moves one byte per load.
@@ -490,46 +481,5 @@ class page_cache {
   cuda::std::uint64_t timeout_ns_ = 0;
   cuda::std::uint32_t blocks_per_page_ = 0;
 };
-
-/// A scoped reference to a page: acquired on construction, released on destruction (or
-/// `reset`). Move-only.
-/// Usage: examples/snippets/host.cpp, `page_cache_reads`.
-template <class Cache>
-class page_ref {
- public:
-  CUNVME_HOST_DEVICE page_ref(const Cache& cache, cuda::std::uint64_t page, page_access access)
-      : cache_(&cache), page_(page), got_(cache.acquire(page, access)) {}
-  page_ref(const page_ref&) = delete;
-  page_ref& operator=(const page_ref&) = delete;
-  CUNVME_HOST_DEVICE page_ref(page_ref&& o) noexcept : cache_(o.cache_), page_(o.page_), got_(o.got_) { o.cache_ = nullptr; }
-  CUNVME_HOST_DEVICE page_ref& operator=(page_ref&& o) noexcept {
-    if (this != &o) {
-      reset();
-      cache_ = o.cache_, page_ = o.page_, got_ = o.got_;
-      o.cache_ = nullptr;
-    }
-    return *this;
-  }
-  CUNVME_HOST_DEVICE ~page_ref() { reset(); }
-
-  [[nodiscard]] CUNVME_HOST_DEVICE bool ok() const noexcept { return cache_ != nullptr && got_.ok(); }
-  [[nodiscard]] CUNVME_HOST_DEVICE const io_result& result() const noexcept { return got_.result; }
-  /// The page's bytes while this reference is held; nullptr after a failure or `reset`.
-  [[nodiscard]] CUNVME_HOST_DEVICE unsigned char* data() const noexcept { return ok() ? got_.data : nullptr; }
-  [[nodiscard]] CUNVME_HOST_DEVICE cuda::std::uint64_t page() const noexcept { return page_; }
-  /// Releases the reference now (nothing where the acquire failed).
-  CUNVME_HOST_DEVICE void reset() noexcept {
-    if (cache_ != nullptr && got_.ok()) cache_->release(page_);
-    cache_ = nullptr;
-  }
-
- private:
-  const Cache* cache_;
-  cuda::std::uint64_t page_;
-  cached_page got_;
-};
-
-template <class Cache>
-page_ref(const Cache&, cuda::std::uint64_t, page_access) -> page_ref<Cache>;
 
 CUNVME_NAMESPACE_END

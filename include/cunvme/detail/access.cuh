@@ -55,6 +55,17 @@ CUNVME_HOST_DEVICE inline void mmio_store_after_writes(cuda::std::uint32_t* reg,
 #endif
 }
 
+#if defined(CUNVME_DEVICE_COMPILATION)
+/// (GPU only) Orders this thread's earlier stores before its later ones at system scope, so
+/// before anything a controller does once it sees the later ones: a page cache slot's odd
+/// generation before the submission of the fill that overwrites the slot.
+__device__ inline void stores_before_submission() noexcept { cuda::atomic_thread_fence(cuda::std::memory_order_release, cuda::thread_scope_system); }
+
+/// (GPU only) Completes this thread's earlier loads before its later ones (device scope): a page
+/// cache reader's copy of a slot before its second look at the slot's generation.
+__device__ inline void loads_before_later_loads() noexcept { cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device); }
+#endif
+
 /// Dwords 0 to 2 of a completion entry.
 struct entry_words {
   cuda::std::uint32_t dw0, dw1, dw2;
