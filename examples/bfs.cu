@@ -199,16 +199,14 @@ int run(int argc, char** argv) {
   thrust::device_vector<std::uint32_t> d_edges(g.edges.begin(), g.edges.end());
   const memory_graph in_memory{thrust::raw_pointer_cast(d_offsets.data()), thrust::raw_pointer_cast(d_edges.data())};
 
-  level_state* s = nullptr;
-  example::check(cudaHostAlloc(&s, sizeof *s, cudaHostAllocMapped), "allocate the level state");
+  const example::mapped<level_state> s("allocate the level state");
   example::stream stream;
   thrust::device_vector<std::uint32_t> depth_volume(vertices), depth_memory(vertices);
   std::printf("bfs: %u vertices, %zu edges (%llu MiB of CSR) striped over %zu controllers; cache %llu MiB\n", vertices, g.edges.size(),
               static_cast<unsigned long long>((offsets_bytes + edges_bytes) >> 20), o.uris.size(),
               static_cast<unsigned long long>(o.slots * 4096 >> 20));
-  const result rm = bfs(in_memory, vertices, depth_memory, s, stream);
-  const result rv = bfs(on_volume, vertices, depth_volume, s, stream);
-  (void)cudaFreeHost(s);
+  const result rm = bfs(in_memory, vertices, depth_memory, s.get(), stream);
+  const result rv = bfs(on_volume, vertices, depth_volume, s.get(), stream);
   if (!rv.ok) {
     std::printf("  on the volume: %s: no figures reported\n", rv.why.c_str());
     return 1;

@@ -44,6 +44,41 @@ struct stream {
   operator cudaStream_t() const noexcept { return s; }
 };
 
+/// One T in pinned host memory that kernels reach through its pointer (mapped): an outcome or a
+/// count the host reads once the stream is synchronized. Value-initialized; freed on scope
+/// exit, also when an exception unwinds.
+template <class T>
+struct mapped {
+  T* p = nullptr;
+  explicit mapped(const char* what) {
+    check(cudaHostAlloc(&p, sizeof(T), cudaHostAllocMapped), what);
+    *p = T{};
+  }
+  mapped(const mapped&) = delete;
+  mapped& operator=(const mapped&) = delete;
+  ~mapped() { (void)cudaFreeHost(p); }
+  [[nodiscard]] T* get() const noexcept { return p; }
+  T& operator*() const noexcept { return *p; }
+  T* operator->() const noexcept { return p; }
+};
+
+/// A CUDA event, destroyed on scope exit.
+struct event {
+  cudaEvent_t e = nullptr;
+  event() { check(cudaEventCreate(&e), "create an event"); }
+  event(const event&) = delete;
+  event& operator=(const event&) = delete;
+  ~event() { (void)cudaEventDestroy(e); }
+  operator cudaEvent_t() const noexcept { return e; }
+};
+
+/// Milliseconds between two recorded events that have completed.
+inline float milliseconds(const event& from, const event& to) {
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, from, to), "time");
+  return ms;
+}
+
 /// Wall time since construction, as the caller of a blocking call sees it.
 struct timer {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();

@@ -126,13 +126,10 @@ int run(int argc, char** argv) {
   // peer-to-peer DMA (tier 2) pass cunvme::host::allocate_gpu to put them in GPU memory.
   cunvme::host::page_cache_memory memory(gpu_volume, 4096, o.slots, cunvme::host::gpu_bookkeeping(*volumes.ctrls[0], example::where));
   const table t(cache(memory.device_view(), gpu_volume.device_view()), 0, o.rows);
-  outcome* out = nullptr;
-  unsigned long long* differ = nullptr;
-  example::check(cudaHostAlloc(&out, sizeof *out, cudaHostAllocMapped), "allocate the outcome");
-  example::check(cudaHostAlloc(&differ, sizeof *differ, cudaHostAllocMapped), "allocate the count");
+  const example::mapped<outcome> out("allocate the outcome");
+  const example::mapped<unsigned long long> differ("allocate the count");
   example::stream s;
-  cudaEvent_t e[4];
-  for (auto& ev : e) example::check(cudaEventCreate(&ev), "create an event");
+  const example::event e[3];
   const unsigned threads = 256;
   const auto grid = static_cast<unsigned>((o.batch + threads - 1) / threads);
 
@@ -146,18 +143,16 @@ int run(int argc, char** argv) {
     *differ = 0;
     const cunvme::page_cache_counters before = memory.counters();
     example::check(cudaEventRecord(e[0], s), "record");
-    gather_cached<<<grid, threads, 0, s>>>(t, thrust::raw_pointer_cast(d_idx.data()), o.batch, thrust::raw_pointer_cast(cached_out.data()), out);
+    gather_cached<<<grid, threads, 0, s>>>(t, thrust::raw_pointer_cast(d_idx.data()), o.batch, thrust::raw_pointer_cast(cached_out.data()), out.get());
     example::check(cudaEventRecord(e[1], s), "record");
     gather_memory<<<grid, threads, 0, s>>>(thrust::raw_pointer_cast(in_memory.data()), thrust::raw_pointer_cast(d_idx.data()), o.batch,
                                            thrust::raw_pointer_cast(memory_out.data()));
     example::check(cudaEventRecord(e[2], s), "record");
     count_differences<<<grid, threads, 0, s>>>(thrust::raw_pointer_cast(cached_out.data()), thrust::raw_pointer_cast(memory_out.data()), o.batch,
-                                               differ);
+                                               differ.get());
     example::check(cudaGetLastError(), "launch");
     example::check(cudaStreamSynchronize(s), "run the gathers");
-    float cached_ms = 0, memory_ms = 0;
-    example::check(cudaEventElapsedTime(&cached_ms, e[0], e[1]), "time");
-    example::check(cudaEventElapsedTime(&memory_ms, e[1], e[2]), "time");
+    const float cached_ms = example::milliseconds(e[0], e[1]), memory_ms = example::milliseconds(e[1], e[2]);
     const cunvme::page_cache_counters after = memory.counters();
     const unsigned long long hits = after.hits - before.hits, misses = after.misses - before.misses;
     const bool ok = out->failed == 0 && *differ == 0;
@@ -170,9 +165,6 @@ int run(int argc, char** argv) {
     std::printf("  %s: cache %.2f ms (%.1f M rows/s), in GPU memory %.3f ms; %.1f %% hits, %llu page reads; every row verified\n", pass, cached_ms,
                 o.batch / (cached_ms * 1e3), memory_ms, 100.0 * hits / std::max(1ull, hits + misses), misses);
   }
-  for (auto& ev : e) (void)cudaEventDestroy(ev);
-  (void)cudaFreeHost(out);
-  (void)cudaFreeHost(differ);
   return all_ok ? 0 : 1;
 }
 
