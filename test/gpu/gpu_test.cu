@@ -150,6 +150,11 @@ __global__ void cache_warp_writes(gpu_cache c, tally* t) {
 }
 
 
+/// One thread reads `bytes` at `offset` through the cache into `out`.
+__global__ void cache_read_once(gpu_cache c, std::uint64_t offset, std::uint64_t bytes, unsigned char* out, io_result* result) {
+  *result = c.read(offset, bytes, out);
+}
+
 /// The stress test's words that threads own: one every `owned_stride` bytes (65 words), so each
 /// page holds several threads' words; word g (of `owned_words`) belongs to thread g % threads.
 constexpr std::uint64_t owned_stride = 520;
@@ -1192,7 +1197,7 @@ TEST_CASE("a warp's lanes on one page at once: coalesced reads under eviction pr
   cudaFreeHost(flushed);
 }
 
-TEST_CASE("under eviction pressure with writes (128 slots, under 1 % of the pages), reads see the last write, no page is in two slots, none held was evicted") {
+TEST_CASE("under eviction pressure with writes (128 slots, under 1 % of the pages), reads see the last write, the namespace gets it, and at rest no page is in two slots") {
   for (const bool gpu_slots : {false, true}) {
     CAPTURE(gpu_slots);
     gpu_rig rig(tier::host_queues_host_data);
@@ -1294,6 +1299,72 @@ TEST_CASE("more hot pages than slots: pages move between slots under their reade
   CHECK(n.hits + n.misses == std::uint64_t{blocks} * threads * reads);
   CHECK(n.evictions > 100);
   MESSAGE(n.hits << " hits, " << n.misses << " misses, " << n.evictions << " evictions, " << n.coalesced_waits << " coalesced waits");
+}
+
+TEST_CASE("a GPU read takes no reference while its slot's generation is even and unchanged, and is refused while a fill holds it odd") {
+  gpu_rig rig(tier::host_queues_host_data);
+  auto q = rig.queue(64, std::chrono::milliseconds(100));  // the referenced path's waits end in 3 × 100 ms
+  const namespace_view ns = q->namespace_view(1);
+  host::page_cache_memory memory(*rig.ctrl, ns, 4096, 8, host::gpu_bookkeeping(*rig.ctrl, rig.t));
+  const gpu_cache c(memory.device_view(), q->view(), ns);
+  const page_cache_view v = memory.device_view();
+  unsigned char* out = nullptr;
+  io_result* result = nullptr;
+  REQUIRE_CUDA(cudaHostAlloc(&out, 32, cudaHostAllocMapped));  // room for the 17-byte read below
+  REQUIRE_CUDA(cudaHostAlloc(&result, sizeof *result, cudaHostAllocMapped));
+  const auto read = [&](std::uint64_t offset, std::uint64_t bytes) {
+    std::memset(out, 0xab, 32);
+    run_kernel<completion::cooperative>(q->view(), [&](cudaStream_t s, const grid_poller&) { cache_read_once<<<1, 1, 0, s>>>(c, offset, bytes, out, result); });
+    return *result;
+  };
+  const auto namespace_bytes_at = [&](std::uint64_t offset, std::uint64_t bytes) {
+    bool same = true;
+    for (std::uint64_t i = 0; i < bytes; ++i) same = same && out[i] == static_cast<unsigned char>(word_at((offset + i) / 8 * 8) >> ((offset + i) % 8 * 8));
+    return same;
+  };
+  const auto untouched = [&] {
+    for (int i = 0; i < 16; ++i)
+      if (out[i] != 0xab) return false;
+    return true;
+  };
+  REQUIRE(read(3 * 4096, 8).ok());  // page 3 comes in: a miss
+  const std::uint32_t slot = page_word::slot(memory.page_entry(3));
+  REQUIRE(memory.slot_generation(slot) == 2);
+  // Every reference taken: the referenced path can only wait for one, so a read that succeeds
+  // from here on took no reference.
+  const std::uint64_t saturated = page_word::make(page_state::valid, slot, false, page_word::max_references);
+  REQUIRE_CUDA(cudaMemcpy(v.table + 3, &saturated, sizeof saturated, cudaMemcpyHostToDevice));
+  const page_cache_counters before = memory.counters();
+  // An aligned word (its acquire load), an aligned 4 bytes, 12 bytes from an odd offset and 16
+  // (the copy and the fence).
+  const std::pair<std::uint64_t, std::uint64_t> reads[] = {{3 * 4096 + 8 * 17, 8}, {3 * 4096 + 20, 4}, {3 * 4096 + 3, 12}, {3 * 4096 + 4080, 16}};
+  for (const auto& [offset, bytes] : reads) {
+    CAPTURE(offset);
+    const io_result r = read(offset, bytes);
+    CHECK_MESSAGE(r.ok(), to_string(r));
+    CHECK(namespace_bytes_at(offset, bytes));
+  }
+  CHECK(memory.counters().hits - before.hits == 4);
+  CHECK(memory.counters().misses == before.misses);
+  // Odd: a fill is replacing the slot's bytes. The reads are refused and take the referenced
+  // path, which with every reference taken times out; the caller's bytes stay as they were.
+  const std::uint32_t odd = 3;
+  REQUIRE_CUDA(cudaMemcpy(v.generations + slot, &odd, sizeof odd, cudaMemcpyHostToDevice));
+  for (const auto& [offset, bytes] : reads) {
+    CAPTURE(offset);
+    CHECK(read(offset, bytes).error == io_error::timeout);
+    CHECK(untouched());
+  }
+  CHECK(memory.counters().hits - before.hits == 4);
+  // Even again (a later generation) with the word still naming the slot: served again.
+  const std::uint32_t even = 4;
+  REQUIRE_CUDA(cudaMemcpy(v.generations + slot, &even, sizeof even, cudaMemcpyHostToDevice));
+  CHECK(read(3 * 4096 + 8 * 17, 8).ok());
+  CHECK(namespace_bytes_at(3 * 4096 + 8 * 17, 8));
+  // More than 16 bytes always take a reference: with every one taken, a timeout.
+  CHECK(read(3 * 4096, 17).error == io_error::timeout);
+  cudaFreeHost(out);
+  cudaFreeHost(result);
 }
 
 TEST_CASE("a copy that timed out keeps its buffer mapped while copies run, then Abort or a reset frees it and copies work again") {

@@ -15,10 +15,12 @@
 //   A failed fill puts the word back to INVALID and hands the reader's io_result to that thread;
 //   waiters then fill it themselves, so each gets its own honest result, never bytes that did
 //   not arrive.
-// - unreferenced hit (GPU threads' `read`): the page's word gives its slot; the slot's generation
-//   (page_table.cuh) is read before and after copying the bytes, the word once more in between;
-//   an even generation that did not move, with the word still VALID in that slot, means the copy
-//   is the page's. Nothing shared is written but the clock bit (once) and the hit counter (once
+// - unreferenced hit (GPU threads' `read` of up to 16 bytes): the page's word gives its slot;
+//   the slot's generation (page_table.cuh) is read before and after copying the bytes (into
+//   registers), the word once more in between (acquire); an even generation that did not move,
+//   with the word still VALID in that slot, means the copy is the page's, and only then does it
+//   reach the caller. A generation is 32 bits: a reader would have to stall through 2^31 refills
+//   of one slot between two of its loads to be fooled. Nothing shared is written but the clock bit (once) and the hit counter (once
 //   per group of lanes), so a warp's 32 lanes on one page cost one set of loads, not 32 swaps on
 //   one word. Anything else (not VALID, a fill under way, a slot refilled) takes the hit or miss
 //   path above. CPU threads always take references: their copy would race with the
@@ -30,6 +32,7 @@
 #include <cunvme/cache/page_table.cuh>
 #include <cunvme/config.cuh>
 #include <cunvme/detail/access.cuh>
+#include <cunvme/detail/copy_widest.cuh>
 #include <cunvme/detail/checked.cuh>
 #include <cunvme/io/io_result.cuh>
 #include <cunvme/io/namespace_view.cuh>
@@ -61,6 +64,10 @@ class page_cache {
  public:
   using reader = block_reader<Queue, prp::page_list, Doorbell>;
   using writer = block_writer<Queue, prp::page_list, Doorbell>;
+
+  /// The largest GPU read served without a reference: it is staged in registers, so that a copy
+  /// found stale afterwards never reaches the caller's memory.
+  static constexpr cuda::std::uint64_t max_unreferenced_bytes = 16;
 
   /// Waiters for another thread's fill wait at most this many queue timeouts: the filler itself
   /// may spend one searching for a slot, one writing a dirty victim back and one reading, and a
@@ -171,23 +178,24 @@ class page_cache {
 
   /// Copies `bytes` at byte `offset` of the namespace into `out`, through the cache. The range
   /// must lie within one page (invalid_request otherwise): for small values. On the GPU a hit
-  /// takes no reference (the unreferenced hit above).
+  /// of at most `max_unreferenced_bytes` takes no reference (the unreferenced hit above); a
+  /// larger read takes one, which its copy amortizes. `out` is written only on success.
   [[nodiscard]] CUNVME_HOST_DEVICE io_result read(cuda::std::uint64_t offset, cuda::std::uint64_t bytes, void* out) const {
 #if defined(CUNVME_DEVICE_COMPILATION)
     const cuda::std::uint64_t page = offset >> c_.page_shift;
     const cuda::std::uint64_t within = offset & (c_.page_bytes() - 1);
-    if (page < c_.pages && blocks_per_page_ != 0 && bytes != 0 && bytes <= c_.page_bytes() - within &&
+    if (page < c_.pages && blocks_per_page_ != 0 && bytes != 0 && bytes <= max_unreferenced_bytes && bytes <= c_.page_bytes() - within &&
         read_unreferenced(page, within, bytes, out)) {
       return io_result{};
     }
 #endif
-    return copy(offset, bytes, page_access::read, [&](unsigned char* at) { copy_bytes(out, at, bytes); });
+    return copy(offset, bytes, page_access::read, [&](unsigned char* at) { detail::copy_widest(out, at, bytes); });
   }
 
   /// Copies `bytes` from `in` to byte `offset` of the namespace, through the cache (the page
   /// becomes dirty; it reaches the namespace on eviction or `flush`). Within one page.
   [[nodiscard]] CUNVME_HOST_DEVICE io_result write(cuda::std::uint64_t offset, cuda::std::uint64_t bytes, const void* in) const {
-    return copy(offset, bytes, page_access::write, [&](unsigned char* at) { copy_bytes(at, in, bytes); });
+    return copy(offset, bytes, page_access::write, [&](unsigned char* at) { detail::copy_widest(at, in, bytes); });
   }
 
   /// Writes back every dirty page no thread holds, then sends an NVM Flush so the writes are
@@ -282,60 +290,49 @@ class page_cache {
   }
 
 #if defined(CUNVME_DEVICE_COMPILATION)
-  /// The unreferenced hit (GPU threads only): copies `bytes` at `within` of `page` into `out`
-  /// where the page is VALID and its slot is not refilled during the copy, and counts the hit;
-  /// false (nothing counted, `out` perhaps written) otherwise: the caller takes the referenced path.
+  /// The unreferenced hit (GPU threads only): copies `bytes` (at most `max_unreferenced_bytes`)
+  /// at `within` of `page` into `out` where the page is VALID and its slot is not refilled
+  /// during the copy, and counts the hit; false (nothing counted, `out` untouched) otherwise:
+  /// the caller takes the referenced path.
   [[nodiscard]] CUNVME_HOST_DEVICE bool read_unreferenced(cuda::std::uint64_t page, cuda::std::uint64_t within, cuda::std::uint64_t bytes,
                                                           void* out) const {
     bookkeeping_word<cuda::std::uint64_t> word(c_.table[page]);
-    // Relaxed: only the slot is taken from it; the generation decides what may be read.
+    // Relaxed: only the slot is taken from it; the checks below decide what may be read.
     const cuda::std::uint64_t seen = word.load(cuda::std::memory_order_relaxed);
     if (page_word::state(seen) != page_state::valid) return false;
     const cuda::std::uint32_t slot = page_word::slot(seen);
     bookkeeping_word<cuda::std::uint32_t> generation(c_.generations[slot]);
-    // Acquire: pairs with the release of this even generation by the fill that set it, so the
-    // copy sees the bytes that fill brought (and what writers released since), not older ones.
+    // Acquire: pairs with the release of this even generation by the fill that set it (the same
+    // thread evicted the slot's last page first), so no older VALID of this page is seen below.
     const cuda::std::uint32_t before = generation.load(cuda::std::memory_order_acquire);
     if ((before & 1) != 0) return false;
-    // The word again, now that the generation is known: VALID in this slot means the slot held
-    // the page at `before`. An evictor moves the word off VALID before it makes the generation
-    // odd (so an older VALID cannot be read here), and a later fill of the page into this slot
-    // publishes VALID (release) after a newer generation, which the fence below makes the second
-    // look see.
-    const cuda::std::uint64_t again = word.load(cuda::std::memory_order_relaxed);
+    // The word again: VALID in this slot means the slot held the page at `before`, since an
+    // evictor moves the word off VALID before it makes the generation odd. Acquire: pairs with
+    // the word's last release — the fill's VALID or a writer giving its reference back — so the
+    // copy sees their bytes, as a referenced hit's swap would; and a later fill of the page into
+    // this slot, whose VALID follows a newer generation, makes the second look below see that one.
+    const cuda::std::uint64_t again = word.load(cuda::std::memory_order_acquire);
     if (page_word::state(again) != page_state::valid || page_word::slot(again) != slot) return false;
     // The copy's loads before the second look at the generation: one aligned 8-byte value (an
     // `array<uint64_t>` element) by an acquire load of it, anything else by a fence after the
     // copy (on the H200 the acquire load served 7–12 % more hits: bench/RESULTS.md, P7a).
+    alignas(16) unsigned char staged[max_unreferenced_bytes];
     const unsigned char* from = slot_bytes(slot) + within;
-    if (bytes == 8 && (reinterpret_cast<cuda::std::uintptr_t>(from) | reinterpret_cast<cuda::std::uintptr_t>(out)) % 8 == 0) {
+    if (bytes == 8 && reinterpret_cast<cuda::std::uintptr_t>(from) % 8 == 0) {
       auto& value = *const_cast<cuda::std::uint64_t*>(reinterpret_cast<const cuda::std::uint64_t*>(from));
-      *static_cast<cuda::std::uint64_t*>(out) = bookkeeping_word<cuda::std::uint64_t>(value).load(cuda::std::memory_order_acquire);
+      const cuda::std::uint64_t got = bookkeeping_word<cuda::std::uint64_t>(value).load(cuda::std::memory_order_acquire);
+      cuda::std::memcpy(staged, &got, 8);
     } else {
-      copy_bytes(out, from, bytes);
+      detail::copy_widest(staged, from, bytes);
       access::loads_before_later_loads();
     }
     if (generation.load(cuda::std::memory_order_relaxed) != before) return false;
+    detail::copy_widest(out, staged, bytes);
     mark_referenced(slot);
     count(c_.counters->hits);
     return true;
   }
 #endif
-
-  /// Copies `bytes` bytes in the widest units both addresses and the size allow: a GPU's
-  /// `memcpy` of an unknown alignment moves one byte per load.
-  CUNVME_HOST_DEVICE static void copy_bytes(void* to, const void* from, cuda::std::uint64_t bytes) noexcept {
-#if defined(CUNVME_DEVICE_COMPILATION)
-    const auto aligned = reinterpret_cast<cuda::std::uintptr_t>(to) | reinterpret_cast<cuda::std::uintptr_t>(from) | bytes;
-    const auto move = [&]<class Unit>(Unit) {
-      for (cuda::std::uint64_t i = 0; i < bytes / sizeof(Unit); ++i) static_cast<Unit*>(to)[i] = static_cast<const Unit*>(from)[i];
-    };
-    if (aligned % 16 == 0) return move(uint4{});
-    if (aligned % 8 == 0) return move(cuda::std::uint64_t{});
-    if (aligned % 4 == 0) return move(cuda::std::uint32_t{});
-#endif
-    cuda::std::memcpy(to, from, bytes);
-  }
 
   /// Finds a slot for `page` by clock with second chance: a set clock bit is cleared and the
   /// slot passed over once; a free slot is claimed; a slot whose page is VALID with no
