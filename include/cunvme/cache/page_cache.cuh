@@ -20,11 +20,11 @@
 //   registers), the word once more in between (acquire); an even generation that did not move,
 //   with the word still VALID in that slot, means the copy is the page's, and only then does it
 //   reach the caller. A generation is 32 bits: a reader would have to stall through 2^31 refills
-//   of one slot between two of its loads to be fooled. Nothing shared is written but the clock bit (once) and the hit counter (once
-//   per group of lanes), so a warp's 32 lanes on one page cost one set of loads, not 32 swaps on
-//   one word. Anything else (not VALID, a fill under way, a slot refilled) takes the hit or miss
-//   path above. CPU threads always take references: their copy would race with the
-//   controller's writes of the slot in the C++ memory model.
+//   of one slot between two of its loads to be fooled. Nothing shared is written but the clock
+//   bit (once) and the hit counter (once per group of lanes), so a warp's 32 lanes on one page
+//   cost one set of loads, not 32 swaps on one word. Anything else (not VALID, a fill under way,
+//   a slot refilled) takes the hit or miss path above. CPU threads always take references: their
+//   copy would race with the controller's writes of the slot in the C++ memory model.
 // - every wait is bounded by the queue's timeout and ends in an io_result.
 #pragma once
 
@@ -32,8 +32,8 @@
 #include <cunvme/cache/page_table.cuh>
 #include <cunvme/config.cuh>
 #include <cunvme/detail/access.cuh>
-#include <cunvme/detail/copy_widest.cuh>
 #include <cunvme/detail/checked.cuh>
+#include <cunvme/detail/copy_widest.cuh>
 #include <cunvme/io/io_result.cuh>
 #include <cunvme/io/namespace_view.cuh>
 #include <cunvme/io/reader.cuh>

@@ -143,25 +143,24 @@ class page_cache_memory {
   }
 
   /// A snapshot of `slot`'s owner word (`slot_owner::`); throws `host::error` past the last slot.
-  [[nodiscard]] std::uint64_t slot_entry(std::uint32_t slot) const {
-    if (slot >= view_.slots) throw error("Read page cache slot", device_, "slot " + std::to_string(slot) + " is past the last (" + std::to_string(view_.slots) + ")");
-    if (host_view_.owners != nullptr) return bookkeeping_word<std::uint64_t>(host_view_.owners[slot]).load(cuda::std::memory_order_acquire);
-    std::uint64_t w = 0;
-    read_bookkeeping(&w, layout_.owners_at + std::uint64_t{slot} * 8, sizeof w);
-    return w;
-  }
+  [[nodiscard]] std::uint64_t slot_entry(std::uint32_t slot) const { return slot_word(host_view_.owners, layout_.owners_at, slot); }
 
   /// A snapshot of `slot`'s generation (odd while a fill replaces its bytes, and for good once a
   /// fill into it timed out); throws `host::error` past the last slot.
-  [[nodiscard]] std::uint32_t slot_generation(std::uint32_t slot) const {
-    if (slot >= view_.slots) throw error("Read page cache slot", device_, "slot " + std::to_string(slot) + " is past the last (" + std::to_string(view_.slots) + ")");
-    if (host_view_.generations != nullptr) return bookkeeping_word<std::uint32_t>(host_view_.generations[slot]).load(cuda::std::memory_order_acquire);
-    std::uint32_t g = 0;
-    read_bookkeeping(&g, layout_.generations_at + std::uint64_t{slot} * 4, sizeof g);
-    return g;
-  }
+  [[nodiscard]] std::uint32_t slot_generation(std::uint32_t slot) const { return slot_word(host_view_.generations, layout_.generations_at, slot); }
 
  private:
+  /// Slot `slot`'s entry of the per-slot array at `host_array` (as the host addresses it, or
+  /// null) and byte `at` of the bookkeeping.
+  template <class T>
+  [[nodiscard]] T slot_word(T* host_array, std::size_t at, std::uint32_t slot) const {
+    if (slot >= view_.slots) throw error("Read page cache slot", device_, "slot " + std::to_string(slot) + " is past the last (" + std::to_string(view_.slots) + ")");
+    if (host_array != nullptr) return bookkeeping_word<T>(host_array[slot]).load(cuda::std::memory_order_acquire);
+    T w = 0;
+    read_bookkeeping(&w, at + std::size_t{slot} * sizeof(T), sizeof w);
+    return w;
+  }
+
   /// log2 of `page_bytes`, which must be a power of two from 4 KiB to 64 KiB.
   [[nodiscard]] unsigned page_shift_of(const std::string& what, std::uint64_t page_bytes) const {
     if (page_bytes == 0 || (page_bytes & (page_bytes - 1)) != 0) {
