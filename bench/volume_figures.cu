@@ -4,10 +4,11 @@
 //
 //   P7a  8-byte reads through `array<uint64_t>` (per thread `a[i]`), every access a hit, ÷ the
 //        same reads from a plain GPU array, 64 Ki to 4 Mi threads, by a kernel with the
-//        compiler's registers and by one bounded to 64 (`__launch_bounds__(256, 4)`), in two shapes: coalesced (a
-//        warp reads 32 consecutive elements of one random page, BaM's shape) and random (each
-//        lane its own element); HBM's copy bandwidth beside them. Checked by comparing the sums
-//        of the values read, so nothing is verified inside the timed kernels. On a volume of four
+//        compiler's registers and by one bounded to 64 (`__launch_bounds__(256, 4)`), in two
+//        shapes: coalesced (a warp reads 32 consecutive elements of one random page, BaM's
+//        shape) and random (each lane its own element); HBM's copy bandwidth beside them.
+//        Checked by comparing the sums of the values read, so nothing is verified inside the
+//        timed kernels. On a volume of four
 //        emulators (hits do no I/O; with no endless controller kernel beside them, Nsight
 //        Compute can profile these kernels: `--only p7a`)
 //   P7b  random 4 KiB pages through the cache, (almost) every access a miss, ÷ raw `volume_io`
@@ -266,7 +267,7 @@ __device__ void gather_through_cache(words_t a, std::uint64_t mask, unsigned rou
 }
 
 /// The gather as a kernel of the caller's would be written: the compiler gives it the registers
-/// the miss path wants (168 on sm_90), which leaves room for one block of 256 per SM.
+/// the miss path wants (168–174 on sm_90), which leaves room for one block of 256 per SM.
 template <shape S>
 __global__ void cached_gather(words_t a, std::uint64_t mask, unsigned rounds, std::uint64_t seed, unsigned long long* sum, tally* t) {
   gather_through_cache<S>(a, mask, rounds, seed, sum, t);
@@ -507,22 +508,18 @@ int main(int argc, char** argv) {
           plain_rates.push_back(rate);
           plain_sum = sum;
         }
-        for (int k = 0; k < repeats; ++k) {
-          const auto [rate, sum] = time_one([&](cudaStream_t s) {
-            if (sh == shape::random) cached_gather<shape::random><<<blocks, 256, 0, s>>>(a, mask, rounds, 11, sums, t);
-            else cached_gather<shape::coalesced><<<blocks, 256, 0, s>>>(a, mask, rounds, 11, sums, t);
-          });
-          cached_rates.push_back(rate);
-          sums_agree = sums_agree && sum == plain_sum;
-        }
-        for (int k = 0; k < repeats; ++k) {
-          const auto [rate, sum] = time_one([&](cudaStream_t s) {
-            if (sh == shape::random) cached_gather_bounded<shape::random><<<blocks, 256, 0, s>>>(a, mask, rounds, 11, sums, t);
-            else cached_gather_bounded<shape::coalesced><<<blocks, 256, 0, s>>>(a, mask, rounds, 11, sums, t);
-          });
-          bounded_rates.push_back(rate);
-          sums_agree = sums_agree && sum == plain_sum;
-        }
+        // One cached kernel (its random and coalesced instances), `repeats` times; each sum must be the plain array's.
+        const auto time_cached = [&](auto random_kernel, auto coalesced_kernel, std::vector<double>& rates) {
+          for (int k = 0; k < repeats; ++k) {
+            const auto [rate, sum] = time_one([&](cudaStream_t s) {
+              (sh == shape::random ? random_kernel : coalesced_kernel)<<<blocks, 256, 0, s>>>(a, mask, rounds, 11, sums, t);
+            });
+            rates.push_back(rate);
+            sums_agree = sums_agree && sum == plain_sum;
+          }
+        };
+        time_cached(cached_gather<shape::random>, cached_gather<shape::coalesced>, cached_rates);
+        time_cached(cached_gather_bounded<shape::random>, cached_gather_bounded<shape::coalesced>, bounded_rates);
         const std::uint64_t missed = memory.counters().misses - misses_before;
         const auto best = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
         const auto median = [](std::vector<double> v) {
