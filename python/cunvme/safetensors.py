@@ -340,15 +340,22 @@ class SafetensorsFile:
 
     def load(self, names=None, framework="torch", device=None, stream=None):
         """``names`` (all when None) read into one new array and handed out as views of it: a
-        ``Loaded`` dict. GPU reads run on ``stream`` (default: the current stream) and are waited
-        for before it returns (their errors raised), so the tensors are ready on any stream."""
+        ``Loaded`` dict. GPU reads run on ``stream`` (default: a new non-blocking stream that
+        waits for the current one) and are waited for before it returns (their errors raised),
+        so the tensors are ready on any stream."""
         fw = _Framework(framework, device)
         tensors = self._select(names)
         for t in tensors:
             fw.check(t)  # refuse a dtype the framework lacks before reading anything
         start = time.perf_counter()
         current = fw.current_stream()
-        if fw.gpu and stream is not None and stream != current:
+        if fw.gpu and stream is None:
+            # Not the current stream, which is torch's and cupy's legacy default stream unless
+            # the caller chose another: another thread's synchronous copy there (``.cpu()``)
+            # would wait for these reads' kernels while holding a driver lock that the
+            # emulator's data copies for those kernels need, and the reads would time out.
+            stream = fw.new_stream()
+        if fw.gpu and stream != current:
             stream.wait_stream(current) if fw.name == "torch" else stream.wait_event(current.record())
         buffer, offsets, transfers, read = self._enqueue(fw, tensors, None, stream if stream is not None else current)
         for tr in transfers:

@@ -416,7 +416,9 @@ NB_MODULE(_cunvme, m) {
            "(__cuda_array_interface__ or DLPack): copy_n enqueued on `stream` (None, an int handle, a torch or cupy "
            "stream); returns a Transfer, or waits and returns None with sync=True. Raises ValueError/TypeError for a bad "
            "array, NvmeError for an NVMe status, DeviceError for a setup failure. On the host path the commands before a "
-           "failing one (commands of at most MDTS, in LBA order) have moved their blocks.")
+           "failing one (commands of at most MDTS, in LBA order) have moved their blocks. With the emulator, threads "
+           "reading at once pass non-blocking streams: None is the legacy default stream, where another thread's "
+           "synchronous copy (.cpu()) waits for the read while holding a lock the emulator's copies need.")
       .def("write", &device::write, nb::arg("lba"), nb::arg("blocks"), nb::arg("src"), nb::arg("stream").none() = nb::none(),
            nb::arg("sync") = false, nb::keep_alive<0, 1>(),
            "Writes the first blocks * block_size bytes of `src` (C-contiguous) to `blocks` blocks at `lba`; "

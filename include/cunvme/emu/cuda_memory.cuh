@@ -183,6 +183,17 @@ inline void prepare_cuda_environment() {
 /// `controller::namespace_pinned_bytes` tells. To never pin, clear `register_host` in the
 /// returned hooks.
 ///
+/// Threads: the emulator moves data with CUDA calls from its own threads, so a kernel waiting
+/// for its I/O depends on those calls, which a real controller's DMA does not. While such a
+/// kernel runs, a CUDA call on another thread that waits for it while holding the driver's
+/// lock stalls the emulator's copies, and the kernel's commands time out (measured on an H200,
+/// bench/RESULTS.md "Two threads on one emulated device"): `cudaFree` and `cudaFreeHost`, and
+/// a synchronous copy (`cudaMemcpy`) on the legacy default stream when the kernel runs there
+/// too. `cudaMalloc`, `cudaHostAlloc`, `cudaDeviceSynchronize` and synchronous copies that do
+/// not queue behind the kernel did not. So kernels that wait for emulated I/O run on
+/// non-blocking streams, and memory is freed between them (`device::between_copies` does this
+/// for the library's own).
+///
 /// Usage: examples/snippets/kernels.cu, `emulator_with_cuda_memory`.
 [[nodiscard]] inline memory_hooks cuda_memory() {
   memory_hooks hooks;

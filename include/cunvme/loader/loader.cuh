@@ -222,7 +222,9 @@ class safetensors_file {
   /// Enqueues reads of `names` (every tensor when empty) into one new GPU buffer on `stream`.
   /// Throws `host::error` for a name the file lacks or a read that cannot be enqueued. The
   /// buffer is registered with the device (its page table allocated) here: as with
-  /// `device::register_buffer`, best before other copies are in flight.
+  /// `device::register_buffer`, best before other copies are in flight. Threads that load at
+  /// once through the emulator give each load a non-blocking stream of its own, not the legacy
+  /// default stream (`nullptr`): see "Threads" at `emu::cuda_memory`.
   [[nodiscard]] loaded_tensors load(const std::vector<std::string>& names = {}, cudaStream_t stream = nullptr) {
     std::vector<std::size_t> indices;
     if (names.empty()) {
@@ -249,11 +251,16 @@ class safetensors_file {
   [[nodiscard]] std::vector<std::byte> read_to_host(std::uint64_t offset, std::uint64_t length) {
     const read_plan p = plan_reads(where_, {{offset, length}});
     detail::gpu_buffer scratch(dev_, static_cast<std::size_t>(p.buffer_bytes), source_);
-    std::vector<pending_copy> copies = detail::enqueue_reads(dev_, p, scratch.data(), nullptr);
+    // A stream of its own, not the legacy default stream: a synchronous copy there waits for
+    // every other thread's kernel on it, holding a driver lock that the emulator's data copies
+    // for those kernels need (tests/gpu/loader_test.cu, two threads opening one file).
+    const detail::owned_stream stream = detail::make_stream("Read the safetensors header", source_);
+    std::vector<pending_copy> copies = detail::enqueue_reads(dev_, p, scratch.data(), stream.get());
     detail::wait_all(copies, "Read the safetensors header", source_);
     std::vector<std::byte> out(static_cast<std::size_t>(length));
-    host::cuda_check(cudaMemcpy(out.data(), scratch.data() + p.offsets[0], out.size(), cudaMemcpyDeviceToHost), "Copy the header to the host",
-                       source_);
+    host::cuda_check(cudaMemcpyAsync(out.data(), scratch.data() + p.offsets[0], out.size(), cudaMemcpyDeviceToHost, stream.get()),
+                     "Copy the header to the host", source_);
+    host::cuda_check(cudaStreamSynchronize(stream.get()), "Copy the header to the host", source_);
     return out;
   }
 
