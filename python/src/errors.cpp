@@ -57,7 +57,7 @@ void translate(const std::exception_ptr& p, void*) {
     k["reason"] = cunvme::to_string(f.result.error);
     k["lba"] = f.result.lba;
     k["blocks"] = f.result.blocks;
-    raise_python(errors().io_error, f.operation + ": " + cunvme::to_string(f.result), k);
+    raise_python(errors().io_error, f.operation + ": " + cunvme::to_string(f.result) + (f.cause.empty() ? "" : " (" + f.cause + ")"), k);
   } catch (const host::error& e) {
     nb::kwargs k;
     k["operation"] = text(e.operation());
@@ -79,10 +79,10 @@ void register_errors() {
   nb::register_exception_translator(&translate);
 }
 
-void check(const cunvme::io_result& r, const std::string& operation) {
+void check(const cunvme::io_result& r, const std::string& operation, const std::string& cause) {
   if (r.ok()) return;
   if (r.error == cunvme::io_error::nvme_status) throw nvme_failure{operation, r.status, r.lba, r.blocks};
-  throw io_failure{operation, r};
+  throw io_failure{operation, r, cause};
 }
 
 }  // namespace cunvme_python

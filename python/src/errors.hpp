@@ -22,6 +22,7 @@ struct nvme_failure {
 struct io_failure {
   std::string operation;
   cunvme::io_result result;
+  std::string cause;  ///< what the controller's backend saw that may explain a timeout, or empty
 };
 
 /// Setup refused by the extension itself (a closed device, no GPU path): `cunvme.DeviceError`.
@@ -38,6 +39,6 @@ struct format_failure {
 void register_errors();
 
 /// Throws the error for a failed `io_result` (nothing for success).
-void check(const cunvme::io_result& r, const std::string& operation);
+void check(const cunvme::io_result& r, const std::string& operation, const std::string& cause = {});
 
 }  // namespace cunvme_python

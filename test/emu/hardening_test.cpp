@@ -3,6 +3,7 @@
 // a visible write to a read-only register, or data torn under a command.
 #include "test_host.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -478,6 +479,47 @@ TEST_CASE("a write overlapping a read whose copies are still in flight cannot te
   CHECK_MESSAGE((all_old || all_new), "first page " << int(page_a[0]) << ", second page " << int(page_b[0]));
   ctrl.dma().unmap(bus_a);
   ctrl.dma().unmap(bus_b);
+}
+
+TEST_CASE("a device copy held up for a second or more is counted, and its command still completes") {
+  // As when another thread's cudaFree waits for a kernel that waits for this emulator: the
+  // copier's call comes back late. The command does not fail for it; the stall is counted,
+  // so the error about commands that timed out meanwhile can name the cause.
+  std::atomic<bool> stalled{false};
+  auto config = small_config();
+  config.memory.device_copy.copy = [](void* dst, const void* src, std::uint64_t bytes, bool, int) {
+    std::memcpy(dst, src, bytes);
+    return true;
+  };
+  config.memory.device_copy.wait = [&] {
+    if (!stalled.exchange(true)) std::this_thread::sleep_for(1100ms);
+    return true;
+  };
+  emu::controller ctrl(config);
+  const std::vector<std::byte> data(4096, std::byte{0x5a});
+  ctrl.store(1).write(0, data.data(), data.size());
+  test_host host(ctrl);
+  REQUIRE(host.enable());
+  auto q = host.create_pair(1, 8);
+  CHECK(ctrl.stats().copy_stalls == 0);
+  CHECK(emu::copy_stall_note(ctrl.stats()) == "");
+  std::unique_ptr<std::byte, decltype(&std::free)> device(static_cast<std::byte*>(std::aligned_alloc(4096, 4096)), &std::free);
+  const std::uint64_t bus = ctrl.dma().map(device.get(), 4096, emu::memory_kind::device);
+
+  CHECK(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, bus, 0)).status() == spec::status::successful_completion);
+  CHECK(std::equal(data.begin(), data.end(), device.get()));
+  const emu::controller_stats s = ctrl.stats();
+  CHECK(s.copy_stalls == 1);
+  CHECK(s.longest_copy_call_ns >= 1'000'000'000u);
+  CHECK(s.longest_copy_call_ns < 10'000'000'000u);
+  const std::string note = emu::copy_stall_note(s);
+  CHECK_MESSAGE(note.find("have been held up in the CUDA driver 1 time(s), for up to 1.") != std::string::npos, note);
+  CHECK(note.find("cudaFree") != std::string::npos);
+
+  // A copy that is not held up leaves the count as it was.
+  CHECK(host.run(*q, spec::make_rw(spec::nvm_opcode::read, 1, 0, 8, bus, 0)).status() == spec::status::successful_completion);
+  CHECK(ctrl.stats().copy_stalls == 1);
+  ctrl.dma().unmap(bus);
 }
 
 TEST_CASE("a read into host memory after a held read in the same burst does not deadlock with a write spanning both ranges") {

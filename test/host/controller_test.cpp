@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <memory>
 #include <cstdio>
 #include <fstream>
 #include <cstring>
@@ -565,4 +567,42 @@ TEST_CASE("the host's own I/O and a CPU reader on the same queue pair share its 
   REQUIRE(q->read(1, 40, 128, in) == spec::status::successful_completion);
   CHECK(std::memcmp(in.data(), out.data(), out.size()) == 0);
   CHECK(ctrl.unexpected_completions() == 0);
+}
+
+TEST_CASE("the emulator backend gives copies held up in the CUDA driver as the cause of timeouts, while they are held up too") {
+  // What an error about a timed-out copy appends (`device::describe`, the Python IoError): a
+  // copier call held up, as CUDA's are while another thread's cudaFree waits for a kernel that
+  // waits for the emulator. The kernel times out, and its error is written, before the call
+  // comes back: a call still running counts.
+  std::atomic<bool> released{false};
+  emu::controller_config config;
+  config.memory.device_copy.copy = [&](void* dst, const void* src, std::uint64_t bytes, bool, int) {
+    for (int i = 0; i < 1000 && !released.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::memcpy(dst, src, bytes);
+    return true;
+  };
+  const std::unique_ptr<host::emu_backend> b = backend(config);
+  const host::register_backend& any = *b;
+  CHECK(any.timeout_cause() == "");
+  std::vector<std::byte> gpu_stand_in(4096);
+  const std::uint64_t bus = b->controller().dma().map(gpu_stand_in.data(), gpu_stand_in.size(), emu::memory_kind::device);
+  const std::vector<std::byte> bytes(4096, std::byte{7});
+  bool written = false;
+  std::thread copier([&] { written = b->controller().dma().write(bus, bytes.data(), bytes.size()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  CHECK(any.timeout_cause() == "");  // under a second: no stall yet
+  std::string cause;
+  for (int i = 0; i < 100 && cause.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    cause = any.timeout_cause();
+  }
+  CHECK_MESSAGE(cause.find("the emulator's data copies have been held up in the CUDA driver 1 time(s), for up to 1.") == 0, cause);
+  CHECK(cause.find("emu::cuda_memory") != std::string::npos);
+  released = true;
+  copier.join();
+  CHECK(written);
+  CHECK(gpu_stand_in == bytes);
+  // Ended, it is counted once, not once running and once ended.
+  CHECK(b->controller().stats().copy_stalls == 1);
+  b->controller().dma().unmap(bus);
 }

@@ -192,7 +192,9 @@ inline void prepare_cuda_environment() {
 /// too. `cudaMalloc`, `cudaHostAlloc`, `cudaDeviceSynchronize` and synchronous copies that do
 /// not queue behind the kernel did not. So kernels that wait for emulated I/O run on
 /// non-blocking streams, and memory is freed between them (`device::between_copies` does this
-/// for the library's own).
+/// for the library's own). The emulator counts copy calls held up a second or more
+/// (`controller_stats::copy_stalls`), and an error about a timed-out copy says so
+/// (`device::describe`, the loader's errors, Python's `IoError`).
 ///
 /// Usage: examples/snippets/kernels.cu, `emulator_with_cuda_memory`.
 [[nodiscard]] inline memory_hooks cuda_memory() {

@@ -9,6 +9,7 @@
 #include <cunvme/config.cuh>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <charconv>
 #include <cstddef>
@@ -21,6 +22,8 @@
 #include <shared_mutex>
 #include <stdexcept>
 #include <string>
+
+#include <time.h>
 
 CUNVME_NAMESPACE_BEGIN
 namespace emu {
@@ -69,6 +72,18 @@ struct device_copier {
   /// The GPU that owns device memory at `pointer`, or -1 where it is none (the region is refused).
   std::function<int(const void* pointer)> gpu_of;
   [[nodiscard]] explicit operator bool() const noexcept { return static_cast<bool>(copy); }
+};
+
+/// How long the device copier's calls took. A CUDA copy call returns in microseconds and a
+/// wait for one burst's copies in milliseconds; one that takes `copy_stall` or longer was held
+/// up in the CUDA driver — by another thread's call that waits for a kernel which itself waits
+/// for this emulator (emu::cuda_memory, "Threads") — and the commands behind it may time out.
+/// A call still running counts once it has run that long: the kernel waiting for it times
+/// out, and its error is written, before the call comes back.
+struct copier_delays {
+  static constexpr std::uint64_t copy_stall_ns = 1'000'000'000;
+  std::uint64_t stalls = 0;      ///< calls that took (or have been running for) `copy_stall_ns` or longer
+  std::uint64_t longest_ns = 0;  ///< the longest call, ended or running (to the coarse clock's few milliseconds)
 };
 
 /// The set of regions the controller may reach, with bus addresses handed out like an IOMMU.
@@ -235,7 +250,7 @@ class dma_space {
     /// the data (before the command's completion is posted). False if one failed.
     [[nodiscard]] bool finish_device_writes() const {
       const auto& c = space_->copier_;
-      if (!c.wait || c.wait()) return true;
+      if (!c.wait || space_->timed([&] { return c.wait(); })) return true;
       space_->faults_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
@@ -258,12 +273,55 @@ class dma_space {
 
   /// Accesses that fell outside every region, or failed to copy, since construction.
   [[nodiscard]] std::uint64_t faults() const noexcept { return faults_.load(std::memory_order_relaxed); }
+  /// The device copier's slow calls since construction.
+  [[nodiscard]] copier_delays copier_delays_seen() const noexcept {
+    copier_delays d{copy_stalls_.load(std::memory_order_relaxed), longest_copy_ns_.load(std::memory_order_relaxed)};
+    const std::uint64_t now = coarse_now_ns();
+    for (const call_start& c : running_calls_) {
+      const std::uint64_t started = c.at.load(std::memory_order_relaxed);
+      if (started == 0 || started > now) continue;
+      if (now - started >= copier_delays::copy_stall_ns) ++d.stalls;
+      d.longest_ns = std::max(d.longest_ns, now - started);
+    }
+    return d;
+  }
 
  private:
   [[nodiscard]] bool device_copy(void* dst, const void* src, std::uint64_t length, bool to_device, int gpu) const {
-    if (copier_ && copier_.copy(dst, src, length, to_device, gpu)) return true;
+    if (copier_ && timed([&] { return copier_.copy(dst, src, length, to_device, gpu); })) return true;
     faults_.fetch_add(1, std::memory_order_relaxed);
     return false;
+  }
+
+  /// `call()`, its time noted in `copier_delays_seen`. The coarse clock: a few nanoseconds a
+  /// reading (this runs for every copy), its ticks of a few milliseconds enough for stalls of
+  /// a second.
+  template <class Call>
+  [[nodiscard]] bool timed(Call&& call) const {
+    const std::uint64_t start = coarse_now_ns();
+    std::atomic<std::uint64_t>& running = running_calls_[this_thread_slot()].at;
+    running.store(start, std::memory_order_relaxed);
+    const bool ok = call();
+    running.store(0, std::memory_order_relaxed);
+    const std::uint64_t took = coarse_now_ns() - start;
+    if (took >= copier_delays::copy_stall_ns) copy_stalls_.fetch_add(1, std::memory_order_relaxed);
+    std::uint64_t longest = longest_copy_ns_.load(std::memory_order_relaxed);
+    while (took > longest && !longest_copy_ns_.compare_exchange_weak(longest, took, std::memory_order_relaxed)) {
+    }
+    return ok;
+  }
+  /// The calling thread's entry in `running_calls_`: threads take them in turn, so up to
+  /// `running_call_slots` copying threads (a process's emulators' workers) have one each;
+  /// beyond that two share one, and a running call may go unseen (only this diagnosis loses).
+  [[nodiscard]] static unsigned this_thread_slot() noexcept {
+    static std::atomic<unsigned> next{0};
+    thread_local const unsigned slot = next.fetch_add(1, std::memory_order_relaxed) % running_call_slots;
+    return slot;
+  }
+  [[nodiscard]] static std::uint64_t coarse_now_ns() noexcept {
+    timespec t{};
+    (void)clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+    return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(t.tv_nsec);
   }
 
   /// The GPU of a device region about to be mapped: GPU 0 without a `gpu_of` (one GPU, or a
@@ -289,6 +347,13 @@ class dma_space {
   std::uint64_t next_bus_ = first_bus_address;
   device_copier copier_;
   mutable std::atomic<std::uint64_t> faults_{0};
+  mutable std::atomic<std::uint64_t> copy_stalls_{0}, longest_copy_ns_{0};
+  /// When each thread's copier call now running started (coarse ns; 0: none), a cache line each.
+  struct alignas(64) call_start {
+    std::atomic<std::uint64_t> at{0};
+  };
+  static constexpr unsigned running_call_slots = 64;
+  mutable std::array<call_start, running_call_slots> running_calls_{};
 };
 
 }  // namespace emu

@@ -240,6 +240,15 @@ class device {
     return quarantine_.size();
   }
 
+  /// `to_string(r)`, and for a timeout what the controller's backend saw that may explain it
+  /// (the emulator's copies held up in the CUDA driver): the text of errors about a copy.
+  [[nodiscard]] std::string describe(const io_result& r) const {
+    std::string text = to_string(r);
+    if (r.error != io_error::timeout) return text;
+    const std::string cause = ctrl_->backend().timeout_cause();
+    return cause.empty() ? text : text + " (" + cause + ")";
+  }
+
   /// Runs `f()` on the device's GPU once every copy enqueued on the device has run, and
   /// enqueues none until it returns: for CUDA calls that allocate or free memory (cudaMalloc,
   /// cudaFree, cudaHostAlloc, cudaFreeHost), as the loader's buffers and the device's pinned

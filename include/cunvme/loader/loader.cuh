@@ -99,6 +99,7 @@ class gpu_buffer {
   }
   [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(data_); }
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+  [[nodiscard]] device& dev() const noexcept { return dev_; }
 
  private:
   /// cudaFree waits for the whole GPU: between the device's copies, as the allocation was made.
@@ -125,14 +126,14 @@ inline std::vector<pending_copy> enqueue_reads(device& dev, const read_plan& pla
 }
 
 /// Waits for every copy; throws `host::error` naming the first failure (by LBA).
-inline void wait_all(std::vector<pending_copy>& copies, const std::string& what, const std::string& source) {
+inline void wait_all(const device& dev, std::vector<pending_copy>& copies, const std::string& what, const std::string& source) {
   std::optional<io_result> failed;
   for (pending_copy& c : copies) {
     const io_result r = c.wait();
     if (!r.ok() && (!failed || r.lba < failed->lba)) failed = r;
   }
   copies.clear();
-  if (failed) throw host::error(what, source, to_string(*failed));
+  if (failed) throw host::error(what, source, dev.describe(*failed));
 }
 
 }  // namespace detail
@@ -173,7 +174,7 @@ class loaded_tensors {
     for (pending_copy& c : copies_) (void)c.wait();  // the buffer is freed only after its copies
   }
 
-  void wait() { detail::wait_all(copies_, "Load tensors", source_); }
+  void wait() { detail::wait_all(buffer_->dev(), copies_, "Load tensors", source_); }
   [[nodiscard]] const std::vector<gpu_tensor>& tensors() const noexcept { return tensors_; }
   [[nodiscard]] const gpu_tensor* find(std::string_view name) const { return find_tensor(tensors_, name); }
   /// Whole blocks read (tensors' bytes and the block ends around them).
@@ -256,7 +257,7 @@ class safetensors_file {
     // for those kernels need (tests/gpu/loader_test.cu, two threads opening one file).
     const detail::owned_stream stream = detail::make_stream("Read the safetensors header", source_);
     std::vector<pending_copy> copies = detail::enqueue_reads(dev_, p, scratch.data(), stream.get());
-    detail::wait_all(copies, "Read the safetensors header", source_);
+    detail::wait_all(dev_, copies, "Read the safetensors header", source_);
     std::vector<std::byte> out(static_cast<std::size_t>(length));
     host::cuda_check(cudaMemcpyAsync(out.data(), scratch.data() + p.offsets[0], out.size(), cudaMemcpyDeviceToHost, stream.get()),
                      "Copy the header to the host", source_);
@@ -343,7 +344,7 @@ class layer_streamer {
     if (next_ == 0) enqueue(0);
     if (next_ + 1 < groups_.size()) enqueue(next_ + 1);
     slot& s = slots_[next_ % buffers];
-    detail::wait_all(s.copies, "Load layer '" + groups_[next_].key + "'", source);
+    detail::wait_all(file_.dev(), s.copies, "Load layer '" + groups_[next_].key + "'", source);
     host::cuda_check(cudaStreamWaitEvent(compute, s.loaded.get(), 0), "Order the compute stream after the load", source);
     s.compute = compute;
     s.handed_out = true;
