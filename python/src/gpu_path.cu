@@ -21,8 +21,8 @@ namespace {
 /// turns, and `ready()` (which must not block) answers "not yet" while another thread waits.
 class pending final : public gpu_copy {
  public:
-  pending(cunvme::pending_copy copy, std::weak_ptr<cunvme::host::controller> controller)
-      : copy_(std::move(copy)), controller_(std::move(controller)) {}
+  pending(cunvme::pending_copy copy, const cunvme::device& dev)
+      : copy_(std::move(copy)), controller_(dev.shared_controller()), timeout_(dev.timeout()) {}
   [[nodiscard]] bool ready() const override {
     const std::unique_lock lock(mutex_, std::try_to_lock);
     return lock.owns_lock() && copy_.ready();
@@ -33,13 +33,14 @@ class pending final : public gpu_copy {
   }
   [[nodiscard]] std::string timeout_cause() const override {
     const std::shared_ptr<cunvme::host::controller> c = controller_.lock();
-    return c ? c->backend().timeout_cause() : std::string();
+    return c ? c->backend().timeout_cause(2 * timeout_) : std::string();  // the window device::describe uses
   }
 
  private:
   mutable std::mutex mutex_;
   cunvme::pending_copy copy_;
   std::weak_ptr<cunvme::host::controller> controller_;  // not kept alive by a copy: close() ends it
+  std::chrono::nanoseconds timeout_;
 };
 
 class device_path final : public gpu_path {
@@ -53,13 +54,13 @@ class device_path final : public gpu_path {
                                                std::uintptr_t stream) override {
     // A span carries the capacity: copy_n refuses (invalid_request) a request larger than it.
     const cuda::std::span<std::byte> dst(static_cast<std::byte*>(gpu), capacity);
-    return std::make_unique<pending>(cunvme::copy_n(dev_, lba, blocks, dst, reinterpret_cast<cudaStream_t>(stream)), dev_.shared_controller());
+    return std::make_unique<pending>(cunvme::copy_n(dev_, lba, blocks, dst, reinterpret_cast<cudaStream_t>(stream)), dev_);
   }
 
   [[nodiscard]] std::unique_ptr<gpu_copy> write(std::uint64_t lba, std::uint64_t blocks, const void* gpu, std::size_t capacity,
                                                 std::uintptr_t stream) override {
     const cuda::std::span<const std::byte> src(static_cast<const std::byte*>(gpu), capacity);
-    return std::make_unique<pending>(cunvme::copy_n(src, blocks, dev_, lba, reinterpret_cast<cudaStream_t>(stream)), dev_.shared_controller());
+    return std::make_unique<pending>(cunvme::copy_n(src, blocks, dev_, lba, reinterpret_cast<cudaStream_t>(stream)), dev_);
   }
 
  private:

@@ -26,7 +26,7 @@ class gpu_copy {
   /// Blocks until the stream has run the copy; its outcome. Throws `host::error` when the
   /// kernel failed to run.
   virtual cunvme::io_result wait() = 0;
-  /// What the controller's backend saw that may explain a timeout (`register_backend::timeout_cause`);
+  /// What the controller's backend saw that may explain a timeout (`cunvme::device::describe`);
   /// empty where it saw nothing or the controller is gone.
   [[nodiscard]] virtual std::string timeout_cause() const = 0;
 };

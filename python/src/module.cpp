@@ -77,7 +77,7 @@ class transfer {
       nb::gil_scoped_release release;
       r = copy_->wait();
     }
-    check(r, operation_, r.error == cunvme::io_error::timeout ? copy_->timeout_cause() : std::string());
+    check(r, operation_, cunvme::waited_out(r.error) ? copy_->timeout_cause() : std::string());
   }
 
  private:

@@ -209,11 +209,12 @@ TEST_CASE("a thread that made no CUDA call yet copies and loads through a device
   CHECK(std::equal(got.begin(), got.end(), w.bytes.begin()));
 
   // The loader likewise, from two fresh threads at once on the one device, several times: each
-  // opens the file (its header read through the device) and loads it on a stream of its own.
-  // Not on the legacy default stream: a synchronous copy there on one thread waits for the
-  // other thread's read kernel holding a driver lock that the emulator's copies for that kernel
-  // need (the rule in `safetensors_file::load`; the header read once broke it, and one run in
-  // two timed out).
+  // opens the file (its header read through the device), loads it on a non-blocking stream of
+  // its own and checks it with synchronous copies on the legacy default stream while the other
+  // may be loading. Loads on the legacy default stream would break that: a synchronous copy
+  // there on one thread waits for the other thread's read kernel, holding a driver lock that
+  // the emulator's copies for that kernel need (the rule in `safetensors_file::load`). The
+  // header read did so itself, and one load in two timed out.
   loader::safetensors_file file(dev, loader::file_placement::contiguous(dev.block_bytes(), 0, w.bytes.size(), dev.ns().lba_count), w.path);
   for (int round = 0; round < 8; ++round) {
     std::string failures[2];
@@ -223,15 +224,18 @@ TEST_CASE("a thread that made no CUDA call yet copies and loads through a device
       threads.emplace_back([&, i] {
         try {
           loader::safetensors_file mine(dev, file.placement(), w.path);
-          const loader::detail::owned_stream stream = loader::detail::make_stream("Create a stream", "test");
+          const loader::detail::owned_stream stream = [&] {
+            const auto scope = dev.make_current();  // the thread keeps no context of its own
+            return loader::detail::make_stream("Create a stream", "test");
+          }();
           loader::loaded_tensors all = mine.load({}, stream.get());
           all.wait();
           bool same = true;
           for (const loader::gpu_tensor& t : all.tensors()) {
             // No doctest assertion off the test's thread: a failed REQUIRE would throw through it.
             std::vector<std::byte> got(static_cast<std::size_t>(t.info->bytes()));
-            same = same && cudaMemcpyAsync(got.data(), t.data, got.size(), cudaMemcpyDeviceToHost, stream.get()) == cudaSuccess &&
-                   cudaStreamSynchronize(stream.get()) == cudaSuccess && got == in_file(w, mine.header(), *t.info);
+            same = same && cudaMemcpy(got.data(), t.data, got.size(), cudaMemcpyDeviceToHost) == cudaSuccess &&
+                   got == in_file(w, mine.header(), *t.info);
           }
           matched[i] = same && all.tensors().size() == 5;
         } catch (const std::exception& e) {

@@ -68,19 +68,32 @@ struct controller_stats {
   std::uint64_t errors_logged = 0;    ///< Error Information log entries created
   std::uint64_t completions_dropped = 0;  ///< lost by fault injection or by a deleted queue
   std::uint64_t thread_failures = 0;  ///< exceptions caught on controller threads (each made it fatal)
-  std::uint64_t copy_stalls = 0;      ///< device copier calls held up a second or more, ended or running (`copier_delays`)
-  std::uint64_t longest_copy_call_ns = 0;
+  copier_delays copies;               ///< the device copier's calls held up in the CUDA driver
 };
 
-/// What `stats` says of the device copier's stalls, for an error about timed-out commands;
-/// empty where there were none.
-[[nodiscard]] inline std::string copy_stall_note(const controller_stats& s) {
-  if (s.copy_stalls == 0) return {};
-  const std::uint64_t tenths = s.longest_copy_call_ns / 100'000'000;
-  return "the emulator's data copies have been held up in the CUDA driver " + std::to_string(s.copy_stalls) + " time(s), for up to " +
-         std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) +
-         " s: a CUDA call on another thread waited for a kernel that waits for the emulator (cudaFree, cudaFreeHost, or a "
-         "synchronous copy on the legacy default stream; emu::cuda_memory, \"Threads\")";
+namespace detail {
+[[nodiscard]] inline std::string seconds_text(std::uint64_t ns) {
+  const std::uint64_t tenths = ns / 100'000'000;
+  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " s";
+}
+}  // namespace detail
+
+/// What `d` says of the device copier's calls held up in the CUDA driver during the last
+/// `recent_ns` (a call running now, or one that ended within it), for an error about commands
+/// that timed out in that time; empty where there was none.
+[[nodiscard]] inline std::string copy_stall_note(const copier_delays& d, std::uint64_t recent_ns) {
+  std::string what;
+  if (d.running_stall_ns != 0) {
+    what = "a call has been waiting " + detail::seconds_text(d.running_stall_ns);
+  } else if (d.last_stall_ns != 0 && d.last_stall_ended_ns <= recent_ns) {
+    what = "a call waited " + detail::seconds_text(d.last_stall_ns) + ", until " + detail::seconds_text(d.last_stall_ended_ns) + " ago";
+  } else {
+    return {};
+  }
+  return "the emulator's data copies were held up in the CUDA driver (" + what +
+         "), most likely by a CUDA call on another thread that waits for a kernel which waits for the emulator: cudaFree, "
+         "cudaFreeHost, or a synchronous copy on the legacy default stream (emu::cuda_memory, \"Threads\"; too few hardware "
+         "queues, emu::prepare_cuda_environment, hold copies up too)";
 }
 
 /// A strict software NVMe controller.
@@ -283,9 +296,7 @@ class controller : private detail::admin_commands {
     s.errors_logged = errors_.count();
     s.completions_dropped = completions_dropped_.load(std::memory_order_relaxed);
     s.thread_failures = thread_failures_.load(std::memory_order_relaxed);
-    const copier_delays d = dma_.copier_delays_seen();
-    s.copy_stalls = d.stalls;
-    s.longest_copy_call_ns = d.longest_ns;
+    s.copies = dma_.copier_delays_seen();
     return s;
   }
   [[nodiscard]] fault_counters injected_faults() const { return faults_->counters(); }

@@ -186,15 +186,19 @@ inline void prepare_cuda_environment() {
 /// Threads: the emulator moves data with CUDA calls from its own threads, so a kernel waiting
 /// for its I/O depends on those calls, which a real controller's DMA does not. While such a
 /// kernel runs, a CUDA call on another thread that waits for it while holding the driver's
-/// lock stalls the emulator's copies, and the kernel's commands time out (measured on an H200,
-/// bench/RESULTS.md "Two threads on one emulated device"): `cudaFree` and `cudaFreeHost`, and
-/// a synchronous copy (`cudaMemcpy`) on the legacy default stream when the kernel runs there
-/// too. `cudaMalloc`, `cudaHostAlloc`, `cudaDeviceSynchronize` and synchronous copies that do
-/// not queue behind the kernel did not. So kernels that wait for emulated I/O run on
-/// non-blocking streams, and memory is freed between them (`device::between_copies` does this
-/// for the library's own). The emulator counts copy calls held up a second or more
-/// (`controller_stats::copy_stalls`), and an error about a timed-out copy says so
-/// (`device::describe`, the loader's errors, Python's `IoError`).
+/// lock stalls the emulator's copies, and the kernel's commands time out. Measured on an H200
+/// (bench/RESULTS.md "Two threads on one emulated device"):
+/// - stalled it: `cudaFree`, `cudaFreeHost`, and a synchronous copy (`cudaMemcpy`) on the
+///   legacy default stream while the kernel ran on a stream that synchronizes with it (the
+///   legacy default stream itself, or any blocking stream);
+/// - not seen to stall it in 16–34 calls each: `cudaMalloc`, `cudaHostAlloc`,
+///   `cudaDeviceSynchronize`, and a synchronous copy that queues behind no such kernel. CUDA
+///   documents allocations as synchronizing all the same.
+/// So kernels that wait for emulated I/O run on non-blocking streams, and memory is allocated
+/// and freed between them (`device::between_copies` does this for the library's own). The
+/// emulator counts copy calls held up a second or more (`controller_stats::copies`), and an
+/// error about a copy that timed out meanwhile says so (`device::describe`, the loader's
+/// errors, Python's `IoError`).
 ///
 /// Usage: examples/snippets/kernels.cu, `emulator_with_cuda_memory`.
 [[nodiscard]] inline memory_hooks cuda_memory() {

@@ -75,15 +75,20 @@ struct device_copier {
 };
 
 /// How long the device copier's calls took. A CUDA copy call returns in microseconds and a
-/// wait for one burst's copies in milliseconds; one that takes `copy_stall` or longer was held
-/// up in the CUDA driver — by another thread's call that waits for a kernel which itself waits
-/// for this emulator (emu::cuda_memory, "Threads") — and the commands behind it may time out.
-/// A call still running counts once it has run that long: the kernel waiting for it times
-/// out, and its error is written, before the call comes back.
+/// wait for one burst's copies in milliseconds; one that takes `copy_stall_ns` or longer was
+/// held up in the CUDA driver — most often by another thread's call that waits for a kernel
+/// which itself waits for this emulator (emu::cuda_memory, "Threads") — and the commands
+/// behind it may time out. A call still running counts once it has run that long: the kernel
+/// waiting for it times out, and its error is written, before the call comes back. Times are
+/// the coarse clock's (a few milliseconds).
 struct copier_delays {
   static constexpr std::uint64_t copy_stall_ns = 1'000'000'000;
-  std::uint64_t stalls = 0;      ///< calls that took (or have been running for) `copy_stall_ns` or longer
-  std::uint64_t longest_ns = 0;  ///< the longest call, ended or running (to the coarse clock's few milliseconds)
+  static constexpr std::uint64_t never = ~std::uint64_t{0};
+  std::uint64_t stalls = 0;                  ///< calls that took `copy_stall_ns` or longer, ended or running
+  std::uint64_t longest_ns = 0;              ///< the longest call, ended or running
+  std::uint64_t running_stall_ns = 0;        ///< the longest call still running, if a stall; else 0
+  std::uint64_t last_stall_ns = 0;           ///< how long the last stall that ended took (0: none ended)
+  std::uint64_t last_stall_ended_ns = never; ///< how long ago it ended
 };
 
 /// The set of regions the controller may reach, with bus addresses handed out like an IOMMU.
@@ -275,12 +280,20 @@ class dma_space {
   [[nodiscard]] std::uint64_t faults() const noexcept { return faults_.load(std::memory_order_relaxed); }
   /// The device copier's slow calls since construction.
   [[nodiscard]] copier_delays copier_delays_seen() const noexcept {
-    copier_delays d{copy_stalls_.load(std::memory_order_relaxed), longest_copy_ns_.load(std::memory_order_relaxed)};
+    copier_delays d;
+    d.stalls = copy_stalls_.load(std::memory_order_relaxed);
+    d.longest_ns = longest_copy_ns_.load(std::memory_order_relaxed);
     const std::uint64_t now = coarse_now_ns();
+    // The two words of the last stall are written one after the other: a stall ending meanwhile
+    // may pair one's length with the other's end, which only blurs this diagnosis.
+    d.last_stall_ns = last_stall_ns_.load(std::memory_order_relaxed);
+    const std::uint64_t ended = last_stall_end_.load(std::memory_order_relaxed);
+    if (ended != 0) d.last_stall_ended_ns = now > ended ? now - ended : 0;
     for (const call_start& c : running_calls_) {
       const std::uint64_t started = c.at.load(std::memory_order_relaxed);
-      if (started == 0 || started > now) continue;
-      if (now - started >= copier_delays::copy_stall_ns) ++d.stalls;
+      if (started == 0 || started > now || now - started < copier_delays::copy_stall_ns) continue;
+      ++d.stalls;
+      d.running_stall_ns = std::max(d.running_stall_ns, now - started);
       d.longest_ns = std::max(d.longest_ns, now - started);
     }
     return d;
@@ -303,16 +316,21 @@ class dma_space {
     running.store(start, std::memory_order_relaxed);
     const bool ok = call();
     running.store(0, std::memory_order_relaxed);
-    const std::uint64_t took = coarse_now_ns() - start;
-    if (took >= copier_delays::copy_stall_ns) copy_stalls_.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t end = coarse_now_ns();
+    const std::uint64_t took = end - start;
+    if (took >= copier_delays::copy_stall_ns) {
+      copy_stalls_.fetch_add(1, std::memory_order_relaxed);
+      last_stall_ns_.store(took, std::memory_order_relaxed);
+      last_stall_end_.store(end, std::memory_order_relaxed);
+    }
     std::uint64_t longest = longest_copy_ns_.load(std::memory_order_relaxed);
     while (took > longest && !longest_copy_ns_.compare_exchange_weak(longest, took, std::memory_order_relaxed)) {
     }
     return ok;
   }
-  /// The calling thread's entry in `running_calls_`: threads take them in turn, so up to
-  /// `running_call_slots` copying threads (a process's emulators' workers) have one each;
-  /// beyond that two share one, and a running call may go unseen (only this diagnosis loses).
+  /// The calling thread's entry in `running_calls_`: threads take them in turn as they first
+  /// copy, so the process's first `running_call_slots` copying threads have one each; later
+  /// ones share, and a running call may then go unseen (only this diagnosis loses).
   [[nodiscard]] static unsigned this_thread_slot() noexcept {
     static std::atomic<unsigned> next{0};
     thread_local const unsigned slot = next.fetch_add(1, std::memory_order_relaxed) % running_call_slots;
@@ -347,7 +365,7 @@ class dma_space {
   std::uint64_t next_bus_ = first_bus_address;
   device_copier copier_;
   mutable std::atomic<std::uint64_t> faults_{0};
-  mutable std::atomic<std::uint64_t> copy_stalls_{0}, longest_copy_ns_{0};
+  mutable std::atomic<std::uint64_t> copy_stalls_{0}, longest_copy_ns_{0}, last_stall_ns_{0}, last_stall_end_{0};
   /// When each thread's copier call now running started (coarse ns; 0: none), a cache line each.
   struct alignas(64) call_start {
     std::atomic<std::uint64_t> at{0};

@@ -132,7 +132,8 @@ class device {
         ctrl_(present(std::move(ctrl))),
         tuning_(options.tuning ? *options.tuning : tuning_for(gpu_)),
         pool_(std::make_shared<detail::pinned_pool>(ctrl_->name())),
-        cache_(options.cached_buffers, gpu_page, ctrl_->name()) {
+        cache_(options.cached_buffers, gpu_page, ctrl_->name()),
+        timeout_(options.timeout) {
     if (!tuning_.valid()) {
       throw host::error("Open", ctrl_->name(), "device_options::tuning: warps_per_block must be 1.." + std::to_string(copy_tuning::max_warps_per_block) +
                                                       ", commands_per_warp at least 1, queues 1.." + std::to_string(max_queues));
@@ -175,6 +176,8 @@ class device {
   [[nodiscard]] std::uint32_t queue_count() const noexcept { return static_cast<std::uint32_t>(queues_.size()); }
   [[nodiscard]] const namespace_view& ns() const noexcept { return ns_; }
   [[nodiscard]] const copy_tuning& tuning() const noexcept { return tuning_; }
+  /// How long a command is waited for (`device_options::timeout`).
+  [[nodiscard]] std::chrono::nanoseconds timeout() const noexcept { return timeout_; }
   /// Bytes per block in the caller's buffer: data, and with extended LBAs the block's metadata.
   [[nodiscard]] std::uint64_t block_bytes() const noexcept { return ns_.block_bytes(); }
   [[nodiscard]] reader make_reader() const { return reader(queues_.front()->view(), ns_); }
@@ -240,12 +243,15 @@ class device {
     return quarantine_.size();
   }
 
-  /// `to_string(r)`, and for a timeout what the controller's backend saw that may explain it
-  /// (the emulator's copies held up in the CUDA driver): the text of errors about a copy.
+  /// `to_string(r)`, and for an outcome of waiting out the timeout (a completion, a submission
+  /// slot or a command ID that did not come) what the controller's backend saw in that time
+  /// that may explain it (the emulator's copies held up in the CUDA driver): the text of errors
+  /// about a copy, made as soon as it is waited for.
   [[nodiscard]] std::string describe(const io_result& r) const {
     std::string text = to_string(r);
-    if (r.error != io_error::timeout) return text;
-    const std::string cause = ctrl_->backend().timeout_cause();
+    if (!waited_out(r.error)) return text;
+    // Two timeouts back: a copy's warp may wait out one command's timeout after another's.
+    const std::string cause = ctrl_->backend().timeout_cause(2 * timeout_);
     return cause.empty() ? text : text + " (" + cause + ")";
   }
 
@@ -449,6 +455,7 @@ class device {
   std::shared_ptr<detail::pinned_pool> pool_;
   mutable std::mutex mutex_;
   registration_cache<detail::gpu_for_controller_mapping> cache_;
+  std::chrono::nanoseconds timeout_;  ///< each command's (`device_options::timeout`)
   std::vector<in_flight> in_flight_;
   std::uint64_t mappings_made_ = 0;
 };

@@ -52,6 +52,12 @@ enum class io_error : cuda::std::uint8_t {
   return "unknown io_error";
 }
 
+/// Whether `e` ends a wait that ran out its timeout: a completion, a submission slot or a
+/// command ID that did not come (a cache slot that stayed held is the caller's to free).
+[[nodiscard]] CUNVME_HOST_DEVICE constexpr bool waited_out(io_error e) noexcept {
+  return e == io_error::timeout || e == io_error::no_submission_slot || e == io_error::no_command_id;
+}
+
 /// The outcome of one request. For a request split into several commands, the first failing
 /// command by LBA: its status and the LBA range it covered.
 /// Usage: examples/snippets/host.cpp, `read_with_a_reader`.

@@ -174,7 +174,10 @@ class loaded_tensors {
     for (pending_copy& c : copies_) (void)c.wait();  // the buffer is freed only after its copies
   }
 
-  void wait() { detail::wait_all(buffer_->dev(), copies_, "Load tensors", source_); }
+  void wait() {
+    if (copies_.empty()) return;  // waited for already, or moved from (no buffer then)
+    detail::wait_all(buffer_->dev(), copies_, "Load tensors", source_);
+  }
   [[nodiscard]] const std::vector<gpu_tensor>& tensors() const noexcept { return tensors_; }
   [[nodiscard]] const gpu_tensor* find(std::string_view name) const { return find_tensor(tensors_, name); }
   /// Whole blocks read (tensors' bytes and the block ends around them).
@@ -254,7 +257,7 @@ class safetensors_file {
     detail::gpu_buffer scratch(dev_, static_cast<std::size_t>(p.buffer_bytes), source_);
     // A stream of its own, not the legacy default stream: a synchronous copy there waits for
     // every other thread's kernel on it, holding a driver lock that the emulator's data copies
-    // for those kernels need (tests/gpu/loader_test.cu, two threads opening one file).
+    // for those kernels need (test/gpu/loader_test.cu, two threads opening one file).
     const detail::owned_stream stream = detail::make_stream("Read the safetensors header", source_);
     std::vector<pending_copy> copies = detail::enqueue_reads(dev_, p, scratch.data(), stream.get());
     detail::wait_all(dev_, copies, "Read the safetensors header", source_);

@@ -219,7 +219,9 @@ class emu_backend final : public register_backend {
   /// without them they are plain memory a `host_registrar` registers as a real backend's.
   [[nodiscard]] bool needs_gpu_registration() const override { return !ctrl_.config().memory.allocate; }
   [[nodiscard]] bool bar_is_io_memory() const override { return false; }
-  [[nodiscard]] std::string timeout_cause() const override { return emu::copy_stall_note(ctrl_.stats()); }
+  [[nodiscard]] std::string timeout_cause(std::chrono::nanoseconds recent) const override {
+    return emu::copy_stall_note(ctrl_.stats().copies, static_cast<std::uint64_t>(std::max<std::int64_t>(recent.count(), 0)));
+  }
 
   /// The emulator itself: its namespaces' bytes, counters, fault counters.
   [[nodiscard]] emu::controller& controller() noexcept { return ctrl_; }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -93,10 +94,13 @@ class register_backend {
   /// Whether bar() maps device MMIO (registered with cudaHostRegisterIoMemory) rather than
   /// RAM (the emulator's register page).
   [[nodiscard]] virtual bool bar_is_io_memory() const { return true; }
-  /// What the backend saw that may explain commands that did not complete in time, for the
-  /// error that reports them (the emulator's data copies held up in the CUDA driver); empty
-  /// where it saw nothing.
-  [[nodiscard]] virtual std::string timeout_cause() const { return {}; }
+  /// What the backend saw during the last `recent` that may explain commands that did not
+  /// complete in time, for the error that reports them (the emulator's data copies held up in
+  /// the CUDA driver); empty where it saw nothing.
+  [[nodiscard]] virtual std::string timeout_cause(std::chrono::nanoseconds recent) const {
+    (void)recent;
+    return {};
+  }
 
   /// MMIO through the mapped BAR; a backend whose registers are not plain memory (the
   /// emulator's register file) overrides both. An offset outside the BAR or off a 4-byte
