@@ -8,8 +8,8 @@
 #include <cunvme/spec/registers.cuh>
 
 #include <algorithm>
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
