@@ -38,13 +38,16 @@ class NvmeError(Error):
 
 class IoError(Error):
     """A GPU read or write that ended without an NVMe status: a completion timeout, or a request
-    the device's readers refused. ``reason`` says which; ``lba`` and ``blocks`` the command's range."""
+    the device's readers refused. ``reason`` says which; ``lba`` and ``blocks`` the command's range;
+    ``cause``, for a timeout, what the device saw meanwhile that likely explains it (the
+    emulator's copies held up in the CUDA driver), else None. The message includes it too."""
 
-    def __init__(self, message, reason, lba, blocks):
+    def __init__(self, message, reason, lba, blocks, cause=None):
         super().__init__(message)
         self.reason = reason
         self.lba = lba
         self.blocks = blocks
+        self.cause = cause
 
 
 class FormatError(Error, ValueError):

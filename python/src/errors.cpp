@@ -57,6 +57,7 @@ void translate(const std::exception_ptr& p, void*) {
     k["reason"] = cunvme::to_string(f.result.error);
     k["lba"] = f.result.lba;
     k["blocks"] = f.result.blocks;
+    if (!f.cause.empty()) k["cause"] = f.cause;
     raise_python(errors().io_error, f.operation + ": " + cunvme::to_string(f.result) + (f.cause.empty() ? "" : " (" + f.cause + ")"), k);
   } catch (const host::error& e) {
     nb::kwargs k;

@@ -368,6 +368,16 @@ def test_exceptions_share_one_base_class():
     assert issubclass(cunvme.IoError, cunvme.Error)
 
 
+def test_an_io_error_carries_the_likely_cause_of_a_timeout_when_there_is_one():
+    # The extension passes cause= only for a timeout with a cause (device::describe's text).
+    plain = cunvme.IoError("Read: completion timeout at LBA 0 (8 blocks)", "completion timeout", 0, 8)
+    assert plain.cause is None
+    held = cunvme.IoError("Read: ... (the emulator's data copies were held up ...)", "completion timeout", 0, 8,
+                          cause="the emulator's data copies were held up ...")
+    assert held.cause.startswith("the emulator's data copies")
+    assert (held.reason, held.lba, held.blocks) == ("completion timeout", 0, 8)
+
+
 def test_repr_names_the_device_the_namespace_and_the_path():
     d = cunvme.Device("emu:blocks=64", gpu=False)
     assert repr(d) == "<cunvme.Device emu nsid 1: 64 blocks of 512 bytes, host path>"
