@@ -33,7 +33,7 @@ class pending final : public gpu_copy {
   }
   [[nodiscard]] std::string timeout_cause() const override {
     const std::shared_ptr<cunvme::host::controller> c = controller_.lock();
-    return c ? c->backend().timeout_cause(2 * timeout_) : std::string();  // the window device::describe uses
+    return c ? cunvme::device::timeout_cause(*c, timeout_) : std::string();
   }
 
  private:

@@ -250,9 +250,16 @@ class device {
   [[nodiscard]] std::string describe(const io_result& r) const {
     std::string text = to_string(r);
     if (!waited_out(r.error)) return text;
-    // Two timeouts back: a copy's warp may wait out one command's timeout after another's.
-    const std::string cause = ctrl_->backend().timeout_cause(2 * timeout_);
+    const std::string cause = timeout_cause(*ctrl_, timeout_);
     return cause.empty() ? text : text + " (" + cause + ")";
+  }
+
+  /// What `ctrl`'s backend saw that may explain a copy of a device with command timeout
+  /// `timeout` waiting one out (`describe`'s cause; for callers that keep the controller, not
+  /// the device). It looks two timeouts back: a copy's warp may wait out one command's timeout
+  /// after another's.
+  [[nodiscard]] static std::string timeout_cause(host::controller& ctrl, std::chrono::nanoseconds timeout) {
+    return ctrl.backend().timeout_cause(2 * timeout);
   }
 
   /// Runs `f()` on the device's GPU once every copy enqueued on the device has run, and
